@@ -1,0 +1,1 @@
+"""Command-line interface of perfmodel (the only layer that touches the terminal)."""

@@ -1,0 +1,230 @@
+"""Rendering of results: rich tables on stdout for people, one sorted JSON document for scripts."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from hardware_db.errors import UnknownNameError
+from hardware_db.schema import ENTRY_KINDS, PRECISIONS
+
+console = Console(highlight=False, soft_wrap=False)
+
+
+def _finite(obj: Any) -> Any:
+    """The same structure with every float finite (a NaN or inf here is a bug, so fail loudly)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        raise ValueError(f"non-finite value in output: {obj}")
+    if isinstance(obj, Mapping):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def emit_json(obj: Any) -> None:
+    """Print ``obj`` as one JSON document: sorted keys, no NaN, byte-reproducible."""
+    print(json.dumps(_finite(obj), sort_keys=True, indent=2, allow_nan=False))
+
+
+def fmt(value: float | None, scale: float = 1.0, digits: int = 4) -> str:
+    """A number in a table: ``-`` when absent, else ``digits`` significant figures with separators."""
+    if value is None:
+        return "-"
+    v = value / scale
+    if v != 0 and (abs(v) >= 1e7 or abs(v) < 1e-3):
+        return f"{v:.{digits - 1}e}"
+    if abs(v) >= 10 ** digits:
+        return f"{v:,.0f}"
+    return f"{v:,.{digits}g}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+# --- hardware --------------------------------------------------------------------------------
+
+def _entry_summary(entry) -> str:
+    kind = entry.__class__.__name__
+    if kind == "Accelerator":
+        return (f"{fmt(entry.peak_flops.get('bf16'), 1e12)} TFLOP/s bf16, {fmt(entry.hbm_bytes, 1e9)} GB at "
+                f"{fmt(entry.hbm_bytes_per_s, 1e12)} TB/s, {fmt(entry.tdp_w)} W")
+    if kind == "Cpu":
+        return f"{entry.cores} cores, {fmt(entry.memory_bytes_per_s, 1e9)} GB/s memory, {fmt(entry.tdp_w)} W"
+    if kind == "Memory":
+        return (f"{entry.kind}, {fmt(entry.capacity_bytes, 1e9)} GB, {fmt(entry.read_bytes_per_s, 1e9)} GB/s read, "
+                f"{fmt(entry.latency_s, 1e-9)} ns")
+    if kind == "Link":
+        return f"{entry.kind}, {fmt(entry.bytes_per_s, 1e9)} GB/s per direction, {fmt(entry.latency_s, 1e-6)} us"
+    return (f"{entry.nodes} x {entry.devices_per_node} {entry.accelerator}, "
+            f"tiers {' > '.join(t.name for t in entry.tiers)}")
+
+
+def hardware_list(db, kind: str | None, json_out: bool) -> None:
+    kinds = list(ENTRY_KINDS)
+    if kind is not None and kind not in kinds:
+        raise UnknownNameError("kind", kind, kinds)
+    kinds = [kind] if kind else kinds
+    if json_out:
+        emit_json({k: sorted(getattr(db, k)) for k in kinds})
+        return
+    for k in kinds:
+        table = Table(title=k, title_justify="left")
+        table.add_column("name", style="bold")
+        table.add_column("display name")
+        table.add_column("summary")
+        for name in sorted(getattr(db, k)):
+            e = getattr(db, k)[name]
+            table.add_row(name, e.display_name, _entry_summary(e))
+        console.print(table)
+
+
+def _entry_json(db, entry, nodes) -> dict[str, Any]:
+    data = entry.model_dump(mode="json", by_alias=False)
+    data["kind"] = {"Accelerator": "accelerator", "Cpu": "cpu", "Memory": "memory", "Link": "link",
+                    "System": "system"}[entry.__class__.__name__] if entry.__class__.__name__ != "Memory" \
+        else f"memory/{entry.kind}"
+    if entry.__class__.__name__ == "Link":
+        data["bytes_per_s"] = entry.bytes_per_s
+    if entry.__class__.__name__ == "System":
+        system = entry.scaled(nodes) if nodes else entry
+        data["nodes"] = system.nodes
+        data["devices"] = system.devices
+        data["levels"] = [vars(level) for level in db.levels(system)]
+        data["memory_per_device"] = [vars(t) for t in db.memory_tiers(system)]
+    return data
+
+
+def hardware_show(db, name: str, nodes: int | None, json_out: bool) -> None:
+    entry = db.entry(name)
+    if nodes is not None and entry.__class__.__name__ != "System":
+        from hardware_db.errors import SpecError
+
+        raise SpecError(f"--nodes applies to systems; '{entry.name}' is not one")
+    if nodes is not None:
+        entry.scaled(nodes)  # validates the count
+    data = _entry_json(db, entry, nodes)
+    if json_out:
+        emit_json(data)
+        return
+    table = Table(title=f"{entry.display_name} ({entry.name})", title_justify="left", show_header=False)
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    for key, value in data.items():
+        if key in ("sources", "levels", "memory_per_device", "tiers", "memory_tiers", "hosts", "display_name"):
+            continue
+        if key == "peak_flops":
+            for p in PRECISIONS:
+                if p in value:
+                    table.add_row(f"{p} dense peak", f"{fmt(value[p], 1e12)} TFLOP/s")
+            continue
+        table.add_row(key, _pretty_si(key, value))
+    console.print(table)
+    if "levels" in data:
+        levels = Table(title="topology levels (per device, one direction)", title_justify="left")
+        for col in ("level", "link", "group size", "GB/s", "latency us"):
+            levels.add_column(col)
+        for lv in data["levels"]:
+            levels.add_row(lv["name"], lv["link"], f"{lv['group_size']:,}", fmt(lv["bytes_per_s"], 1e9),
+                           fmt(lv["latency_s"], 1e-6))
+        console.print(levels)
+        if data["memory_per_device"]:
+            mem = Table(title="memory below HBM (one device's share)", title_justify="left")
+            for col in ("tier", "kind", "GB", "read GB/s", "write GB/s", "latency us"):
+                mem.add_column(col)
+            for t in data["memory_per_device"]:
+                mem.add_row(t["name"], t["kind"], fmt(t["bytes_per_device"], 1e9), fmt(t["read_bytes_per_s"], 1e9),
+                            fmt(t["write_bytes_per_s"], 1e9), fmt(t["latency_s"], 1e-6))
+            console.print(mem)
+    console.print("sources:")
+    for s in data["sources"]:
+        console.print(f"  - {s}", markup=False)
+
+
+_SI_SUFFIX = (("_bytes_per_s", 1e9, "GB/s"), ("_bytes", 1e9, "GB"), ("latency_s", 1e-6, "us"),
+              ("_w", 1.0, "W"), ("_usd", 1.0, "USD"))
+
+
+def _pretty_si(key: str, value: Any) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        for suffix, scale, unit in _SI_SUFFIX:
+            if key.endswith(suffix):
+                return f"{fmt(value, scale)} {unit}"
+        return fmt(value)
+    return "-" if value is None else str(value)
+
+
+# --- models ----------------------------------------------------------------------------------
+
+def models_list(json_out: bool) -> None:
+    from perfmodel.catalog import builtin_models
+
+    models = builtin_models()
+    rows = [{"name": m.name, "display_name": m.display_name, "family": m.family, "attention": m.attention_kind,
+             "moe": m.is_moe, "total_params": m.total_params, "active_params": m.active_params}
+            for m in models.values()]
+    if json_out:
+        emit_json(rows)
+        return
+    table = Table(title="built-in models", title_justify="left")
+    for col in ("name", "display name", "attention", "MoE", "total params (B)", "active params (B)"):
+        table.add_column(col, justify="right" if "params" in col else "left")
+    for r in rows:
+        table.add_row(r["name"], r["display_name"], r["attention"], "yes" if r["moe"] else "no",
+                      fmt(r["total_params"], 1e9), fmt(r["active_params"], 1e9))
+    console.print(table)
+
+
+def models_show(ref: str, seq_len: int, json_out: bool) -> None:
+    from perfmodel.catalog import load_model
+    from perfmodel.model import model_summary
+
+    summary = model_summary(load_model(ref), seq_len)
+    if json_out:
+        emit_json(summary)
+        return
+    table = Table(title=f"{summary['display_name']} ({summary['name']})", title_justify="left", show_header=False)
+    table.add_column("quantity", style="bold")
+    table.add_column("value")
+    for key, value in summary["derived"].items():
+        if isinstance(value, dict):
+            for sub, v in value.items():
+                table.add_row(f"{key} {sub}", fmt(v) if isinstance(v, float) else str(v))
+        else:
+            table.add_row(key, fmt(value) if isinstance(value, float) else str(value))
+    console.print(table)
+    spec = Table(title="spec", title_justify="left", show_header=False)
+    spec.add_column("field", style="bold")
+    spec.add_column("value")
+    for key, value in summary["spec"].items():
+        if key not in ("sources", "published", "display_name", "name", "aliases") and value not in (None, False, ()):
+            spec.add_row(key, str(value))
+    console.print(spec)
+
+
+# --- compare ---------------------------------------------------------------------------------
+
+def compare(db, names: list[str], json_out: bool) -> None:
+    from perfmodel.compare import best_index, compare as profiles, metrics
+
+    rows = profiles(names, db)
+    if json_out:
+        emit_json({"entries": rows, "metrics": [vars(m) for m in metrics()]})
+        return
+    table = Table(title="hardware comparison (dense peaks; best of each row in bold green)", title_justify="left")
+    table.add_column("metric", style="bold")
+    table.add_column("unit")
+    for r in rows:
+        table.add_column(str(r["name"]), justify="right")
+    for m in metrics():
+        values = [r[m.key] for r in rows]
+        if all(v is None for v in values):
+            continue
+        best = best_index(values, m.higher_is_better)
+        cells = [fmt(v, m.scale) for v in values]
+        if best is not None:
+            cells[best] = f"[bold green]{cells[best]}[/]"
+        table.add_row(m.label, m.unit, *cells)
+    console.print(table)

@@ -1,0 +1,292 @@
+"""Load the hardware database: the built-in YAML files, then the user's directories over them.
+
+A YAML file maps entry kinds (``accelerators``, ``cpus``, ``memory``, ``links``, ``systems``) to
+lists of entries. A user's entry with the name of a built-in one replaces it; ``extends: NAME``
+starts from another entry of the same kind and changes only the keys it gives. Files are read
+with ``yaml.safe_load`` only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from .errors import SpecError, UnknownNameError
+from .schema import ENTRY_KINDS, Accelerator, Cpu, Entry, Link, Memory, System
+
+BUILTIN_DIR = Path(__file__).parent / "data"
+ENV_VAR = "PERFMODEL_HARDWARE_DB"
+
+
+@dataclass(frozen=True)
+class Level:
+    """One resolved topology level of a sized system (SI units).
+
+    ``group_size`` is the number of devices a group of this level holds, capped at the system's
+    size; ``bytes_per_s`` what one device sends in one direction across it; ``latency_s`` one hop.
+    """
+
+    name: str
+    link: str
+    group_size: int
+    bytes_per_s: float
+    latency_s: float
+
+
+@dataclass(frozen=True)
+class MemoryTier:
+    """A memory tier below HBM as one device sees it: its share of capacity and bandwidth (SI)."""
+
+    name: str
+    kind: str
+    bytes_per_device: float
+    read_bytes_per_s: float
+    write_bytes_per_s: float
+    latency_s: float
+
+
+def format_validation_error(err: ValidationError, where: str) -> str:
+    """One line from a pydantic error: ``where:field: message`` (the first problem, with a count)."""
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        msg = "unknown field (check its spelling and unit suffix)"
+    elif first["type"] == "missing":
+        msg = "missing field"
+    more = len(err.errors()) - 1
+    tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    return f"{where}:{loc}: {msg}{tail}" if loc else f"{where}: {msg}{tail}"
+
+
+def read_yaml(path: Path) -> Any:
+    """Parse one YAML file safely; a syntax error or unreadable file becomes a one-line SpecError."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read {path}: {exc.__class__.__name__}: {exc}") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"malformed YAML ({path}{at}): {problem}") from None
+
+
+def _raw_entries(path: Path) -> Iterable[tuple[str, dict]]:
+    data = read_yaml(path)
+    if data is None:
+        return []
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{path}: needs a mapping of {', '.join(ENTRY_KINDS)} to lists, has {type(data).__name__}")
+    out = []
+    for kind, entries in data.items():
+        if kind not in ENTRY_KINDS:
+            raise UnknownNameError(f"entry kind in {path}", str(kind), ENTRY_KINDS)
+        if not isinstance(entries, list) or not all(isinstance(e, Mapping) for e in entries):
+            raise SpecError(f"{path}:{kind}: needs a list of mappings")
+        for e in entries:
+            if not isinstance(e.get("name"), str):
+                raise SpecError(f"{path}:{kind}: every entry needs a string 'name'")
+            out.append((kind, dict(e)))
+    return out
+
+
+def _yaml_files(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        raise SpecError(f"hardware database directory not found: {directory}")
+    return sorted(p for p in directory.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+@dataclass(frozen=True)
+class Database:
+    """All entries by kind and name; names are lowercase and unique across kinds."""
+
+    accelerators: Mapping[str, Accelerator]
+    cpus: Mapping[str, Cpu]
+    memory: Mapping[str, Memory]
+    links: Mapping[str, Link]
+    systems: Mapping[str, System]
+    files: tuple[str, ...] = field(default=())
+
+    def _find(self, kind: str, key: str):
+        table = getattr(self, kind)
+        if key in table:
+            return table[key]
+        return next((e for e in table.values() if key in e.aliases), None)
+
+    def _known(self, kind: str) -> list[str]:
+        table = getattr(self, kind)
+        return sorted({*table, *(a for e in table.values() for a in e.aliases)})
+
+    def _get(self, kind: str, name: str):
+        found = self._find(kind, str(name).strip().lower())
+        if found is None:
+            raise UnknownNameError("memory" if kind == "memory" else kind.rstrip("s"), str(name), self._known(kind))
+        return found
+
+    def accelerator(self, name: str) -> Accelerator:
+        return self._get("accelerators", name)
+
+    def cpu(self, name: str) -> Cpu:
+        return self._get("cpus", name)
+
+    def link(self, name: str) -> Link:
+        return self._get("links", name)
+
+    def memory_entry(self, name: str) -> Memory:
+        return self._get("memory", name)
+
+    def system(self, name: str, nodes: int | None = None) -> System:
+        system = self._get("systems", name)
+        return system if nodes is None else system.scaled(nodes)
+
+    def entry(self, name: str) -> Entry:
+        """Any entry by name or alias, whatever its kind."""
+        key = str(name).strip().lower()
+        for kind in ENTRY_KINDS:
+            found = self._find(kind, key)
+            if found is not None:
+                return found
+        raise UnknownNameError("hardware entry", str(name), [n for kind in ENTRY_KINDS for n in self._known(kind)])
+
+    def names(self) -> list[str]:
+        return sorted(n for kind in ENTRY_KINDS for n in getattr(self, kind))
+
+    def levels(self, system: System) -> tuple[Level, ...]:
+        """The system's topology levels with link defaults filled in and groups capped at its size."""
+        levels = []
+        for tier in system.tiers:
+            link = self.link(tier.link)
+            bandwidth = tier.gb_per_s_per_direction or tier.gbit_per_s_per_direction or link.bytes_per_s
+            latency = link.latency_s if tier.latency_us is None else tier.latency_us
+            size = min(tier.group_size or system.devices, system.devices)
+            levels.append(Level(tier.name, link.name, max(size, 1), bandwidth, latency))
+        return tuple(levels)
+
+    def memory_tiers(self, system: System) -> tuple[MemoryTier, ...]:
+        """Memory below HBM as one device sees it when every device streams at once.
+
+        A device's share of a tier is capacity / sharers and bandwidth / sharers, the bandwidth
+        further capped by the path (a PCIe link, the scale-up fabric) between it and the tier.
+        """
+        tiers = []
+        for m in system.memory_tiers:
+            mem, path = self.memory_entry(m.memory), self.link(m.path)
+            sharers = m.shared_by or system.devices_per_node / m.count_per_node
+            tiers.append(MemoryTier(
+                name=mem.name, kind=mem.kind, bytes_per_device=mem.capacity_bytes / sharers,
+                read_bytes_per_s=min(mem.read_bytes_per_s / sharers, path.bytes_per_s),
+                write_bytes_per_s=min(mem.write_bytes_per_s / sharers, path.bytes_per_s),
+                latency_s=mem.latency_s))
+        return tuple(tiers)
+
+
+def _merge_extends(raw: dict[str, dict[str, dict]], where: dict[tuple[str, str], str]) -> None:
+    """Resolve ``extends`` chains in place (parents first); cycles and unknown parents are errors."""
+
+    def resolve(kind: str, name: str, seen: tuple[str, ...]) -> dict:
+        entry = raw[kind][name]
+        parent = entry.get("extends")
+        if parent is None:
+            return entry
+        if parent in seen:
+            raise SpecError(f"{where[kind, name]}:{name}.extends: cycle through {' -> '.join(seen + (parent,))}")
+        if parent not in raw[kind]:
+            raise UnknownNameError(f"{kind} entry to extend ({where[kind, name]}:{name})", str(parent), raw[kind])
+        base = dict(resolve(kind, parent, seen + (parent,)))
+        base.pop("aliases", None)
+        merged = {**base, **{k: v for k, v in entry.items() if k != "extends"}}
+        raw[kind][name] = merged
+        return merged
+
+    for kind in raw:
+        for name in list(raw[kind]):
+            resolve(kind, name, (name,))
+
+
+def _check_references(db: Database) -> None:
+    for s in db.systems.values():
+        where = f"system {s.name}"
+        for ref, getter in ((s.accelerator, db.accelerator),):
+            _ref(where, "accelerator", ref, getter)
+        for h in s.hosts:
+            _ref(where, "hosts.cpu", h.cpu, db.cpu)
+        for m in s.memory_tiers:
+            _ref(where, "memory_tiers.memory", m.memory, db.memory_entry)
+            _ref(where, "memory_tiers.path", m.path, db.link)
+        for t in s.tiers:
+            _ref(where, f"tiers.{t.name}.link", t.link, db.link)
+    for a in db.accelerators.values():
+        if a.host_link:
+            _ref(f"accelerator {a.name}", "host_link", a.host_link, db.link)
+    for m in db.memory.values():
+        if m.interface:
+            _ref(f"memory {m.name}", "interface", m.interface, db.link)
+
+
+def _ref(where: str, field_name: str, name: str, getter) -> None:
+    try:
+        getter(name)
+    except UnknownNameError as exc:
+        raise SpecError(f"{where}:{field_name}: {exc}") from None
+
+
+def load_database(user_dirs: Sequence[os.PathLike | str] = ()) -> Database:
+    """Load the built-in database, then each user directory over it, and validate every entry."""
+    raw: dict[str, dict[str, dict]] = {kind: {} for kind in ENTRY_KINDS}
+    where: dict[tuple[str, str], str] = {}
+    files = _yaml_files(BUILTIN_DIR) + [p for d in user_dirs for p in _yaml_files(Path(d))]
+    for path in files:
+        seen_here: set[str] = set()
+        for kind, entry in _raw_entries(path):
+            name = entry["name"].strip().lower()
+            if name in seen_here:
+                raise SpecError(f"{path}:{kind}: '{name}' is defined twice in one file")
+            seen_here.add(name)
+            entry["name"] = name
+            if str(entry.get("extends", "")).strip().lower() == name:  # refine the earlier definition
+                if name not in raw[kind]:
+                    raise UnknownNameError(f"{kind} entry to extend ({path}:{name})", name, raw[kind])
+                entry = {**raw[kind][name], **{k: v for k, v in entry.items() if k != "extends"}}
+            raw[kind][name] = entry
+            where[kind, name] = str(path)
+    _merge_extends(raw, where)
+    tables: dict[str, dict[str, Any]] = {}
+    owner: dict[str, str] = {}
+    for kind, model in ENTRY_KINDS.items():
+        tables[kind] = {}
+        for name, entry in raw[kind].items():
+            if name in owner:
+                raise SpecError(f"{where[kind, name]}: name '{name}' is used by a {owner[name]} entry too")
+            owner[name] = kind
+            try:
+                tables[kind][name] = model.model_validate(entry)
+            except ValidationError as exc:
+                raise SpecError(format_validation_error(exc, f"{where[kind, name]}:{kind}.{name}")) from None
+    db = Database(**tables, files=tuple(str(p) for p in files))
+    _check_references(db)
+    return db
+
+
+def user_dirs_from_env(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """Directories named by the PERFMODEL_HARDWARE_DB variable (os.pathsep separated)."""
+    return [d for d in environ.get(ENV_VAR, "").split(os.pathsep) if d.strip()]
+
+
+def check_file(path: os.PathLike | str) -> list[Entry]:
+    """Validate every entry of one YAML file on its own (no ``extends`` or cross-references)."""
+    out = []
+    for kind, entry in _raw_entries(Path(path)):
+        try:
+            out.append(ENTRY_KINDS[kind].model_validate(entry))
+        except ValidationError as exc:
+            raise SpecError(format_validation_error(exc, f"{path}:{kind}.{entry['name']}")) from None
+    return out

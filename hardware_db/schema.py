@@ -1,0 +1,279 @@
+"""Typed, frozen schema of the hardware database.
+
+YAML keys carry their unit (``hbm_gb``, ``hbm_tb_per_s``, ``dense_tflops``, ``tdp_w``,
+``gbit_per_s_per_direction``); each value is range-checked in that unit, so that the usual slips
+(bits for bytes, GB/s for TB/s, a 2:4-sparse figure for a dense one) are caught with a hint, and is
+converted once, here, to SI base units (bytes, bytes/s, FLOP/s, seconds, watts, dollars). Decimal
+prefixes throughout (GB = 1e9 bytes), as vendors' datasheets use them.
+
+Every entry lists its ``sources``. A figure that has none is not data; it belongs with the named
+calibration constants.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from .errors import SpecError, UnsupportedPrecisionError
+
+# Precisions a datasheet may list, widest first. A device supports exactly the ones it lists.
+PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4", "int4")
+Precision = Literal["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4", "int4"]
+
+# Bytes per element of each precision (tf32 is stored as fp32).
+BYTES_PER_ELEMENT: dict[str, float] = {
+    "fp64": 8.0, "fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0,
+    "fp8": 1.0, "int8": 1.0, "fp4": 0.5, "int4": 0.5,
+}
+
+GIGA, TERA = 1e9, 1e12
+
+
+def quantity(lo: float, hi: float, unit: str, scale: float, slip: str = "") -> AfterValidator:
+    """Check a YAML value lies in the plausible range [lo, hi] of its unit, then scale it to SI.
+
+    ``slip`` names the likely mistake when the value is out of range (shown as the hint).
+    """
+
+    def check(value: float) -> float:
+        if not math.isfinite(value) or not lo <= value <= hi:
+            hint = f"; {slip}" if slip and math.isfinite(value) else ""
+            raise ValueError(f"needs {lo:g} to {hi:g} {unit}, has {value:g}{hint}")
+        return value * scale
+
+    return AfterValidator(check)
+
+
+# Quantities as written in YAML, with their plausible ranges.
+HbmGB = Annotated[float, quantity(1, 4096, "GB", GIGA, "is it in MB or TB?")]
+HbmTBps = Annotated[float, quantity(0.05, 50, "TB/s", TERA, "is it in GB/s?")]
+SramMB = Annotated[float, quantity(0.1, 4096, "MB", 1e6)]
+Watts = Annotated[float, quantity(1, 200_000, "W", 1.0, "is it in kW?")]
+Dollars = Annotated[float, quantity(1, 1e9, "USD", 1.0)]
+DollarsPerHour = Annotated[float, quantity(0.01, 10_000, "USD/h", 1.0)]
+LinkGBps = Annotated[float, quantity(0.1, 10_000, "GB/s per direction", GIGA,
+                                     "is it in Gbit/s? then use the gbit_per_s_per_direction key")]
+LinkGbitps = Annotated[float, quantity(1, 20_000, "Gbit/s per direction", GIGA / 8,
+                                       "is it in GB/s? then use the gb_per_s_per_direction key")]
+LatencyUs = Annotated[float, quantity(0, 10_000, "us", 1e-6, "is it in ns?")]
+LatencyNs = Annotated[float, quantity(1, 10_000_000, "ns", 1e-9, "is it in us?")]
+MemGBps = Annotated[float, quantity(0.1, 10_000, "GB/s", GIGA, "is it in Gbit/s or MB/s?")]
+CapacityGB = Annotated[float, quantity(1, 10_000_000, "GB", GIGA, "is it in TB?")]
+Sources = Annotated[tuple[str, ...], Field(min_length=1)]
+Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$", max_length=64)]
+
+
+class Entry(BaseModel):
+    """Fields every database entry has: a lowercase name, a display name and its sources."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    name: Name
+    display_name: str
+    aliases: tuple[Name, ...] = ()
+    sources: Sources
+    notes: str = ""
+
+
+def _check_dense_peaks(peaks: dict[str, float]) -> dict[str, float]:
+    """Validate dense peak TFLOP/s by precision and convert to FLOP/s.
+
+    Halving the operand width at most doubles the tensor-core rate on every device we know
+    (NVIDIA Hopper/Blackwell, AMD CDNA2/3, Ascend DaVinci), so a value more than 2x the next wider
+    precision is almost surely the 2:4-sparse figure that datasheets print in their headlines.
+    """
+    for precision, value in peaks.items():
+        if not math.isfinite(value) or not 0.01 <= value <= 40_000:
+            raise ValueError(f"dense_tflops.{precision} needs 0.01 to 40000 TFLOP/s, has {value:g}")
+    narrower = {"fp8": ("bf16", "fp16"), "int8": ("bf16", "fp16"), "fp4": ("fp8", "int8"),
+                "int4": ("int8", "fp8"), "bf16": ("tf32",), "fp16": ("tf32",)}
+    for precision, wider in narrower.items():
+        for w in wider:
+            if precision in peaks and w in peaks and peaks[precision] > 2.05 * peaks[w]:
+                raise ValueError(
+                    f"dense_tflops.{precision} = {peaks[precision]:g} is more than 2x "
+                    f"{w} = {peaks[w]:g}; is it the 2:4 sparse figure? list dense peaks only")
+    for a, b in (("bf16", "fp16"), ("fp16", "bf16")):
+        if a in peaks and b in peaks and peaks[a] > 1.01 * peaks[b]:
+            raise ValueError(f"dense_tflops.{a} = {peaks[a]:g} differs from {b} = {peaks[b]:g}")
+    return {p: v * TERA for p, v in peaks.items()}
+
+
+DensePeaks = Annotated[dict[Precision, float], AfterValidator(_check_dense_peaks)]
+
+
+class Compute(Entry):
+    """What accelerators and CPUs share: dense peaks by precision, power and price."""
+
+    vendor: str
+    peak_flops: DensePeaks = Field(alias="dense_tflops")
+    tdp_w: Watts
+    idle_w: Watts | None = None
+    price_usd: Dollars | None = None
+    cloud_usd_per_hour: DollarsPerHour | None = None
+
+    @model_validator(mode="after")
+    def _idle_below_tdp(self):
+        if self.idle_w is not None and self.idle_w >= self.tdp_w:
+            raise ValueError(f"idle_w needs to be below tdp_w = {self.tdp_w:g}, has {self.idle_w:g}")
+        return self
+
+    def peak(self, precision: str) -> float:
+        """Dense peak FLOP/s at ``precision``; an unlisted precision is unsupported, never derived."""
+        try:
+            return self.peak_flops[precision]  # type: ignore[index]
+        except KeyError:
+            listed = ", ".join(p for p in PRECISIONS if p in self.peak_flops)
+            raise UnsupportedPrecisionError(
+                f"{self.name} does not support {precision}: its datasheet lists {listed}") from None
+
+    def supports(self, precision: str) -> bool:
+        return precision in self.peak_flops
+
+
+class Accelerator(Compute):
+    """One accelerator (a GPU, a GCD, an NPU) as the unit that runs one rank."""
+
+    kind: Literal["accelerator"] = "accelerator"
+    hbm_bytes: HbmGB = Field(alias="hbm_gb")
+    hbm_bytes_per_s: HbmTBps = Field(alias="hbm_tb_per_s")
+    sram_bytes: SramMB = Field(alias="l2_mb")
+    scale_up_bytes_per_s: LinkGBps = Field(alias="scale_up_gb_per_s_per_direction")
+    nic_bytes_per_s: LinkGbitps | None = Field(None, alias="nic_gbit_per_s_per_direction")
+    host_link: Name | None = None
+
+    def ridge_point(self, precision: str) -> float:
+        """FLOP per byte of HBM traffic above which a kernel is compute bound (Williams et al. 2009)."""
+        return self.peak(precision) / self.hbm_bytes_per_s
+
+
+class Cpu(Compute):
+    """One CPU socket (host of the accelerators, or CPU-side optimizer step)."""
+
+    kind: Literal["cpu"] = "cpu"
+    cores: Annotated[int, Field(ge=1, le=1024)]
+    memory_bytes_per_s: MemGBps = Field(alias="memory_gb_per_s")
+
+
+class Memory(Entry):
+    """A memory tier below HBM: local DDR, a CXL expander card, an NVMe drive or a pooled memory."""
+
+    kind: Literal["ddr", "cxl", "nvme", "pooled"]
+    capacity_bytes: CapacityGB = Field(alias="capacity_gb")
+    read_bytes_per_s: MemGBps = Field(alias="read_gb_per_s")
+    write_bytes_per_s: MemGBps = Field(alias="write_gb_per_s")
+    latency_s: LatencyNs = Field(alias="latency_ns")
+    interface: Name | None = None
+    price_usd: Dollars | None = None
+
+
+class Link(Entry):
+    """A link or network: per-device bandwidth in one direction and one-hop latency."""
+
+    kind: Literal["scale-up", "scale-out", "host", "package"]
+    latency_s: LatencyUs = Field(alias="latency_us")
+    gb_per_s_per_direction: LinkGBps | None = None
+    gbit_per_s_per_direction: LinkGbitps | None = None
+
+    @model_validator(mode="after")
+    def _one_bandwidth(self):
+        given = [v for v in (self.gb_per_s_per_direction, self.gbit_per_s_per_direction) if v is not None]
+        if len(given) != 1:
+            raise ValueError("needs exactly one of gb_per_s_per_direction, gbit_per_s_per_direction")
+        return self
+
+    @property
+    def bytes_per_s(self) -> float:
+        """Bandwidth per direction, bytes/s."""
+        return self.gb_per_s_per_direction or self.gbit_per_s_per_direction  # type: ignore[return-value]
+
+
+class Tier(BaseModel):
+    """One level of a system's topology: groups of ``group_size`` devices joined by ``link``.
+
+    ``group_size`` counts devices and is None for the outermost level (the whole system). The
+    bandwidth is what one device can send in one direction across this level (its share of the
+    level's links), and the latency one hop's; both default to the link's own figures.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    name: Name
+    link: Name
+    group_size: Annotated[int, Field(ge=2)] | None = None
+    gb_per_s_per_direction: LinkGBps | None = None
+    gbit_per_s_per_direction: LinkGbitps | None = None
+    latency_us: LatencyUs | None = None
+
+
+class MemoryAttachment(BaseModel):
+    """A memory tier of a node: which memory, how many units per node, and the path to it.
+
+    Each unit is shared by ``shared_by`` accelerators; by default the node's units are spread
+    evenly over its accelerators (a socket's DDR serves the GPUs under it). A rack-level pool names
+    the devices of the rack. The path's per-device bandwidth caps what a device sees.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memory: Name
+    count_per_node: Annotated[int, Field(ge=1, le=4096)] = 1
+    shared_by: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+    path: Name
+
+
+class HostAttachment(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cpu: Name
+    count_per_node: Annotated[int, Field(ge=1, le=64)] = 1
+
+
+class System(Entry):
+    """A system: nodes of identical accelerators, their hosts, memory tiers and topology tiers."""
+
+    kind: Literal["system"] = "system"
+    vendor: str
+    accelerator: Name
+    devices_per_node: Annotated[int, Field(ge=1, le=4096)]
+    nodes: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+    hosts: tuple[HostAttachment, ...] = ()
+    memory_tiers: tuple[MemoryAttachment, ...] = ()
+    tiers: Annotated[tuple[Tier, ...], Field(min_length=1)]
+    node_overhead_w: Watts | None = None
+    node_price_usd: Dollars | None = None
+
+    @model_validator(mode="after")
+    def _nested_tiers(self):
+        sizes = [t.group_size for t in self.tiers]
+        if sizes[-1] is not None:
+            raise ValueError(f"the last tier ({self.tiers[-1].name}) spans the system: group_size must be absent")
+        inner = [s for s in sizes[:-1]]
+        if any(s is None for s in inner):
+            raise ValueError("only the last tier may omit group_size")
+        for a, b in zip(inner, inner[1:]):
+            if b <= a or b % a:
+                raise ValueError(f"tier group sizes must grow and nest (each divides the next), has {a} then {b}")
+        return self
+
+    @property
+    def devices(self) -> int:
+        return self.devices_per_node * self.nodes
+
+    def scaled(self, nodes: int) -> "System":
+        """The same system with ``nodes`` nodes."""
+        if not isinstance(nodes, int) or nodes < 1:
+            raise SpecError(f"{self.name}: nodes needs a positive integer, has {nodes!r}")
+        return self.model_copy(update={"nodes": nodes})
+
+
+ENTRY_KINDS: dict[str, type[Entry]] = {
+    "accelerators": Accelerator,
+    "cpus": Cpu,
+    "memory": Memory,
+    "links": Link,
+    "systems": System,
+}

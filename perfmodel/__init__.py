@@ -1,0 +1,16 @@
+"""perfmodel: closed-form cost models of transformer training and serving on real hardware.
+
+The public API (see the README): model specs and the catalog, hardware comparison, and the
+database it reads. Everything is a pure function of frozen specs.
+"""
+
+from hardware_db import load_database  # noqa: F401  (re-exported: the database the models run on)
+
+from .catalog import builtin_models, find_model, load_model, spec_from_hf_config
+from .compare import compare, profile
+from .model import MlaSpec, MoeSpec, TransformerSpec, model_summary
+
+__all__ = [
+    "MlaSpec", "MoeSpec", "TransformerSpec", "builtin_models", "compare", "find_model", "load_database",
+    "load_model", "model_summary", "profile", "spec_from_hf_config",
+]

@@ -1,0 +1,1 @@
+"""Plan search: spaces, exact solvers and Pareto fronts over the cost model."""

@@ -1,0 +1,129 @@
+"""Each command on its happy path and its error paths, through the real entry point."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cli.app import main
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, *argv):
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_hardware_list_json(capsys):
+    data = run_json(capsys, "hardware", "list")
+    assert "h100-sxm" in data["accelerators"] and "frontier" in data["systems"]
+    assert set(data) == {"accelerators", "cpus", "memory", "links", "systems"}
+
+
+def test_hardware_show_system_resolves_levels(capsys):
+    data = run_json(capsys, "hardware", "show", "dgx-h100", "--nodes", "4")
+    assert data["devices"] == 32
+    assert [lv["group_size"] for lv in data["levels"]] == [8, 32]
+    assert data["sources"]
+
+
+def test_hardware_show_accelerator_in_si(capsys):
+    data = run_json(capsys, "hardware", "show", "h100")
+    assert data["name"] == "h100-sxm" and data["hbm_bytes"] == 80e9
+    assert "fp4" not in data["peak_flops"]
+
+
+def test_models_list_and_show_json(capsys):
+    rows = run_json(capsys, "models", "list")
+    assert {r["name"] for r in rows} >= {"llama-3.1-405b", "deepseek-v3", "gpt-oss-120b"}
+    shown = run_json(capsys, "models", "show", "llama-3.1-70b", "--seq-len", "8192")
+    derived = shown["derived"]
+    assert abs(derived["total_params_error"]) < 0.01
+    assert derived["kv_bytes_per_token"]["bf16"] == 2 * 80 * 8 * 128 * 2
+    assert derived["training_flops_per_token"] == 3 * derived["forward_flops_per_token"]
+
+
+def test_models_show_reads_a_config_json(capsys, request):
+    path = request.config.rootpath / "tests" / "data" / "hf" / "mixtral-8x7b.json"
+    shown = run_json(capsys, "models", "show", str(path))
+    assert shown["derived"]["attention"] == "gqa" and shown["spec"]["moe"]["num_experts"] == 8
+
+
+def test_compare_json(capsys):
+    data = run_json(capsys, "compare", "h100-sxm", "mi300x", "ascend-910c")
+    names = [e["name"] for e in data["entries"]]
+    assert names == ["h100-sxm", "mi300x", "ascend-910c"]
+    h100, mi300x, ascend = data["entries"]
+    assert mi300x["hbm_bytes"] > h100["hbm_bytes"]
+    assert ascend["peak_fp8_flops"] is None  # not listed, never derived
+    assert h100["ridge_bf16_flop_per_byte"] == pytest.approx(h100["peak_bf16_flops"] / h100["hbm_bytes_per_s"])
+
+
+def test_compare_tables_highlight_and_systems(capsys):
+    code, out, err = run(capsys, "compare", "dgx-h100", "gb200-nvl72", "cloudmatrix384")
+    assert code == 0, err
+    assert "scale-up domain" in out and "384" in out and "72" in out
+
+
+def test_compare_default_set(capsys):
+    code, out, _ = run(capsys, "compare")
+    assert code == 0 and "h100-sxm" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["compare", "h100-sx"], "did you mean h100-sxm"),
+    (["hardware", "show", "mi3000x"], "did you mean"),
+    (["models", "show", "llama-3.1-4050b"], "did you mean"),
+    (["hardware", "list", "--kind", "gpus"], "unknown kind"),
+    (["compare", "pcie5-x16"], "compare takes accelerators or systems"),
+    (["hardware", "show", "h100-sxm", "--nodes", "2"], "applies to systems"),
+    (["hardware", "show", "dgx-h100", "--nodes", "0"], "positive integer"),
+    (["models", "show", "missing.json"], "not found"),
+    (["models", "show", "llama-3.1-8b", "--seq-len", "abc"], "Invalid value for '--seq-len'"),
+    (["nonsense"], "No such command"),
+    (["--hardware-db", "/nonexistent-dir", "compare"], "not found"),
+])
+def test_user_errors_are_one_line_exit_2(capsys, argv, message):
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    assert err.startswith("Error: ") and err.count("\n") == 1 and message in err
+    assert "Traceback" not in err
+
+
+def test_hardware_db_flag_and_env(capsys, tmp_path, monkeypatch):
+    (tmp_path / "mine.yaml").write_text(
+        "accelerators:\n  - name: my-gpu\n    extends: h100-sxm\n    display_name: Mine\n"
+        "    sources: [\"my measurement\"]\n")
+    assert "my-gpu" in run_json(capsys, "--hardware-db", str(tmp_path), "hardware", "list")["accelerators"]
+    monkeypatch.setenv("PERFMODEL_HARDWARE_DB", str(tmp_path))
+    assert "my-gpu" in run_json(capsys, "hardware", "list")["accelerators"]
+
+
+def test_malformed_user_yaml_names_file_and_field(capsys, tmp_path):
+    (tmp_path / "bad.yaml").write_text("accelerators:\n  - name: my-gpu\n    extends: h100-sxm\n    hbm_gb: -3\n")
+    code, _, err = run(capsys, "--hardware-db", str(tmp_path), "hardware", "list")
+    assert code == 2 and "bad.yaml:accelerators.my-gpu:hbm_gb: needs 1 to 4096 GB, has -3" in err
+
+
+def test_help_imports_no_heavy_module():
+    # Fast start: the CLI module itself must not pull in numpy, scipy, ortools or pydantic.
+    code = ("import sys, cli.app; heavy = [m for m in ('numpy', 'scipy', 'ortools', 'pydantic', 'yaml') "
+            "if m in sys.modules]; print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_console_script_runs():
+    proc = subprocess.run([sys.executable, "-m", "cli", "hardware", "list", "--kind", "systems", "--json"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "dgx-h100" in json.loads(proc.stdout)["systems"]
