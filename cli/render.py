@@ -58,6 +58,11 @@ def _entry_summary(entry) -> str:
                 f"{fmt(entry.latency_s, 1e-9)} ns")
     if kind == "Link":
         return f"{entry.kind}, {fmt(entry.bytes_per_s, 1e9)} GB/s per direction, {fmt(entry.latency_s, 1e-6)} us"
+    if kind == "Calibration":
+        fractions = ", ".join(f"{p} {v:.2f}" for p, v in entry.matmul_fraction.items())
+        return f"{entry.device or 'all others'}: matmul {fractions or '-'}; hbm {fmt(entry.hbm_fraction)}"
+    if kind == "Constant":
+        return f"{fmt(entry.value)} {entry.unit}"
     return (f"{entry.nodes} x {entry.devices_per_node} {entry.accelerator}, "
             f"tiers {' > '.join(t.name for t in entry.tiers)}")
 
@@ -83,9 +88,8 @@ def hardware_list(db, kind: str | None, json_out: bool) -> None:
 
 def _entry_json(db, entry, nodes) -> dict[str, Any]:
     data = entry.model_dump(mode="json", by_alias=False)
-    data["kind"] = {"Accelerator": "accelerator", "Cpu": "cpu", "Memory": "memory", "Link": "link",
-                    "System": "system"}[entry.__class__.__name__] if entry.__class__.__name__ != "Memory" \
-        else f"memory/{entry.kind}"
+    if entry.__class__.__name__ == "Memory":
+        data["kind"] = f"memory/{entry.kind}"
     if entry.__class__.__name__ == "Link":
         data["bytes_per_s"] = entry.bytes_per_s
     if entry.__class__.__name__ == "System":

@@ -18,7 +18,7 @@ import yaml
 from pydantic import ValidationError
 
 from .errors import SpecError, UnknownNameError
-from .schema import ENTRY_KINDS, Accelerator, Cpu, Entry, Link, Memory, System
+from .schema import ENTRY_KINDS, Accelerator, Calibration, Constant, Cpu, Entry, Link, Memory, System
 
 BUILTIN_DIR = Path(__file__).parent / "data"
 ENV_VAR = "PERFMODEL_HARDWARE_DB"
@@ -114,6 +114,8 @@ class Database:
     memory: Mapping[str, Memory]
     links: Mapping[str, Link]
     systems: Mapping[str, System]
+    calibrations: Mapping[str, Calibration]
+    constants: Mapping[str, Constant]
     files: tuple[str, ...] = field(default=())
 
     def _find(self, kind: str, key: str):
@@ -147,6 +149,27 @@ class Database:
     def system(self, name: str, nodes: int | None = None) -> System:
         system = self._get("systems", name)
         return system if nodes is None else system.scaled(nodes)
+
+    def constant(self, name: str) -> float:
+        """The value of a named constant (SI units, as its ``unit`` states)."""
+        return self._get("constants", name).value
+
+    def calibration(self, device: str) -> Calibration:
+        """The achievable fractions measured on ``device``; fields it lacks come from ``default``.
+
+        ``matmul_fraction`` stays the device's own (possibly empty): a precision it lacks should
+        follow the device's nearest measured precision before any default (see perfmodel.machine).
+        """
+        default = self._get("calibrations", "default")
+        own = next((c for c in self.calibrations.values() if c.device == self.accelerator(device).name), None)
+        if own is None:
+            return default.model_copy(update={"matmul_fraction": {}})
+        return own.model_copy(update={
+            k: getattr(own, k) if getattr(own, k) is not None else getattr(default, k)
+            for k in ("hbm_fraction", "scale_up_fraction", "scale_out_fraction")})
+
+    def calibration_default(self) -> Calibration:
+        return self._get("calibrations", "default")
 
     def entry(self, name: str) -> Entry:
         """Any entry by name or alias, whatever its kind."""
@@ -227,6 +250,9 @@ def _check_references(db: Database) -> None:
     for a in db.accelerators.values():
         if a.host_link:
             _ref(f"accelerator {a.name}", "host_link", a.host_link, db.link)
+    for c in db.calibrations.values():
+        if c.device:
+            _ref(f"calibration {c.name}", "device", c.device, db.accelerator)
     for m in db.memory.values():
         if m.interface:
             _ref(f"memory {m.name}", "interface", m.interface, db.link)

@@ -270,10 +270,40 @@ class System(Entry):
         return self.model_copy(update={"nodes": nodes})
 
 
+Fraction = Annotated[float, Field(gt=0, le=1)]
+
+
+class Calibration(Entry):
+    """Achievable fractions of a device's peaks, each from a named measurement in ``sources``.
+
+    ``device`` is None for the entry named ``default``, used for devices without a measurement.
+    ``matmul_fraction``: large-GEMM throughput / dense peak per precision (max-achievable FLOPS);
+    ``hbm_fraction``: streaming bandwidth / HBM peak; ``scale_up_fraction`` and
+    ``scale_out_fraction``: collective bus bandwidth / per-direction link bandwidth.
+    """
+
+    kind: Literal["calibration"] = "calibration"
+    device: Name | None = None
+    matmul_fraction: dict[Precision, Fraction] = {}
+    hbm_fraction: Fraction | None = None
+    scale_up_fraction: Fraction | None = None
+    scale_out_fraction: Fraction | None = None
+
+
+class Constant(Entry):
+    """A named model constant (a reserve, an overlap, a fitted efficiency) with its provenance."""
+
+    kind: Literal["constant"] = "constant"
+    value: Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]
+    unit: str
+
+
 ENTRY_KINDS: dict[str, type[Entry]] = {
     "accelerators": Accelerator,
     "cpus": Cpu,
     "memory": Memory,
     "links": Link,
     "systems": System,
+    "calibrations": Calibration,
+    "constants": Constant,
 }

@@ -26,7 +26,7 @@ def run_json(capsys, *argv):
 def test_hardware_list_json(capsys):
     data = run_json(capsys, "hardware", "list")
     assert "h100-sxm" in data["accelerators"] and "frontier" in data["systems"]
-    assert set(data) == {"accelerators", "cpus", "memory", "links", "systems"}
+    assert set(data) == {"accelerators", "cpus", "memory", "links", "systems", "calibrations", "constants"}
 
 
 def test_hardware_show_system_resolves_levels(capsys):

@@ -1,0 +1,131 @@
+"""Collective communication over a system's topology levels: latency-bandwidth (alpha-beta) costs.
+
+Every function broadcasts over numpy arrays. ``size_bytes`` is the whole buffer one device holds
+(before a reduce-scatter, after an all-gather); ``n`` the group size; ``bw`` the bytes/s one device
+sends in one direction across the level the group spans; ``lat`` one hop's latency in seconds. A
+group of one device costs nothing.
+
+References
+----------
+Thakur, Rabenseifner and Gropp, "Optimization of Collective Communication Operations in MPICH",
+IJHPCA 19(1), 2005, Sec. 4 (ring reduce-scatter / all-gather: (n-1) alpha + (n-1)/n * S * beta;
+all-reduce as reduce-scatter + all-gather; pairwise-exchange all-to-all).
+Patarasuk and Yuan, "Bandwidth optimal all-reduce algorithms for clusters of workstations", JPDC
+69(2), 2009 (the 2 (n-1)/n * S / B lower bound a ring attains).
+Sanders, Speck and Traeff, "Two-tree algorithms for full bandwidth broadcast, reduction and scan",
+Parallel Computing 35(12), 2009 (double binary tree: 2 log2(n) alpha + 2 S / B, as in NCCL's tree).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def _n(n):
+    return np.maximum(np.asarray(n, dtype=float), 1.0)
+
+
+def reduce_scatter_time(size_bytes, n, bw, lat):
+    """Ring reduce-scatter: (n-1) hops, each moving S/n (Thakur et al. 2005, Sec. 4.4)."""
+    n = _n(n)
+    return (n - 1) * lat + (n - 1) / n * size_bytes / bw
+
+
+def all_gather_time(size_bytes, n, bw, lat):
+    """Ring all-gather: (n-1) hops, each moving S/n (Thakur et al. 2005, Sec. 4.1)."""
+    return reduce_scatter_time(size_bytes, n, bw, lat)
+
+
+def ring_all_reduce_time(size_bytes, n, bw, lat):
+    """Ring all-reduce = reduce-scatter + all-gather: 2(n-1) alpha + 2 (n-1)/n S/B (Patarasuk & Yuan 2009)."""
+    return 2 * reduce_scatter_time(size_bytes, n, bw, lat)
+
+
+def tree_all_reduce_time(size_bytes, n, bw, lat):
+    """Double-binary-tree all-reduce: 2 ceil(log2 n) alpha + 2 S/B (Sanders et al. 2009); 0 for n = 1."""
+    n = _n(n)
+    return np.where(n > 1, 2 * np.ceil(np.log2(n)) * lat + 2 * size_bytes / bw, 0.0)
+
+
+def all_to_all_time(size_bytes, n, bw, lat):
+    """Pairwise-exchange all-to-all: each device sends (n-1)/n of its S bytes in n-1 steps."""
+    return reduce_scatter_time(size_bytes, n, bw, lat)
+
+
+def p2p_time(size_bytes, bw, lat):
+    """One point-to-point message: alpha + S/B."""
+    return lat + np.asarray(size_bytes, dtype=float) / bw
+
+
+@dataclass(frozen=True)
+class Topology:
+    """A sized system's levels as arrays, innermost first (SI units, achievable bandwidths).
+
+    ``sizes[i]`` is the number of devices in one group of level i (the last one spans the
+    system); ``bw[i]`` what one device sends per direction across level i; ``lat[i]`` one hop.
+    """
+
+    names: tuple[str, ...]
+    sizes: np.ndarray
+    bw: np.ndarray
+    lat: np.ndarray
+
+    def level_of(self, stride, n):
+        """Index of the innermost level holding a whole group of ``n`` devices ``stride`` apart.
+
+        The group spans ``stride * n`` consecutive device ranks, so it crosses every level
+        smaller than that and pays the slowest of them, the one returned.
+        """
+        extent = np.asarray(stride, dtype=float) * _n(n)
+        idx = np.searchsorted(self.sizes, extent, side="left")
+        return np.minimum(idx, len(self.sizes) - 1)
+
+    def link(self, stride, n):
+        """(bandwidth, latency) a group pays: its slowest level's."""
+        idx = self.level_of(stride, n)
+        return self.bw[idx], self.lat[idx]
+
+    def inner_members(self, stride, n):
+        """Members of the group inside one group of the level below its slowest (for two-level algorithms)."""
+        idx = self.level_of(stride, n)
+        below = np.where(idx > 0, self.sizes[np.maximum(idx - 1, 0)], 1)
+        return np.clip(below // np.maximum(np.asarray(stride), 1), 1, _n(n))
+
+    def _inner_link(self, stride, n):
+        idx = np.maximum(self.level_of(stride, n) - 1, 0)
+        return self.bw[idx], self.lat[idx]
+
+    def all_reduce(self, size_bytes, stride, n):
+        """The fastest of ring, tree and hierarchical two-level all-reduce for this group.
+
+        Hierarchical: reduce-scatter among the k members inside the faster inner level,
+        all-reduce of S/k across the n/k groups over the slow level, all-gather inside (as
+        NCCL and Horovod do across nodes).
+        """
+        bw, lat = self.link(stride, n)
+        flat = np.minimum(ring_all_reduce_time(size_bytes, n, bw, lat), tree_all_reduce_time(size_bytes, n, bw, lat))
+        k = self.inner_members(stride, n)
+        ibw, ilat = self._inner_link(stride, n)
+        outer = _n(n) / k
+        hier = 2 * reduce_scatter_time(size_bytes, k, ibw, ilat) + np.minimum(
+            ring_all_reduce_time(size_bytes / k, outer, bw, lat), tree_all_reduce_time(size_bytes / k, outer, bw, lat))
+        return np.where(_n(n) > 1, np.minimum(flat, np.where(k > 1, hier, np.inf)), 0.0)
+
+    def reduce_scatter(self, size_bytes, stride, n):
+        bw, lat = self.link(stride, n)
+        return reduce_scatter_time(size_bytes, n, bw, lat)
+
+    def all_gather(self, size_bytes, stride, n):
+        bw, lat = self.link(stride, n)
+        return all_gather_time(size_bytes, n, bw, lat)
+
+    def all_to_all(self, size_bytes, stride, n):
+        bw, lat = self.link(stride, n)
+        return all_to_all_time(size_bytes, n, bw, lat)
+
+    def p2p(self, size_bytes, stride):
+        """A message between neighbours ``stride`` ranks apart (pipeline stages)."""
+        bw, lat = self.link(stride, 2)
+        return p2p_time(size_bytes, bw, lat)

@@ -1,0 +1,123 @@
+"""A sized system reduced to the floats the cost model needs (SI units, achievable figures).
+
+Built once from the database and passed to every cost function, so the vectorized formulas never
+touch pydantic objects. Achievable = datasheet peak x the device's measured fraction
+(``calibrations`` in the database, each with its measurement).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hardware_db.errors import SpecError, UnsupportedPrecisionError  # noqa: F401
+from hardware_db.loader import Database, MemoryTier
+from hardware_db.schema import PRECISIONS, Accelerator, System
+
+from .collectives import Topology
+
+
+@dataclass(frozen=True)
+class Machine:
+    """One system of ``devices`` accelerators, with achievable rates and the cost inputs."""
+
+    system: System
+    accelerator: Accelerator
+    devices: int
+    topology: Topology
+    memory_tiers: tuple[MemoryTier, ...]
+    peak_flops: dict[str, float]          # datasheet dense peak by precision
+    achievable_flops: dict[str, float]    # large-GEMM achievable by precision
+    hbm_bytes: float
+    hbm_bytes_per_s: float                # achievable streaming bandwidth
+    host_bytes_per_s: float               # device <-> host path, one direction
+    tdp_w: float
+    idle_w: float
+    overhead_w_per_device: float          # host CPUs, NICs, fans: node power beyond the accelerators
+    price_usd_per_device: float | None    # capital cost of one device with its share of the node
+    cloud_usd_per_hour: float | None
+    constants: dict[str, float]
+
+    def flops(self, precision: str) -> float:
+        """Achievable FLOP/s at ``precision`` (an unsupported precision is an error)."""
+        if precision not in self.achievable_flops:
+            self.accelerator.peak(precision)  # raises UnsupportedPrecisionError with the listed ones
+        return self.achievable_flops[precision]
+
+    def flops_table(self) -> np.ndarray:
+        """Achievable FLOP/s indexed by position in PRECISIONS (NaN where unsupported)."""
+        return np.array([self.achievable_flops.get(p, np.nan) for p in PRECISIONS])
+
+    def supports(self, precision: str) -> bool:
+        return precision in self.achievable_flops
+
+    def tier(self, kind_or_name: str) -> MemoryTier:
+        """A memory tier below HBM by its kind (ddr, cxl, nvme, pooled) or memory name."""
+        for t in self.memory_tiers:
+            if kind_or_name in (t.kind, t.name):
+                return t
+        have = ", ".join(f"{t.kind} ({t.name})" for t in self.memory_tiers) or "none"
+        raise SpecError(f"{self.system.name} has no '{kind_or_name}' memory tier; it has {have}")
+
+
+def build_machine(db: Database, system_name: str, devices: int | None = None) -> Machine:
+    """The system ``system_name`` sized to ``devices`` (default: one node), resolved for the cost model."""
+    base = db.system(system_name)
+    per_node = base.devices_per_node
+    if devices is None:
+        devices = per_node
+    if not isinstance(devices, (int, np.integer)) or devices < 1:
+        raise SpecError(f"--devices needs a positive integer, has {devices!r}")
+    if devices > 10_000_000:
+        raise SpecError(f"--devices needs at most 10,000,000, has {devices:,}")
+    nodes = -(-int(devices) // per_node)
+    system = base.scaled(nodes)
+    acc = db.accelerator(system.accelerator)
+    cal = db.calibration(acc.name)
+    levels = db.levels(system)
+    fractions = []
+    for level in levels:
+        kind = db.link(level.link).kind
+        fractions.append(cal.scale_out_fraction if kind == "scale-out" else cal.scale_up_fraction)
+    sizes = np.array([min(lv.group_size, devices) for lv in levels], dtype=float)
+    sizes[-1] = max(devices, 1)
+    topology = Topology(
+        names=tuple(lv.name for lv in levels), sizes=sizes,
+        bw=np.array([lv.bytes_per_s * (f or 1.0) for lv, f in zip(levels, fractions)]),
+        lat=np.array([lv.latency_s for lv in levels]))
+    default = db.calibration_default()
+    achievable = {p: acc.peak_flops[p] * matmul_fraction(cal.matmul_fraction, default.matmul_fraction, p)
+                  for p in acc.peak_flops}
+    host_link = db.link(acc.host_link).bytes_per_s if acc.host_link else 0.0
+    constants = {name: c.value for name, c in db.constants.items()}
+    idle = acc.idle_w if acc.idle_w is not None else acc.tdp_w * constants.get("idle-power-fraction", 0.0)
+    overhead = (system.node_overhead_w or 0.0) / per_node
+    if system.node_price_usd:
+        price = system.node_price_usd / per_node
+    elif acc.price_usd:
+        price = acc.price_usd * constants.get("server-price-multiplier", 1.0)
+    else:
+        price = None
+    return Machine(
+        system=system, accelerator=acc, devices=int(devices), topology=topology,
+        memory_tiers=db.memory_tiers(system), peak_flops=dict(acc.peak_flops), achievable_flops=achievable,
+        hbm_bytes=acc.hbm_bytes, hbm_bytes_per_s=acc.hbm_bytes_per_s * (cal.hbm_fraction or 1.0),
+        host_bytes_per_s=host_link, tdp_w=acc.tdp_w, idle_w=idle, overhead_w_per_device=overhead,
+        price_usd_per_device=price, cloud_usd_per_hour=acc.cloud_usd_per_hour, constants=constants)
+
+
+NEAREST = {"fp16": ("bf16",), "bf16": ("fp16",), "int8": ("fp8", "bf16"), "fp8": ("int8", "bf16"),
+           "fp4": ("fp8", "int8", "bf16"), "int4": ("int8", "fp8", "bf16"), "tf32": ("bf16",),
+           "fp32": ("tf32", "bf16"), "fp64": ("fp32", "bf16")}
+
+
+def matmul_fraction(own: dict, default: dict, precision: str) -> float:
+    """Achievable fraction of the dense peak at ``precision``: the device's own measurement, else
+    its nearest measured precision (fp16 <- bf16, int8 <- fp8, ...), else the default's for the
+    precision or its nearest. Always a fraction of this precision's own peak, never another peak."""
+    for table in (own, default):
+        for p in (precision, *NEAREST.get(precision, ("bf16",))):
+            if p in table:
+                return table[p]
+    raise UnsupportedPrecisionError(f"no matmul_fraction for {precision} in the calibration data")

@@ -1,0 +1,111 @@
+"""Memory per device: model states under ZeRO, activations with TP/SP and recompute, KV cache.
+
+All functions broadcast over numpy arrays of plan fields and return bytes.
+
+References
+----------
+Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", SC20,
+Sec. 3.1 and Fig. 1: mixed-precision Adam keeps 2 + 2 + K bytes per parameter (fp16 weights, fp16
+gradients, K = 12 for fp32 weights, momentum and variance); stage 1 shards the K bytes over the
+data-parallel degree, stage 2 also the gradients, stage 3 also the weights.
+Korthikanti et al., "Reducing Activation Recomputation in Large Transformer Models", MLSys 2023
+(arXiv 2205.05198), Sec. 4, Eq. 1-2 and Table 2: activations per layer of s b h (34 + 5 a s / h)
+bytes, of which 10 s b h stay replicated under tensor parallelism t unless sequence parallelism
+shards them, 24 s b h + 5 a s^2 b shard by t; selective recompute drops the 5 a s^2 b attention
+core; full recompute keeps only the layer input, 2 s b h; Sec. 4.2.3: the first pipeline stage
+holds p microbatches in flight (x (1 + (p-1)/(p v)) with v interleaved stages).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .model import TransformerSpec
+
+RECOMPUTE = ("none", "selective", "full")  # plan code = index
+
+# Bytes per parameter of mixed-precision Adam (ZeRO paper, Sec. 3.1).
+WEIGHT_BYTES, GRAD_BYTES, ADAM_STATE_BYTES = 2.0, 2.0, 12.0
+
+
+def model_state_bytes(params, dp, zero, weight_bytes=WEIGHT_BYTES, grad_bytes=GRAD_BYTES,
+                      optimizer_bytes=ADAM_STATE_BYTES):
+    """(weights, gradients, optimizer states) bytes per device for ``params`` parameters held by the
+    device's model-parallel shard, sharded over ``dp`` data-parallel ranks by ZeRO stage ``zero``."""
+    params = np.asarray(params, dtype=float)
+    dp = np.maximum(np.asarray(dp, dtype=float), 1.0)
+    zero = np.asarray(zero)
+    weights = params * weight_bytes / np.where(zero >= 3, dp, 1.0)
+    grads = params * grad_bytes / np.where(zero >= 2, dp, 1.0)
+    optim = params * optimizer_bytes / np.where(zero >= 1, dp, 1.0)
+    return weights, grads, optim
+
+
+def activation_coefficients(spec: TransformerSpec, moe_layer: bool):
+    """Per-layer activation bytes in units of s*b*h, split as Korthikanti et al. Table 2 does:
+    (replicated under TP unless SP, sharded by TP, attention-core multiplier of a*s/h).
+
+    For GPT (plain 4h MLP, MHA) this gives (10, 24, 5), the paper's numbers. Other shapes scale
+    the same stored tensors: Q and the context by the query width, K and V by the KV width, the
+    MLP by its hidden width (a gated MLP stores gate, up and their product: 3 x 2 bytes x f).
+    """
+    h = spec.hidden_size
+    if spec.mla:
+        m = spec.mla
+        q_w = spec.num_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) / h
+        kv_w = spec.num_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) / 2 / h
+        ctx_w = spec.num_heads * m.v_head_dim / h
+    else:
+        q_w = ctx_w = spec.num_heads * spec.dim_head / h
+        kv_w = spec.kv_heads * spec.dim_head / h
+    attention = 2 * q_w + 2 * kv_w + 2 * kv_w + 2 * ctx_w  # Q, K, V, input of the output projection
+    per_f = 6.0 if spec.mlp == "gated" else 4.0            # bytes per MLP hidden unit per token
+    if moe_layer and spec.moe:
+        f = spec.moe.expert_ffn_hidden_size * (spec.moe.top_k + spec.moe.num_shared_experts)
+        mlp = per_f * f / h + 2.0 * spec.moe.top_k        # + the dispatched copies of the tokens
+    else:
+        mlp = per_f * spec.ffn_hidden_size / h
+    replicated = 10.0   # two norm inputs (4), attention and MLP inputs (4), two dropout masks (2)
+    return replicated, attention + mlp, 5.0 * spec.num_heads / h
+
+
+def activation_bytes_per_layer(spec: TransformerSpec, seq, micro_batch, tp, sp, recompute, flash=True,
+                               moe_layer=False):
+    """Activation bytes one layer keeps for one microbatch on one device (Korthikanti et al. Eq. 1-2).
+
+    ``recompute`` is a code of RECOMPUTE; ``sp`` sequence parallelism (0/1); ``flash`` drops the
+    s^2 attention matrices, which FlashAttention never stores (Dao et al. 2022, Sec. 3.1).
+    """
+    seq = np.asarray(seq, dtype=float)
+    sbh = seq * np.asarray(micro_batch, dtype=float) * spec.hidden_size
+    t = np.maximum(np.asarray(tp, dtype=float), 1.0)
+    rep, shard, core = activation_coefficients(spec, moe_layer)
+    core_term = 0.0 if flash else core * seq / t
+    replicated = np.where(np.asarray(sp, dtype=bool), rep / t, rep)
+    recompute = np.asarray(recompute)
+    kept = np.where(recompute == 0, replicated + shard / t + core_term,
+                    np.where(recompute == 1, replicated + shard / t, 2.0 / np.where(np.asarray(sp, bool), t, 1.0)))
+    return sbh * kept
+
+
+def in_flight_microbatches(pp, num_micro, interleave):
+    """Microbatches whose activations the first stage holds under 1F1B, with the interleaved
+    schedule's extra (1 + (p-1)/(p v)) (Korthikanti et al. Sec. 4.2.3; Narayanan et al. 2021 Sec. 2.2)."""
+    p = np.maximum(np.asarray(pp, dtype=float), 1.0)
+    v = np.maximum(np.asarray(interleave, dtype=float), 1.0)
+    held = np.minimum(p, np.asarray(num_micro, dtype=float))
+    return held * np.where(v > 1, 1 + (p - 1) / (p * v), 1.0)
+
+
+def kv_cache_bytes_per_device(spec: TransformerSpec, tokens, kv_bytes_per_element, tp, pp):
+    """KV cache of ``tokens`` cached tokens on one device: layers split by PP, KV heads by TP.
+
+    KV heads cannot split below one per device: with TP above the KV-head count each device
+    keeps a replica (GQA/MQA), and MLA's single latent is replicated on every TP rank.
+    """
+    tp = np.maximum(np.asarray(tp, dtype=float), 1.0)
+    pp = np.maximum(np.asarray(pp, dtype=float), 1.0)
+    heads = 1.0 if spec.mla else float(spec.kv_heads)
+    shard = np.maximum(heads / tp, 1.0) / heads
+    per_token_layer = spec.kv_elements_per_token_per_layer() * kv_bytes_per_element
+    return np.asarray(tokens, dtype=float) * per_token_layer * spec.num_layers / pp * shard

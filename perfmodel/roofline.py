@@ -1,0 +1,128 @@
+"""Roofline time of each operator of a transformer layer (forward pass), vectorized over plans.
+
+An operator takes max(FLOPs / achievable FLOP/s, bytes / achievable bandwidth) and is compute
+bound when the first term is the larger (Williams, Waterman and Patterson, "Roofline", CACM 52(4),
+2009). Operators and their FLOPs follow Narayanan et al. 2021 Sec. 3.2 and Korthikanti et al. 2022
+Sec. 4 (GEMMs sharded by tensor parallelism t; norms, activations and residuals replicated unless
+sequence parallelism shards them). Attention uses FlashAttention's IO (Dao et al. 2022, Theorem 2:
+Q, K, V and O read and written once; the s^2 scores never reach HBM) unless ``flash`` is off, when
+the score matrix is written and read by the softmax and the value GEMM as in Megatron 2021.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .model import TransformerSpec
+
+
+def roofline(flops, bytes_moved, flops_per_s, bytes_per_s):
+    """(time, compute_bound) = (max(F / P, B / W), F / P >= B / W) (Williams et al. 2009)."""
+    t_compute = np.asarray(flops, dtype=float) / flops_per_s
+    t_memory = np.asarray(bytes_moved, dtype=float) / bytes_per_s
+    return np.maximum(t_compute, t_memory), t_compute >= t_memory
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator of one layer for one device: FLOPs, HBM bytes, and whether it is a GEMM."""
+
+    name: str
+    flops: np.ndarray
+    bytes: np.ndarray
+    gemm: bool
+
+
+def kv_width_per_device(spec: TransformerSpec, tp):
+    """Cached K and V elements per token per layer that one TP rank reads.
+
+    GQA/MQA heads split by TP down to one head per rank (replicated beyond that); MLA's latent is
+    shared by all heads and replicated on every rank.
+    """
+    t = np.maximum(np.asarray(tp, dtype=float), 1.0)
+    if spec.mla:
+        return spec.kv_elements_per_token_per_layer() + 0.0 * t
+    return 2.0 * spec.dim_head * np.maximum(spec.kv_heads / t, 1.0)
+
+
+def layer_ops(spec: TransformerSpec, tokens, context, tp, sp, weight_bytes=2.0, act_bytes=2.0,
+              moe_layer=False, expert_tokens_scale=1.0, flash=True, experts_read=None, ep=1,
+              decode=False, kv_bytes=2.0):
+    """Forward operators of one layer on one device.
+
+    ``tokens`` are the tokens this device's TP group processes (b * s / cp in training, the batch
+    in decode); ``context`` the mean number of keys each query attends to; ``tp`` shards GEMMs and
+    heads; ``sp`` shards norms and residuals. In ``decode`` every token reads its sequence's
+    cached K and V (``kv_bytes`` per element) and MLA runs in its absorbed form (DeepSeek-V2,
+    Sec. 2.1.2: scores and values over the latent, kv_lora_rank wide). ``experts_read`` is the
+    number of routed experts whose weights this device reads (default: all it holds, E / ep);
+    ``expert_tokens_scale`` multiplies the routed tokens a device computes (load imbalance).
+    """
+    h = spec.hidden_size
+    t = np.maximum(np.asarray(tp, dtype=float), 1.0)
+    n = np.asarray(tokens, dtype=float)
+    ctx = np.asarray(context, dtype=float)
+    norm_shard = np.where(np.asarray(sp, dtype=bool), t, 1.0)
+    ops: list[Op] = []
+
+    def gemm(name, params, tokens_in, width_in, width_out):
+        # 2 FLOP per multiply-add; bytes: weights once, input and output activations once.
+        flops = 2.0 * tokens_in * params
+        moved = params * weight_bytes + tokens_in * (width_in + width_out) * act_bytes
+        ops.append(Op(name, flops, moved, True))
+
+    attn_params = spec.attention_params / t
+    q_w = spec.num_heads * (spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim if spec.mla else spec.dim_head)
+    out_w = spec.num_heads * (spec.mla.v_head_dim if spec.mla else spec.dim_head)
+    kv_w = kv_width_per_device(spec, t)
+    proj_params = out_w * h / t
+    gemm("qkv projection", attn_params - proj_params, n, h, q_w / t + kv_w)
+    # Attention core: Q K^T and scores x V, 2 x 2 x context x width FLOPs per token (PaLM App. B).
+    width = spec.attention_width
+    if spec.mla and decode:
+        m = spec.mla
+        width = spec.num_heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) / 2
+    core_flops = 4.0 * n * ctx * width / t
+    io = n * (q_w + out_w) / t * act_bytes  # read Q, write O
+    kv_io = n * ctx * kv_w * kv_bytes if decode else n * kv_w * act_bytes
+    core_bytes = io + kv_io
+    if not flash and not decode:
+        core_bytes = core_bytes + 4.0 * spec.num_heads / t * n * ctx * act_bytes  # QK^T write, softmax r+w, PV read
+    ops.append(Op("attention core", core_flops, core_bytes, True))
+    gemm("output projection", proj_params, n, out_w / t, h)
+    if moe_layer and spec.moe:
+        m = spec.moe
+        ops.append(Op("router", 2.0 * n * h * m.num_experts, h * m.num_experts * weight_bytes + n * h * act_bytes,
+                      True))
+        held = m.num_experts / np.maximum(np.asarray(ep, dtype=float), 1.0)
+        read = held if experts_read is None else np.minimum(experts_read, held)
+        routed_tokens = n * m.top_k / np.maximum(np.asarray(ep, dtype=float), 1.0) * expert_tokens_scale
+        per_expert = spec.expert_params / t
+        flops = 2.0 * routed_tokens * per_expert + 2.0 * n * m.num_shared_experts * per_expert
+        moved = (read + m.num_shared_experts) * per_expert * weight_bytes \
+            + (routed_tokens + n * m.num_shared_experts) * 2 * h * act_bytes
+        ops.append(Op("experts", flops, moved, True))
+        f_tokens = (routed_tokens + n * m.num_shared_experts) * m.expert_ffn_hidden_size / t
+    else:
+        gemm("mlp", spec.dense_mlp_params / t, n, h, h)
+        f_tokens = n * spec.ffn_hidden_size / t
+    # Elementwise: two norms and two residual adds (read + write h each) and the activation
+    # function (gated: read gate and up, write product; plain: read and write) - memory bound.
+    per_f = 3.0 if spec.mlp == "gated" else 2.0
+    elementwise = (n * h * 8.0 / norm_shard + f_tokens * per_f) * act_bytes
+    ops.append(Op("norms and activations", 10.0 * n * h / norm_shard + 4.0 * f_tokens, elementwise, False))
+    return ops
+
+
+def lm_head_ops(spec: TransformerSpec, tokens, tp, weight_bytes=2.0, act_bytes=2.0, with_loss=True):
+    """The LM head GEMM and (in training) the fp32 softmax cross-entropy over the vocabulary."""
+    t = np.maximum(np.asarray(tp, dtype=float), 1.0)
+    n = np.asarray(tokens, dtype=float)
+    params = spec.vocab_size * spec.hidden_size / t
+    ops = [Op("lm head", 2.0 * n * params, params * weight_bytes + n * (spec.hidden_size + spec.vocab_size / t)
+              * act_bytes, True)]
+    if with_loss:
+        ops.append(Op("cross entropy", 5.0 * n * spec.vocab_size / t, 3.0 * 4.0 * n * spec.vocab_size / t, False))
+    return ops

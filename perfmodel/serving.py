@@ -1,0 +1,235 @@
+"""Serving: prefill (time to first token) and decode (time per output token) of one instance.
+
+An instance is tp x pp x ep devices (ep carved out of the attention data-parallel ranks, as in
+DeepSeek-V3 deployments: attention runs data-parallel over ``dp_attention`` ranks, experts over
+``ep`` ranks). All plan fields broadcast over numpy arrays.
+
+Decode reads every weight the batch touches once per step and each sequence's KV cache; for an MoE
+layer the expected number of distinct routed experts a batch of B tokens hits, with top-k of E
+chosen uniformly, is E (1 - (1 - k/E)^B) (the occupancy expectation; Feller, An Introduction to
+Probability Theory, Vol. 1, Ch. II.11). Quantized weights are streamed at their width and
+dequantized in the GEMM (W4A16 / W8A16: bf16 math); W8A8 and W4A4 run the GEMM at the integer or
+fp8/fp4 rate the device lists (an unlisted rate is an error, never derived). References for the
+structure: Pope et al., "Efficiently Scaling Transformer Inference", MLSys 2023, Sec. 2-3 (prefill
+compute bound, decode memory bound; TP communication per layer); DeepSeek-V3 Technical Report,
+Sec. 3.4 (prefill and decode deployments with EP and DP attention).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hardware_db.schema import BYTES_PER_ELEMENT, PRECISIONS
+
+from .machine import Machine
+from .memory import kv_cache_bytes_per_device
+from .model import TransformerSpec
+from .power import device_power_w, run_cost
+from .roofline import Op, layer_ops, lm_head_ops, roofline
+
+WEIGHT_PRECISIONS = ("bf16", "fp8", "int8", "int4", "fp4")
+KV_PRECISIONS = ("bf16", "fp8", "int4")
+# Activation (GEMM input) precision: "a16" keeps bf16 math; "a8" and "a4" run at the weight's rate.
+ACTIVATION_PRECISIONS = ("a16", "a8", "a4")
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    tp: object = 1
+    pp: object = 1
+    ep: object = 1
+    dp_attention: object = 1
+    batch: object = 1
+    weight_precision: object = "bf16"
+    activation_precision: object = "a16"
+    kv_precision: object = "bf16"
+    mtp_draft_tokens: object = 0      # multi-token prediction: draft tokens verified per step
+    mtp_acceptance: object = 0.0      # share of draft tokens accepted
+
+
+@dataclass(frozen=True)
+class ServeWorkload:
+    input_len: int
+    output_len: int
+
+
+@dataclass
+class ServeResult:
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    prefill_components: dict[str, np.ndarray]
+    decode_components: dict[str, np.ndarray]
+    bounds: dict[str, np.ndarray]
+    memory: dict[str, np.ndarray]
+    devices_per_instance: np.ndarray
+    max_batch: np.ndarray
+    prefill_tokens_per_s_per_device: np.ndarray
+    decode_tokens_per_s_per_device: np.ndarray
+    power_w: np.ndarray
+    energy_per_token_j: np.ndarray
+    cost_per_million_tokens_usd: np.ndarray
+    feasible: np.ndarray
+    binding: np.ndarray
+    shortfall: np.ndarray
+    extra: dict = field(default_factory=dict)
+
+
+def distinct_experts(num_experts: int, top_k: int, tokens):
+    """Expected distinct experts hit by ``tokens`` tokens each routed to top_k of num_experts."""
+    tokens = np.asarray(tokens, dtype=float)
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
+
+
+def _gemm_rate(machine: Machine, weight_precision: str, activation: str) -> float:
+    """Achievable GEMM FLOP/s: bf16 math unless activations are quantized to the weights' width."""
+    if activation == "a16":
+        return machine.flops("bf16")
+    rate = {("a8", "fp8"): "fp8", ("a8", "int8"): "int8", ("a4", "int4"): "int4", ("a4", "fp4"): "fp4"}.get(
+        (activation, weight_precision))
+    if rate is None:
+        from hardware_db.errors import SpecError
+
+        raise SpecError(f"activation precision {activation} needs weights of the same width "
+                        f"(W8A8: fp8 or int8; W4A4: int4 or fp4), has {weight_precision}")
+    return machine.flops(rate)
+
+
+def _ops_time(ops: list[Op], machine: Machine, flops_per_s, times: dict, bounds: dict, scale, prefix: str):
+    total = 0.0
+    for op in ops:
+        t, cb = roofline(op.flops, op.bytes, flops_per_s if op.gemm else np.inf, machine.hbm_bytes_per_s)
+        times[prefix + op.name] = times.get(prefix + op.name, 0.0) + t * scale
+        bounds[prefix + op.name] = cb
+        total = total + t * scale
+    return total
+
+
+def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, work: ServeWorkload) -> ServeResult:
+    """TTFT, TPOT, memory, throughput, energy and cost of one instance configuration.
+
+    Precisions are scalars per call (the search loops over the few precision combinations);
+    parallel degrees and batch broadcast as arrays.
+    """
+    wp, ap, kvp = str(plan.weight_precision), str(plan.activation_precision), str(plan.kv_precision)
+    for value, allowed, what in ((wp, WEIGHT_PRECISIONS, "weight"), (ap, ACTIVATION_PRECISIONS, "activation"),
+                                 (kvp, KV_PRECISIONS, "KV-cache")):
+        if value not in allowed:
+            from hardware_db.errors import UnknownNameError
+
+            raise UnknownNameError(f"{what} precision", value, allowed)
+    gemm_rate = _gemm_rate(machine, wp, ap)
+    w_bytes, kv_bytes = BYTES_PER_ELEMENT[wp], BYTES_PER_ELEMENT[kvp]
+    act_bytes = 1.0 if ap == "a8" else 0.5 if ap == "a4" else 2.0
+    tp, pp, ep, dpa = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (plan.tp, plan.pp, plan.ep,
+                                                                          plan.dp_attention))
+    batch = np.maximum(np.asarray(plan.batch, dtype=float), 1.0)
+    devices = tp * pp * dpa
+    s_in, s_out = float(work.input_len), float(work.output_len)
+    L = spec.num_layers
+    layers = np.ceil(L / pp)
+    moe = spec.moe is not None
+    moe_frac = spec.moe_layers / L if moe else 0.0
+    topo = machine.topology
+    h = spec.hidden_size
+    imbalance = machine.constants.get("moe-load-imbalance", 1.0) if moe else 1.0
+    # Each attention DP rank serves batch / dp_attention sequences; experts see every rank's tokens.
+    local_batch = batch / dpa
+
+    # Experts per device: E / ep rounded up (a deployment with redundant experts fills the remainder).
+    held = np.ceil(spec.moe.num_experts / ep) if moe else 0.0
+
+    def phase(tokens_local, context, decode, prefix, times, bounds):
+        experts_tokens = tokens_local * dpa  # tokens the EP group routes per step
+        # Each of a device's experts is hit with the same probability as any expert.
+        read = held * distinct_experts(spec.moe.num_experts, spec.moe.top_k, experts_tokens) \
+            / spec.moe.num_experts if moe else None
+        dense = _ops_time(layer_ops(spec, tokens_local, context, tp, True, w_bytes, act_bytes, flash=True,
+                                    decode=decode, kv_bytes=kv_bytes), machine, gemm_rate, times, bounds,
+                          layers * (1 - moe_frac), prefix)
+        total = dense
+        if moe:
+            total = total + _ops_time(layer_ops(spec, tokens_local, context, tp, True, w_bytes, act_bytes,
+                                                moe_layer=True, ep=ep, experts_read=read, decode=decode,
+                                                kv_bytes=kv_bytes, expert_tokens_scale=imbalance * dpa),
+                                      machine, gemm_rate, times, bounds, layers * moe_frac, prefix)
+        head_tokens = local_batch if decode else local_batch  # logits of the last position only
+        total = total + _ops_time(lm_head_ops(spec, head_tokens, tp, w_bytes, act_bytes, with_loss=False),
+                                  machine, gemm_rate, times, bounds, 1.0 / pp, prefix)
+        act = tokens_local * h * 2.0
+        comm_tp = layers * 2.0 * topo.all_reduce(act, 1, tp)
+        comm_ep = layers * moe_frac * 2.0 * topo.all_to_all(act * spec.moe.top_k * imbalance, tp, ep) if moe else 0.0
+        comm_pp = (pp - 1) / pp * topo.p2p(act / tp, tp * dpa) * (pp > 1)
+        return total, comm_tp, comm_ep, comm_pp
+
+    pre_t, pre_b = {}, {}
+    prefill_compute, p_tp, p_ep, p_pp = phase(local_batch * s_in, s_in / 2.0, False, "", pre_t, pre_b)
+    # Pipeline: a prompt batch passes the pp stages in turn; each stage computes 1/pp of the layers.
+    ttft = pp * (prefill_compute + p_tp + p_ep + p_pp)
+    dec_t, dec_b = {}, {}
+    context = s_in + s_out / 2.0
+    draft = np.asarray(plan.mtp_draft_tokens, dtype=float)
+    per_step = 1.0 + draft * np.asarray(plan.mtp_acceptance, dtype=float)   # tokens emitted per sequence per step
+    decode_compute, d_tp, d_ep, d_pp = phase(local_batch / pp * (1.0 + draft), context, True, "", dec_t, dec_b)
+    # Decode: pp microbatches of batch/pp in flight; each token passes all pp stages per step.
+    # With multi-token prediction a step checks 1 + draft tokens and emits per_step of them
+    # (DeepSeek-V3 Technical Report, Sec. 2.2 and 5.4.3).
+    step_time = pp * (decode_compute + d_tp + d_ep + d_pp)
+    tpot = step_time / per_step
+
+    # --- memory ------------------------------------------------------------------------------------
+    dense_params = (spec.total_params - spec.expert_weight_params - spec.embedding_params) / (tp * pp) \
+        + spec.embedding_params / tp / np.where(pp > 1, 2.0, 1.0)
+    expert_params = spec.expert_weight_params * held / spec.moe.num_experts / (tp * pp) if moe else 0.0
+    weights = (dense_params + expert_params) * w_bytes
+    kv = kv_cache_bytes_per_device(spec, local_batch * (s_in + s_out), kv_bytes, tp, pp)
+    if spec.sliding_window:
+        kv = kv * spec.kv_cache_bytes(s_in + s_out) / (spec.kv_bytes_per_token() * (s_in + s_out))
+    workspace = local_batch * s_in * h * 2.0 * 4.0 / tp          # prefill activations of one layer, in flight
+    reserve = machine.constants.get("hbm-reserve-fraction", 0.0) * machine.hbm_bytes
+    used = weights + kv + workspace + reserve
+    per_seq_kv = kv / local_batch
+    max_batch = np.floor(np.maximum(machine.hbm_bytes - weights - workspace / local_batch - reserve, 0.0)
+                         / per_seq_kv) * dpa
+
+    binding = np.full(np.shape(used), "", dtype=object)
+    shortfall = np.zeros(np.shape(used))
+
+    def violate(mask, name, amount):
+        nonlocal binding, shortfall
+        new = np.asarray(mask) & (binding == "")
+        binding = np.where(new, name, binding)
+        shortfall = np.where(new, amount, shortfall)
+
+    violate(devices > machine.devices, "devices", devices - machine.devices)
+    violate(spec.num_heads % tp != 0, "tp divides heads", tp)
+    violate(L % pp != 0, "pp divides layers", pp)
+    if moe:
+        violate(ep > spec.moe.num_experts, "ep at most the experts", ep)
+        violate((tp * dpa) % ep != 0, "ep divides the instance's tp x dp_attention ranks", ep)
+    else:
+        violate(ep > 1, "ep needs an MoE model", ep)
+    violate(batch % dpa != 0, "dp_attention divides batch", batch)
+    violate(used > machine.hbm_bytes, "hbm", used - machine.hbm_bytes)
+    feasible = binding == ""
+
+    prefill_tps = batch * s_in / ttft / devices
+    decode_tps = batch / tpot / devices
+    busy = np.clip((decode_compute * pp) / step_time, 0.0, 1.0)
+    power = device_power_w(machine, busy) + machine.overhead_w_per_device
+    energy = power * machine.constants.get("pue", 1.0) / decode_tps
+    cost = run_cost(machine, power) / 3600.0 / decode_tps * 1e6
+    return ServeResult(
+        ttft_s=ttft, tpot_s=tpot,
+        prefill_components={"compute": pp * prefill_compute, "tp communication": pp * p_tp,
+                            "ep all-to-all": pp * p_ep, "pp point-to-point": pp * p_pp},
+        decode_components={"compute and memory": pp * decode_compute, "tp communication": pp * d_tp,
+                           "ep all-to-all": pp * d_ep, "pp point-to-point": pp * d_pp},
+        bounds={**{f"prefill {k}": v for k, v in pre_b.items()}, **{f"decode {k}": v for k, v in dec_b.items()}},
+        memory={"weights": weights, "kv cache": kv, "activations": workspace, "reserve": np.full_like(used, reserve)},
+        devices_per_instance=devices, max_batch=max_batch, prefill_tokens_per_s_per_device=prefill_tps,
+        decode_tokens_per_s_per_device=decode_tps, power_w=power, energy_per_token_j=energy,
+        cost_per_million_tokens_usd=cost, feasible=feasible, binding=binding, shortfall=shortfall,
+        extra={"hbm_used_bytes": used, "prefill_operator_times": pre_t, "decode_operator_times": dec_t,
+               "precisions": {"weights": wp, "activations": ap, "kv": kvp}})

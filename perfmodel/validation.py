@@ -1,0 +1,198 @@
+"""The validation set: published measurements, each predicted by the cost model with no further tuning.
+
+Cases live as data in ``perfmodel/validation/*.yaml`` with their citations. A case names its
+model (catalog name or inline spec), system, device count, plan and the measured metric; this
+module turns it into one ``estimate_training`` / ``estimate_serving`` call (or the closed-form
+memory formulas for the ZeRO and Korthikanti cases) and reports predicted vs published.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hardware_db.errors import SpecError
+from hardware_db.loader import Database, format_validation_error, read_yaml
+
+from .catalog import find_model
+from .machine import build_machine
+from .memory import RECOMPUTE, activation_bytes_per_layer, model_state_bytes
+from .model import TransformerSpec
+from .serving import ServePlan, ServeWorkload, estimate_serving
+from .training import TrainPlan, TrainWorkload, estimate_training
+
+CASES_DIR = Path(__file__).parent / "validation"
+
+METRICS = ("tflops_per_device", "mfu", "step_time_s", "tokens_per_s_per_device", "model_state_bytes_per_device",
+           "activation_bytes_per_layer", "prefill_tokens_per_s_per_device", "decode_tokens_per_s_per_device",
+           "ttft_s", "tpot_s")
+EXACT_KINDS = ("memory", "activation")   # closed-form figures: must match exactly
+
+
+class Measured(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    metric: str
+    value: float = Field(gt=0)
+
+
+class Case(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    id: str
+    kind: str
+    calibration: bool = False
+    source: str
+    model: Any
+    system: str
+    devices: int = Field(ge=1)
+    plan: dict[str, Any]
+    measured: Measured
+    notes: str = ""
+
+
+def load_cases(directory: Path = CASES_DIR) -> list[Case]:
+    """Every case of every YAML file in the validation directory, in file order."""
+    cases = []
+    for path in sorted(directory.glob("*.yaml")):
+        data = read_yaml(path)
+        for raw in (data or {}).get("cases", []):
+            try:
+                cases.append(Case.model_validate(raw))
+            except ValidationError as exc:
+                raise SpecError(format_validation_error(exc, f"{path}:{raw.get('id', '?')}")) from None
+    ids = [c.id for c in cases]
+    if len(ids) != len(set(ids)):
+        raise SpecError("validation case ids must be unique")
+    return cases
+
+
+def _spec(case: Case) -> TransformerSpec:
+    if isinstance(case.model, str):
+        return find_model(case.model)
+    return TransformerSpec.model_validate(case.model)
+
+
+def _flops_convention(case: Case) -> str:
+    """Narayanan et al. 2021 count hardware FLOPs with the recompute forward (their Eq. 3);
+    everyone else reports model FLOPs (6N plus attention, PaLM App. B)."""
+    return "narayanan" if case.id.startswith("megatron-") else "model"
+
+
+def _train(case: Case, spec: TransformerSpec, db: Database) -> float:
+    p = case.plan
+    machine = build_machine(db, case.system, case.devices)
+    precision = "bf16" if p.get("precision", "bf16") == "fp16" and not machine.supports("fp16") else \
+        p.get("precision", "bf16")
+    # 2021-era Megatron (Narayanan, Korthikanti) had no FlashAttention and did not overlap the
+    # data-parallel reduction with the backward pass.
+    era_2021 = case.id.startswith(("megatron-", "korthikanti-"))
+    plan = TrainPlan(tp=p.get("tp", 1), pp=p.get("pp", 1), dp=p.get("dp", 1), cp=p.get("cp", 1), ep=p.get("ep", 1),
+                     interleave=p.get("interleave", 1), micro_batch=p.get("microbatch", 1), zero=p.get("zero", 0),
+                     recompute=p.get("recompute", "selective" if not era_2021 else "full"),
+                     sp=bool(p.get("sequence_parallel", not era_2021)), precision=precision, flash=not era_2021,
+                     overlap_dp=not era_2021)
+    work = TrainWorkload(global_batch=p["global_batch"], seq_len=p["seq_len"])
+    r = estimate_training(spec, machine, plan, work)
+    metric = case.measured.metric
+    if metric == "step_time_s":
+        return float(r.step_time_s)
+    if metric == "mfu":
+        return float(r.mfu)
+    if metric == "tokens_per_s_per_device":
+        return float(r.tokens_per_s) / case.devices
+    if metric == "tflops_per_device":
+        flops = float(r.extra["model_flops_per_step"])
+        if _flops_convention(case) == "narayanan":
+            s, layers, h, v = p["seq_len"], spec.num_layers, spec.hidden_size, spec.vocab_size
+            flops = 96 * p["global_batch"] * s * layers * h**2 * (1 + s / (6 * h) + v / (16 * layers * h))
+        return flops / float(r.step_time_s) / case.devices / 1e12
+    raise SpecError(f"case {case.id}: metric {metric} does not apply to training")
+
+
+def _serve(case: Case, spec: TransformerSpec, db: Database) -> float:
+    p = case.plan
+    machine = build_machine(db, case.system, case.devices)
+    tp = p.get("tp", 1)
+    dpa = case.devices // (tp * p.get("pp", 1)) if p.get("dp_attention") is True else int(p.get("dp_attention", 1))
+    act = {"int8": "a8", "fp8": "a8", "int4": "a4", "fp4": "a4"}.get(p.get("activation_precision", ""), "a16")
+    plan = ServePlan(tp=tp, pp=p.get("pp", 1), ep=p.get("ep", 1), dp_attention=dpa,
+                     batch=p.get("batch", 1) * dpa, weight_precision=p.get("weight_precision", "bf16"),
+                     activation_precision=p.get("activation_precision_code", act),
+                     kv_precision=p.get("kv_precision", "bf16"), mtp_draft_tokens=p.get("mtp_draft_tokens", 0),
+                     mtp_acceptance=p.get("mtp_acceptance", 0.0))
+    r = estimate_serving(spec, machine, plan, ServeWorkload(p["input_len"], p.get("output_len", 1)))
+    metric = case.measured.metric
+    value = {"prefill_tokens_per_s_per_device": r.prefill_tokens_per_s_per_device,
+             "decode_tokens_per_s_per_device": r.decode_tokens_per_s_per_device,
+             "ttft_s": r.ttft_s, "tpot_s": r.tpot_s}.get(metric)
+    if value is None:
+        raise SpecError(f"case {case.id}: metric {metric} does not apply to serving")
+    return float(value)
+
+
+def _memory(case: Case) -> float:
+    p = case.plan
+    weights, grads, optim = model_state_bytes(float(case.model["params"]), p["dp"], p["zero"])
+    return float(weights + grads + optim)
+
+
+def _activation(case: Case, spec: TransformerSpec) -> float:
+    p = case.plan
+    return float(activation_bytes_per_layer(spec, p["seq_len"], p.get("microbatch", 1), p["tp"],
+                                            p.get("sequence_parallel", False), RECOMPUTE.index(p["recompute"]),
+                                            flash=False))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    case: Case
+    predicted: float | None
+    error: float | None      # predicted / measured - 1
+    status: str              # "ok", or why the case could not be predicted
+
+
+def predict(case: Case, db: Database) -> Outcome:
+    """Predict one case; a case whose plan lacks what the model needs is reported, not guessed."""
+    try:
+        if case.kind == "memory":
+            value = _memory(case)
+        elif case.kind == "activation":
+            value = _activation(case, _spec(case))
+        elif case.kind == "training":
+            value = _train(case, _spec(case), db)
+        elif case.kind == "serving":
+            if "input_len" not in case.plan:
+                return Outcome(case, None, None, "skipped: the source gives no input length for this plan")
+            value = _serve(case, _spec(case), db)
+        else:
+            raise SpecError(f"case {case.id}: unknown kind {case.kind}")
+    except KeyError as exc:
+        return Outcome(case, None, None, f"skipped: plan lacks {exc.args[0]}")
+    if not np.isfinite(value):
+        return Outcome(case, None, None, "skipped: no finite prediction")
+    return Outcome(case, value, value / case.measured.value - 1.0, "ok")
+
+
+def validate(db: Database, cases: list[Case] | None = None) -> list[Outcome]:
+    return [predict(c, db) for c in (load_cases() if cases is None else cases)]
+
+
+def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
+    """Mean absolute percentage error by group: calibration set, held-out, exact cases."""
+    def mape(rows):
+        errs = [abs(o.error) for o in rows if o.error is not None]
+        return {"cases": len(errs), "mape": float(np.mean(errs)) if errs else None,
+                "max_abs_error": float(np.max(errs)) if errs else None}
+
+    predicted = [o for o in outcomes if o.error is not None]
+    return {
+        "calibration": mape([o for o in predicted if o.case.calibration]),
+        "held_out": mape([o for o in predicted if not o.case.calibration and o.case.kind not in EXACT_KINDS]),
+        "exact": mape([o for o in predicted if o.case.kind in EXACT_KINDS]),
+        "held_out_by_kind": {k: mape([o for o in predicted if not o.case.calibration and o.case.kind == k])
+                             for k in ("training", "serving")},
+        "skipped": len([o for o in outcomes if o.error is None]),
+    }
