@@ -24,8 +24,11 @@ app = typer.Typer(
 hardware_app = typer.Typer(help="The hardware database: accelerators, CPUs, memory, links, systems.",
                            no_args_is_help=True)
 models_app = typer.Typer(help="The model catalog.", no_args_is_help=True)
+estimate_app = typer.Typer(help="Evaluate one given plan: time, memory, energy and cost breakdowns.",
+                           no_args_is_help=True)
 app.add_typer(hardware_app, name="hardware")
 app.add_typer(models_app, name="models")
+app.add_typer(estimate_app, name="estimate")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 HardwareDb = Annotated[Optional[list[Path]], typer.Option(
@@ -105,6 +108,84 @@ def compare(ctx: typer.Context,
     from . import render
 
     render.compare(database(ctx), list(names or DEFAULT_COMPARE), json_out)
+
+
+# --- estimate --------------------------------------------------------------------------------
+
+Model = Annotated[str, typer.Option("--model", help="Catalog name, spec YAML or config.json path.")]
+SystemOpt = Annotated[str, typer.Option("--system", help="System name from the hardware database.")]
+Devices = Annotated[Optional[int], typer.Option("--devices", help="Devices (default: one node of the system).")]
+
+
+@estimate_app.command("train")
+def estimate_train(
+    ctx: typer.Context,
+    model: Model = "llama-3.1-8b",
+    system: SystemOpt = "dgx-h100",
+    devices: Devices = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option(help="Pipeline stages.")] = 1,
+    dp: Annotated[Optional[int], typer.Option(help="Data-parallel degree (default: fills the devices).")] = None,
+    cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
+    ep: Annotated[int, typer.Option(help="Expert-parallel degree (MoE; carved out of dp x cp).")] = 1,
+    interleave: Annotated[int, typer.Option(help="Virtual pipeline stages per device.")] = 1,
+    micro_batch: Annotated[int, typer.Option(help="Sequences per microbatch.")] = 1,
+    zero: Annotated[int, typer.Option(help="ZeRO stage 0-3.")] = 1,
+    recompute: Annotated[str, typer.Option(help="none, selective or full.")] = "selective",
+    sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Sequence parallelism.")] = True,
+    precision: Annotated[str, typer.Option(help="GEMM precision: bf16, fp16 or fp8.")] = "bf16",
+    offload_optimizer: Annotated[str, typer.Option(help="Where optimizer states live: hbm, ddr, cxl, pooled, nvme.")] = "hbm",
+    offload_grads: Annotated[str, typer.Option(help="Where gradients live.")] = "hbm",
+    offload_params: Annotated[str, typer.Option(help="Where parameters live.")] = "hbm",
+    global_batch: Annotated[int, typer.Option(help="Sequences per optimizer step.")] = 256,
+    seq_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = 4096,
+    tokens: Annotated[float, typer.Option(help="Training tokens of the run (for run time, energy, cost).")] = 0.0,
+    json_out: JsonFlag = False,
+) -> None:
+    """Evaluate one training plan: step time by component, MFU, memory per tier, energy and cost."""
+    from . import render
+    from .inputs import train_inputs
+
+    spec, machine, plan, work = train_inputs(database(ctx), locals())
+    render.estimate_train(spec, machine, plan, work, json_out)
+
+
+@estimate_app.command("serve")
+def estimate_serve(
+    ctx: typer.Context,
+    model: Model = "llama-3.1-70b",
+    system: SystemOpt = "dgx-h100",
+    devices: Devices = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree per instance.")] = 8,
+    pp: Annotated[int, typer.Option(help="Pipeline stages per instance.")] = 1,
+    ep: Annotated[int, typer.Option(help="Expert-parallel degree (MoE).")] = 1,
+    dp_attention: Annotated[int, typer.Option(help="Attention data-parallel ranks (MLA models).")] = 1,
+    batch: Annotated[int, typer.Option(help="Concurrent sequences per instance.")] = 32,
+    input_len: Annotated[int, typer.Option(help="Prompt tokens.")] = 2048,
+    output_len: Annotated[int, typer.Option(help="Generated tokens.")] = 512,
+    weight_precision: Annotated[str, typer.Option(help="bf16, fp8, int8, int4 or fp4.")] = "bf16",
+    activation_precision: Annotated[str, typer.Option(help="a16 (bf16 math), a8 (W8A8) or a4 (W4A4).")] = "a16",
+    kv_precision: Annotated[str, typer.Option(help="bf16, fp8 or int4.")] = "bf16",
+    json_out: JsonFlag = False,
+) -> None:
+    """Evaluate one serving instance: TTFT, TPOT, throughput, memory, energy and cost."""
+    from . import render
+    from .inputs import serve_inputs
+
+    spec, machine, plan, work = serve_inputs(database(ctx), locals())
+    render.estimate_serve(spec, machine, plan, work, json_out)
+
+
+# --- validate --------------------------------------------------------------------------------
+
+@app.command()
+def validate(ctx: typer.Context, json_out: JsonFlag = False,
+             calibrate: Annotated[bool, typer.Option(help="Also refit the one calibrated constant on its set.")] = False
+             ) -> None:
+    """Predict every published measurement of the validation set and report the error."""
+    from . import render
+
+    render.validate(database(ctx), calibrate, json_out)
 
 
 # --- entry point -----------------------------------------------------------------------------

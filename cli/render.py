@@ -232,3 +232,170 @@ def compare(db, names: list[str], json_out: bool) -> None:
             cells[best] = f"[bold green]{cells[best]}[/]"
         table.add_row(m.label, m.unit, *cells)
     console.print(table)
+
+
+# --- estimate --------------------------------------------------------------------------------
+
+def _seconds(x: float | None) -> str:
+    if x is None:
+        return "-"
+    if x >= 86400:
+        return f"{x / 86400:,.1f} d"
+    if x >= 1:
+        return f"{x:,.3g} s"
+    return f"{x * 1e3:,.3g} ms"
+
+
+def _kv_table(title: str, rows: list[tuple[str, str]]) -> Table:
+    table = Table(title=title, title_justify="left", show_header=False)
+    table.add_column("quantity", style="bold")
+    table.add_column("value", justify="right")
+    for k, v in rows:
+        table.add_row(k, v)
+    return table
+
+
+def _times_table(title: str, components: dict, total: float | None) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col, justify in (("component", "left"), ("time", "right"), ("share", "right")):
+        table.add_column(col, justify=justify)
+    for name, value in components.items():
+        if value:
+            table.add_row(name, _seconds(value), f"{value / total:.1%}" if total else "-")
+    return table
+
+
+def _ops_table(title: str, ops: dict) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col, justify in (("operator", "left"), ("time", "right"), ("bound", "left")):
+        table.add_column(col, justify=justify)
+    for name, v in ops.items():
+        table.add_row(name, _seconds(v["seconds"]), v["bound"])
+    return table
+
+
+def _memory_table(memory: dict, tiers: dict) -> list[Table]:
+    parts = Table(title="memory per device", title_justify="left")
+    parts.add_column("part")
+    parts.add_column("GB", justify="right")
+    for k, v in memory.items():
+        parts.add_row(k, fmt(v, 1e9))
+    tier_table = Table(title="memory tiers per device", title_justify="left")
+    for col in ("tier", "used GB", "capacity GB", "use"):
+        tier_table.add_column(col, justify="left" if col == "tier" else "right")
+    for name, t in tiers.items():
+        cap = t["capacity_bytes"]
+        tier_table.add_row(name, fmt(t["used_bytes"], 1e9), fmt(cap, 1e9),
+                           f"{t['used_bytes'] / cap:.0%}" if cap else "-")
+    return [parts, tier_table]
+
+
+def _header(spec, machine) -> str:
+    return (f"{spec.display_name or spec.name} on {machine.devices:,} x {machine.accelerator.name} "
+            f"({machine.system.name}, {machine.system.nodes:,} node{'s' if machine.system.nodes > 1 else ''})")
+
+
+def estimate_train(spec, machine, plan, work, json_out: bool) -> None:
+    from perfmodel.report import check_feasible, train_report
+    from perfmodel.training import estimate_training
+
+    result = estimate_training(spec, machine, plan, work)
+    check_feasible(result, machine)
+    report = train_report(result, machine)
+    if json_out:
+        emit_json({"model": spec.name, "system": machine.system.name, "devices": machine.devices,
+                   "plan": {k: (v.item() if hasattr(v, "item") else v) for k, v in vars(plan).items()},
+                   "workload": vars(work), "result": report})
+        return
+    console.print(_header(spec, machine), style="bold")
+    console.print(f"plan: tp {plan.tp}, pp {plan.pp} (interleave {plan.interleave}), dp {plan.dp}, cp {plan.cp}, "
+                  f"ep {plan.ep}, micro-batch {plan.micro_batch}, zero {plan.zero}, recompute {plan.recompute}, "
+                  f"sp {'on' if plan.sp else 'off'}, {plan.precision}", markup=False)
+    run = report["run"]
+    rows = [("step time", _seconds(report["step_time_s"])), ("tokens/s", fmt(report["tokens_per_s"])),
+            ("MFU", f"{report['mfu']:.1%}"), ("HFU", f"{report['hfu']:.1%}"),
+            ("microbatches per step", fmt(report["microbatches"])),
+            ("power per device (with node share)", f"{fmt(report['power_per_device_w'])} W"),
+            ("energy per token (with PUE)", f"{fmt(report['energy_per_token_j'])} J"),
+            ("cost per hour", f"${fmt(report['cost_per_hour_usd'])}"),
+            ("cost per million tokens", f"${fmt(report['cost_per_million_tokens_usd'])}")]
+    if work.tokens:
+        rows += [("run time", _seconds(run["time_s"])), ("run energy", f"{fmt(run['energy_kwh'])} kWh"),
+                 ("run cost", f"${fmt(run['cost_usd'])}")]
+    console.print(_kv_table("summary", rows))
+    console.print(_times_table("step time by component", report["time_components_s"], report["step_time_s"]))
+    console.print(_ops_table("operators (all microbatches, forward + backward, one stage)", report["operators_s"]))
+    for t in _memory_table(report["memory_per_device_bytes"], report["memory_tiers"]):
+        console.print(t)
+    console.print(f"cost basis: {report['cost_basis']}", markup=False)
+
+
+def estimate_serve(spec, machine, plan, work, json_out: bool) -> None:
+    from perfmodel.report import check_feasible, serve_report
+    from perfmodel.serving import estimate_serving
+
+    result = estimate_serving(spec, machine, plan, work)
+    check_feasible(result, machine)
+    report = serve_report(result, machine)
+    if json_out:
+        emit_json({"model": spec.name, "system": machine.system.name, "devices": machine.devices,
+                   "plan": vars(plan), "workload": vars(work), "result": report})
+        return
+    console.print(_header(spec, machine), style="bold")
+    console.print(f"instance: tp {plan.tp}, pp {plan.pp}, ep {plan.ep}, dp-attention {plan.dp_attention}, "
+                  f"batch {plan.batch}; weights {plan.weight_precision}, activations {plan.activation_precision}, "
+                  f"kv {plan.kv_precision}", markup=False)
+    rows = [("time to first token", _seconds(report["ttft_s"])), ("time per output token", _seconds(report["tpot_s"])),
+            ("devices per instance", fmt(report["devices_per_instance"])),
+            ("largest batch the KV cache allows", fmt(report["max_batch"])),
+            ("prefill tokens/s per device", fmt(report["prefill_tokens_per_s_per_device"])),
+            ("decode tokens/s per device", fmt(report["decode_tokens_per_s_per_device"])),
+            ("power per device (with node share)", f"{fmt(report['power_per_device_w'])} W"),
+            ("energy per output token (with PUE)", f"{fmt(report['energy_per_token_j'])} J"),
+            ("cost per million output tokens", f"${fmt(report['cost_per_million_tokens_usd'])}")]
+    console.print(_kv_table("summary", rows))
+    console.print(_times_table("prefill (time to first token)", report["prefill_components_s"], report["ttft_s"]))
+    console.print(_times_table("decode step", report["decode_components_s"], report["tpot_s"]))
+    console.print(_ops_table("operators", report["operators_s"]))
+    for t in _memory_table(report["memory_per_device_bytes"], report["memory_tiers"]):
+        console.print(t)
+    console.print(f"cost basis: {report['cost_basis']}", markup=False)
+
+
+# --- validate --------------------------------------------------------------------------------
+
+def validate(db, calibrate: bool, json_out: bool) -> None:
+    from perfmodel.validation import calibrate as fit, summarize, validate as run
+
+    outcomes = run(db)
+    summary = summarize(outcomes)
+    rows = [{"id": o.case.id, "kind": o.case.kind, "calibration": o.case.calibration, "system": o.case.system,
+             "metric": o.case.measured.metric, "published": o.case.measured.value, "predicted": o.predicted,
+             "error": o.error, "status": o.status, "source": o.case.source} for o in outcomes]
+    fitted = fit(db) if calibrate else None
+    if json_out:
+        emit_json({"cases": rows, "summary": summary, **({"calibration_fit": fitted} if fitted else {})})
+        return
+    table = Table(title="validation: predicted vs published", title_justify="left")
+    for col, justify in (("case", "left"), ("system", "left"), ("metric", "left"), ("published", "right"),
+                         ("predicted", "right"), ("error", "right")):
+        table.add_column(col, justify=justify)
+    for r in rows:
+        err = "-" if r["error"] is None else f"{r['error']:+.1%}"
+        name = r["id"] + (" (calibration)" if r["calibration"] else "")
+        table.add_row(name, r["system"], r["metric"], fmt(r["published"]), fmt(r["predicted"]),
+                      err if r["status"] == "ok" else r["status"])
+    console.print(table)
+    for group in ("calibration", "held_out", "exact"):
+        s = summary[group]
+        if s["cases"]:
+            console.print(f"{group.replace('_', '-')}: {s['cases']} cases, mean absolute error {s['mape']:.1%}, "
+                          f"worst {s['max_abs_error']:.1%}")
+    for kind, s in summary["held_out_by_kind"].items():
+        if s["cases"]:
+            console.print(f"  held-out {kind}: {s['cases']} cases, mean absolute error {s['mape']:.1%}")
+    if summary["skipped"]:
+        console.print(f"skipped: {summary['skipped']} cases whose source lacks a plan detail (listed above)")
+    if fitted:
+        console.print(f"refit of framework-gemm-efficiency on {fitted['cases']} calibration cases: "
+                      f"{fitted['value']:.3f} (MAPE {fitted['mape_before']:.1%} at 1.0 -> {fitted['mape_after']:.1%})")

@@ -87,15 +87,17 @@ class Topology:
         idx = self.level_of(stride, n)
         return self.bw[idx], self.lat[idx]
 
+    def _two_levels(self, stride, n):
+        """Slow level's (bw, lat), the members per inner group k, and the inner level's (bw, lat)."""
+        idx = self.level_of(stride, n)
+        inner = np.maximum(idx - 1, 0)
+        below = np.where(idx > 0, self.sizes[inner], 1)
+        k = np.clip(below // np.maximum(np.asarray(stride), 1), 1, _n(n))
+        return idx, self.bw[idx], self.lat[idx], k, self.bw[inner], self.lat[inner]
+
     def inner_members(self, stride, n):
         """Members of the group inside one group of the level below its slowest (for two-level algorithms)."""
-        idx = self.level_of(stride, n)
-        below = np.where(idx > 0, self.sizes[np.maximum(idx - 1, 0)], 1)
-        return np.clip(below // np.maximum(np.asarray(stride), 1), 1, _n(n))
-
-    def _inner_link(self, stride, n):
-        idx = np.maximum(self.level_of(stride, n) - 1, 0)
-        return self.bw[idx], self.lat[idx]
+        return self._two_levels(stride, n)[3]
 
     def all_reduce(self, size_bytes, stride, n):
         """The fastest of ring, tree and hierarchical two-level all-reduce for this group.
@@ -104,10 +106,8 @@ class Topology:
         all-reduce of S/k across the n/k groups over the slow level, all-gather inside (as
         NCCL and Horovod do across nodes).
         """
-        bw, lat = self.link(stride, n)
+        _, bw, lat, k, ibw, ilat = self._two_levels(stride, n)
         flat = np.minimum(ring_all_reduce_time(size_bytes, n, bw, lat), tree_all_reduce_time(size_bytes, n, bw, lat))
-        k = self.inner_members(stride, n)
-        ibw, ilat = self._inner_link(stride, n)
         outer = _n(n) / k
         hier = 2 * reduce_scatter_time(size_bytes, k, ibw, ilat) + np.minimum(
             ring_all_reduce_time(size_bytes / k, outer, bw, lat), tree_all_reduce_time(size_bytes / k, outer, bw, lat))
@@ -124,6 +124,27 @@ class Topology:
     def all_to_all(self, size_bytes, stride, n):
         bw, lat = self.link(stride, n)
         return all_to_all_time(size_bytes, n, bw, lat)
+
+    def moe_all_to_all(self, token_bytes, top_k, stride, n):
+        """Dispatch (or combine) of tokens to their top-k experts over an EP group of ``n``.
+
+        ``token_bytes`` is one device's tokens x hidden x bytes. Inside one inner-level group
+        (a node) it is a plain all-to-all of top_k copies. Across inner groups, a token crosses to
+        each remote group holding one of its experts once and is forwarded inside that group over
+        the fast level (DeepSeek-V3 Technical Report, Sec. 3.2.2: IB once per node, then NVLink):
+        with G groups the expected remote groups per token are (G-1)(1 - (1-1/G)^k). The two
+        levels run concurrently; the slower sets the time.
+        """
+        n_ = _n(n)
+        idx, bw, lat, k_in, ibw, ilat = self._two_levels(stride, n)
+        groups = n_ / k_in
+        flat = all_to_all_time(token_bytes * top_k, n, bw, lat)
+        remote = (groups - 1) * (1 - (1 - 1 / groups) ** top_k)
+        outer = (groups - 1) * lat + remote * token_bytes / bw
+        inner = all_to_all_time(token_bytes * top_k, k_in, ibw, ilat)
+        hier = np.maximum(outer, inner)
+        spans = (idx > 0) & (k_in > 1) & (groups > 1)
+        return np.where(n_ > 1, np.where(spans, np.minimum(hier, flat), flat), 0.0)
 
     def p2p(self, size_bytes, stride):
         """A message between neighbours ``stride`` ranks apart (pipeline stages)."""

@@ -80,7 +80,7 @@ def activation_bytes_per_layer(spec: TransformerSpec, seq, micro_batch, tp, sp, 
     sbh = seq * np.asarray(micro_batch, dtype=float) * spec.hidden_size
     t = np.maximum(np.asarray(tp, dtype=float), 1.0)
     rep, shard, core = activation_coefficients(spec, moe_layer)
-    core_term = 0.0 if flash else core * seq / t
+    core_term = np.where(np.asarray(flash, dtype=bool), 0.0, core * seq / t)
     replicated = np.where(np.asarray(sp, dtype=bool), rep / t, rep)
     recompute = np.asarray(recompute)
     kept = np.where(recompute == 0, replicated + shard / t + core_term,

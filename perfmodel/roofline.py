@@ -88,8 +88,8 @@ def layer_ops(spec: TransformerSpec, tokens, context, tp, sp, weight_bytes=2.0, 
     io = n * (q_w + out_w) / t * act_bytes  # read Q, write O
     kv_io = n * ctx * kv_w * kv_bytes if decode else n * kv_w * act_bytes
     core_bytes = io + kv_io
-    if not flash and not decode:
-        core_bytes = core_bytes + 4.0 * spec.num_heads / t * n * ctx * act_bytes  # QK^T write, softmax r+w, PV read
+    if not decode:  # without FlashAttention: QK^T written, softmax read and written, read for PV
+        core_bytes = core_bytes + np.where(flash, 0.0, 4.0 * spec.num_heads / t * n * ctx * act_bytes)
     ops.append(Op("attention core", core_flops, core_bytes, True))
     gemm("output projection", proj_params, n, out_w / t, h)
     if moe_layer and spec.moe:

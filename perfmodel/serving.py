@@ -47,6 +47,7 @@ class ServePlan:
     kv_precision: object = "bf16"
     mtp_draft_tokens: object = 0      # multi-token prediction: draft tokens verified per step
     mtp_acceptance: object = 0.0      # share of draft tokens accepted
+    overlap_comm: object = True       # two micro-batches: one's all-to-all under the other's compute
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,7 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
     # Each attention DP rank serves batch / dp_attention sequences; experts see every rank's tokens.
     local_batch = batch / dpa
 
+    overlap = bool(plan.overlap_comm)
     # Experts per device: E / ep rounded up (a deployment with redundant experts fills the remainder).
     held = np.ceil(spec.moe.num_experts / ep) if moe else 0.0
 
@@ -159,7 +161,14 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
                                   machine, gemm_rate, times, bounds, 1.0 / pp, prefix)
         act = tokens_local * h * 2.0
         comm_tp = layers * 2.0 * topo.all_reduce(act, 1, tp)
-        comm_ep = layers * moe_frac * 2.0 * topo.all_to_all(act * spec.moe.top_k * imbalance, tp, ep) if moe else 0.0
+        # Dispatch at the GEMM input width (fp8 with W8A8), combine in bf16.
+        token_bytes = tokens_local * h * imbalance
+        comm_ep = layers * moe_frac * (topo.moe_all_to_all(token_bytes * act_bytes, spec.moe.top_k, tp, ep)
+                                       + topo.moe_all_to_all(token_bytes * 2.0, spec.moe.top_k, tp, ep)) if moe else 0.0
+        if overlap:
+            # DeepSeek-V3 Sec. 3.4 / SGLang two-batch overlap: one micro-batch's all-to-all runs
+            # under the other's compute, so only the excess is exposed.
+            comm_ep = np.maximum(comm_ep - total, 0.0)
         comm_pp = (pp - 1) / pp * topo.p2p(act / tp, tp * dpa) * (pp > 1)
         return total, comm_tp, comm_ep, comm_pp
 

@@ -25,6 +25,7 @@ Chowdhery et al., "PaLM", 2022, App. B: model FLOPs utilization.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -63,16 +64,16 @@ class TrainPlan:
     overlap_dp: object = True         # bucketed gradient reduction overlapped with backward
 
     def columns(self) -> dict[str, np.ndarray]:
-        """Every field as a numpy array, names turned into codes."""
+        """Every field as a numpy array, names turned into codes (numeric columns pass through)."""
         out = {}
         for name in self.__dataclass_fields__:
-            value = getattr(self, name)
+            value = np.asarray(getattr(self, name))
             codes = {"recompute": RECOMPUTE, "precision": PRECISIONS, "optimizer_place": PLACES,
                      "grad_place": PLACES, "param_place": PLACES}.get(name)
-            if codes is not None:
-                value = np.vectorize(lambda v, c=codes: c.index(v) if isinstance(v, str) else int(v),
-                                     otypes=[int])(np.asarray(value, dtype=object))
-            out[name] = np.asarray(value)
+            if codes is not None and value.dtype.kind in "USO":
+                lookup = {c: i for i, c in enumerate(codes)}
+                value = np.vectorize(lambda v: lookup[v] if isinstance(v, str) else int(v), otypes=[int])(value)
+            out[name] = value
         return out
 
 
@@ -105,9 +106,15 @@ class TrainResult:
     run_energy_kwh: np.ndarray
     run_cost_usd: np.ndarray
     feasible: np.ndarray
-    binding: np.ndarray           # name of the violated constraint per plan ("" when feasible)
+    binding_code: np.ndarray      # 0 when feasible, else 1 + index into constraint_names
     shortfall: np.ndarray         # by how much (bytes, or the ratio for divisibility), 0 when feasible
+    constraint_names: tuple[str, ...] = ()
     extra: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def binding(self) -> np.ndarray:
+        """Name of the violated constraint of each plan ("" when feasible)."""
+        return np.asarray(("",) + self.constraint_names, dtype=object)[self.binding_code]
 
 
 def _layers_per_stage(spec: TransformerSpec, pp):
@@ -125,9 +132,50 @@ def _sum_ops(ops: list[Op], machine: Machine, flops_per_s, prefix: str, times: d
     return total
 
 
-def estimate_training(spec: TransformerSpec, machine: Machine, plan: TrainPlan, work: TrainWorkload) -> TrainResult:
-    """Step time, memory per tier, MFU, energy and cost of every plan (Narayanan et al. 2021 Sec. 2-3)."""
-    c = plan.columns()
+# Rows evaluated per pass: blocks of this size keep each temporary array in the CPU cache (several
+# times faster than one pass over a million rows), and numpy releases the GIL inside each array
+# operation, so blocks run on every core at once (benchmarks/bench_evaluate.py measures both).
+BLOCK_ROWS = 16384
+
+
+def estimate_training(spec: TransformerSpec, machine: Machine, plan: TrainPlan, work: TrainWorkload,
+                      detail: bool = True) -> TrainResult:
+    """Step time, memory per tier, MFU, energy and cost of every plan (Narayanan et al. 2021 Sec. 2-3).
+
+    Plan columns broadcast; a long plan is evaluated in cache-sized blocks and joined. With
+    ``detail=False`` (the search's mode) the per-component breakdowns of a multi-block call are
+    left out and only the per-plan totals are joined.
+    """
+    columns = plan.columns()
+    n = int(np.broadcast(*columns.values()).size)
+    if n <= BLOCK_ROWS:
+        return _estimate(spec, machine, columns, work)
+    from concurrent.futures import ThreadPoolExecutor
+
+    full = {k: np.broadcast_to(v, (n,)) for k, v in columns.items()}
+
+    def block(start: int) -> TrainResult:
+        return _estimate(spec, machine, {k: v[start:start + BLOCK_ROWS] for k, v in full.items()}, work)
+
+    with ThreadPoolExecutor(max_workers=min(os.cpu_count() or 1, 8)) as pool:
+        parts = list(pool.map(block, range(0, n, BLOCK_ROWS)))
+    fields = TrainResult.__dataclass_fields__
+    return TrainResult(**{f: _join([getattr(p, f) for p in parts], n)
+                          if detail or not isinstance(getattr(parts[0], f), dict) else {} for f in fields})
+
+
+def _join(values: list, n: int):
+    """Concatenate the per-block values of one result field (arrays, or dicts of them)."""
+    if isinstance(values[0], tuple):
+        return values[0]
+    if isinstance(values[0], dict):
+        return {k: _join([v[k] for v in values], n) for k in values[0]}
+    return np.concatenate([np.broadcast_to(v, (min(BLOCK_ROWS, n - i * BLOCK_ROWS),))
+                           for i, v in enumerate(values)])
+
+
+def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray], work: TrainWorkload) -> TrainResult:
+    """One block of plans (see estimate_training)."""
     tp, pp, dp, cp, ep = (np.maximum(c[k].astype(float), 1.0) for k in ("tp", "pp", "dp", "cp", "ep"))
     v = np.maximum(c["interleave"].astype(float), 1.0)
     mb = np.maximum(c["micro_batch"].astype(float), 1.0)
@@ -170,8 +218,9 @@ def estimate_training(spec: TransformerSpec, machine: Machine, plan: TrainPlan, 
     tp_comm = layers * tp_passes * topo.all_reduce(act, 1, tp)
     ep_comm = 0.0
     if moe:
-        dispatch = tokens * spec.moe.top_k * h * 2.0 * imbalance
-        ep_comm = layers * moe_frac * (4.0 + 2.0 * (recompute == 2)) * topo.all_to_all(dispatch, tp * cp, ep)
+        token_bytes = tokens * h * 2.0 * imbalance
+        ep_comm = layers * moe_frac * (4.0 + 2.0 * (recompute == 2)) * topo.moe_all_to_all(
+            token_bytes, spec.moe.top_k, tp * cp, ep)
     kv_w = 2.0 * (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim if spec.mla else spec.kv_heads * spec.dim_head)
     cp_step = topo.p2p(tokens * kv_w / tp * 2.0, tp)
     cp_comm_raw = (cp - 1) * cp_step * 3.0       # K, V forward; K, V and their gradients backward
@@ -244,13 +293,15 @@ def estimate_training(spec: TransformerSpec, machine: Machine, plan: TrainPlan, 
     memory["reserve"] = np.full_like(hbm, reserve)
 
     # --- feasibility, in the order a planner reads it -------------------------------------------
-    binding = np.full(np.shape(step), "", dtype=object)
+    code = np.zeros(np.shape(step), dtype=np.int8)     # 0 = feasible, else 1 + index into names
     shortfall = np.zeros(np.shape(step))
+    names: list[str] = []
 
     def violate(mask, name, amount):
-        nonlocal binding, shortfall
-        new = mask & (binding == "")
-        binding = np.where(new, name, binding)
+        nonlocal code, shortfall
+        names.append(name)
+        new = np.asarray(mask) & (code == 0)
+        code = np.where(new, len(names), code)
         shortfall = np.where(new, amount, shortfall)
 
     devices_used = tp * pp * dp * cp
@@ -262,13 +313,14 @@ def estimate_training(spec: TransformerSpec, machine: Machine, plan: TrainPlan, 
         violate(spec.moe.num_experts % ep != 0, "ep divides experts", ep)
     violate((dp * cp) % ep != 0, "ep divides dp x cp", ep)
     violate(s % cp != 0, "cp divides sequence", cp)
-    violate(spec.num_layers % (pp * v) != 0, "pp x interleave divides layers", pp * v)
+    # Uneven splits are allowed (the largest stage holds ceil(L / pp) layers and sets the pace).
+    violate(pp * v > spec.num_layers, "pp x interleave at most layers", pp * v)
     violate((v > 1) & (num_micro % pp != 0), "interleaving needs microbatches divisible by pp", num_micro)
     violate(hbm_used > machine.hbm_bytes, "hbm", hbm_used - machine.hbm_bytes)
-    for code, name in enumerate(PLACES[1:], start=1):
+    for name in PLACES[1:]:
         capacity = _tier_capacity(machine, name)
         violate(tier_bytes[name] > capacity, name, tier_bytes[name] - capacity)
-    feasible = binding == ""
+    feasible = code == 0
 
     # --- rates, utilization, energy and cost ------------------------------------------------------
     tokens_per_step = gb * s
@@ -303,7 +355,8 @@ def estimate_training(spec: TransformerSpec, machine: Machine, plan: TrainPlan, 
         tier_bytes=tier_bytes, tokens_per_s=tokens_per_s, mfu=mfu, hfu=hfu, power_w=power,
         energy_per_token_j=energy_per_token, cost_per_hour_usd=cost_hour, cost_per_million_tokens_usd=cost_mtok,
         run_time_s=run_time, run_energy_kwh=energy_per_token * work.tokens / 3.6e6,
-        run_cost_usd=cost_hour * run_time / 3600.0, feasible=feasible, binding=binding, shortfall=shortfall,
+        run_cost_usd=cost_hour * run_time / 3600.0, feasible=feasible, binding_code=code, shortfall=shortfall,
+        constraint_names=tuple(names),
         extra={"hbm_used_bytes": hbm_used, "num_microbatches": num_micro, "operator_times": op_times,
                "busy_fraction": busy, "model_flops_per_step": np.broadcast_to(model_flops, np.shape(step))})
 

@@ -196,3 +196,35 @@ def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
                              for k in ("training", "serving")},
         "skipped": len([o for o in outcomes if o.error is None]),
     }
+
+
+CALIBRATED_CONSTANT = "framework-gemm-efficiency"
+
+
+def with_constant(db: Database, name: str, value: float) -> Database:
+    """The same database with one named constant set to ``value``."""
+    from dataclasses import replace
+
+    from hardware_db.schema import Constant
+
+    old = db.constants.get(name)
+    entry = old.model_copy(update={"value": value}) if old else Constant(
+        name=name, display_name=name, value=value, unit="ratio", sources=("set by with_constant",))
+    return replace(db, constants={**db.constants, name: entry})
+
+
+def calibrate(db: Database, cases: list[Case] | None = None) -> dict[str, float]:
+    """Fit ``framework-gemm-efficiency`` on the calibration cases (Narayanan et al. 2021 Table 1)
+    by minimizing the mean squared log error of the predictions; nothing else is fitted."""
+    from scipy.optimize import minimize_scalar
+
+    cases = [c for c in (load_cases() if cases is None else cases) if c.calibration]
+
+    def loss(x: float) -> float:
+        trial = with_constant(db, CALIBRATED_CONSTANT, x)
+        return float(np.mean([np.log(predict(c, trial).predicted / c.measured.value) ** 2 for c in cases]))
+
+    fit = minimize_scalar(loss, bounds=(0.3, 1.0), method="bounded", options={"xatol": 1e-4})
+    before = summarize([predict(c, with_constant(db, CALIBRATED_CONSTANT, 1.0)) for c in cases])["calibration"]
+    after = summarize([predict(c, with_constant(db, CALIBRATED_CONSTANT, float(fit.x))) for c in cases])["calibration"]
+    return {"value": float(fit.x), "cases": len(cases), "mape_before": before["mape"], "mape_after": after["mape"]}

@@ -127,3 +127,54 @@ def test_console_script_runs():
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "dgx-h100" in json.loads(proc.stdout)["systems"]
+
+
+def test_estimate_train_json(capsys):
+    data = run_json(capsys, "estimate", "train", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--devices", "64",
+                    "--tp", "8", "--pp", "2", "--global-batch", "256", "--seq-len", "4096", "--tokens", "1e9")
+    result = data["result"]
+    assert data["plan"]["dp"] == 4
+    assert 0 < result["mfu"] <= 1 and result["step_time_s"] > 0
+    assert result["memory_tiers"]["hbm"]["used_bytes"] <= result["memory_tiers"]["hbm"]["capacity_bytes"]
+    assert result["run"]["time_s"] == pytest.approx(1e9 / result["tokens_per_s"])
+    assert {v["bound"] for v in result["operators_s"].values()} <= {"compute", "memory"}
+
+
+def test_estimate_serve_json(capsys):
+    data = run_json(capsys, "estimate", "serve", "--model", "llama-3.1-70b", "--tp", "8", "--batch", "16")
+    result = data["result"]
+    assert result["ttft_s"] > result["tpot_s"] > 0 and result["max_batch"] >= 16
+
+
+def test_estimate_tables(capsys):
+    code, out, err = run(capsys, "estimate", "train")
+    assert code == 0, err
+    assert "step time by component" in out and "memory tiers per device" in out
+    code, out, err = run(capsys, "estimate", "serve", "--model", "llama-3.1-8b", "--tp", "1")
+    assert code == 0, err and "time per output token" in out
+
+
+def test_infeasible_plan_exits_3(capsys):
+    code, _, err = run(capsys, "estimate", "train", "--model", "llama-3.1-405b", "--tp", "8")
+    assert code == 3 and err.startswith("Error: plan is infeasible: HBM per device: needs")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["estimate", "train", "--tp", "0"], "--tp needs a positive integer"),
+    (["estimate", "train", "--recompute", "most"], "unknown --recompute value"),
+    (["estimate", "train", "--zero", "4"], "--zero needs 0, 1, 2 or 3"),
+    (["estimate", "train", "--system", "dgx-a100", "--precision", "fp8"], "does not support fp8"),
+    (["estimate", "train", "--offload-optimizer", "cxl"], "cxl"),
+    (["estimate", "serve", "--weight-precision", "int3"], "unknown --weight-precision value"),
+    (["estimate", "train", "--devices", "-4"], "--devices needs a positive integer"),
+])
+def test_estimate_bad_input(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code in (2, 3) and message in err and err.count("\n") == 1
+
+
+def test_validate_json(capsys):
+    data = run_json(capsys, "validate")
+    assert data["summary"]["exact"]["mape"] < 1e-3
+    assert len(data["cases"]) >= 25

@@ -1,0 +1,99 @@
+"""One evaluated plan as plain data (SI units): what ``estimate`` prints and ``--json`` emits.
+
+Values that do not exist (a cost without a price) are None with a status, never NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from hardware_db.errors import InfeasibleError
+
+from .machine import Machine
+from .serving import ServeResult
+from .training import PLACES, TrainResult
+
+
+def _f(x) -> float | None:
+    value = float(np.asarray(x).reshape(-1)[0]) if np.size(x) else float("nan")
+    return value if math.isfinite(value) else None
+
+
+def _b(x) -> bool:
+    return bool(np.asarray(x).reshape(-1)[0])
+
+
+def describe_binding(binding: str, shortfall: float, machine: Machine, used: float | None = None) -> str:
+    """One sentence: which constraint binds and by how much."""
+    if binding == "hbm":
+        return (f"HBM per device: needs {used / 1e9:,.1f} GB, has {machine.hbm_bytes / 1e9:,.1f} GB "
+                f"(over by {shortfall / 1e9:,.1f} GB); shard more (tp, pp, zero), recompute, or offload")
+    if binding in PLACES:
+        return f"{binding} tier per device: over capacity by {shortfall / 1e9:,.1f} GB (or the system has none)"
+    if binding == "devices":
+        return (f"the parallel degrees use {machine.devices + shortfall:,.0f} devices, the system has "
+                f"{machine.devices:,}; make tp x pp x dp x cp equal the devices")
+    return f"{binding} (has {shortfall:g})"
+
+
+def check_feasible(result, machine: Machine) -> None:
+    """Raise InfeasibleError (exit 3) naming the binding constraint of a one-plan result."""
+    binding = str(np.asarray(result.binding).reshape(-1)[0])
+    if binding:
+        used = _f(result.extra["hbm_used_bytes"])
+        raise InfeasibleError("plan is infeasible: " + describe_binding(binding, _f(result.shortfall) or 0.0,
+                                                                         machine, used))
+
+
+def _cost_status(machine: Machine) -> str:
+    if machine.price_usd_per_device is not None:
+        return "owned: price amortized over depreciation-years, plus energy"
+    if machine.cloud_usd_per_hour is not None:
+        return "cloud price per device-hour"
+    return "no price in the database for this system; add price_usd or node_price_usd with --hardware-db"
+
+
+def train_report(result: TrainResult, machine: Machine) -> dict[str, Any]:
+    times = {k: _f(v) for k, v in result.components.items()}
+    ops = {k: {"seconds": _f(v), "bound": "compute" if _b(result.bounds[k]) else "memory"}
+           for k, v in result.extra["operator_times"].items()}
+    memory = {k: _f(v) for k, v in result.memory.items()}
+    tiers = {"hbm": {"used_bytes": _f(result.extra["hbm_used_bytes"]), "capacity_bytes": machine.hbm_bytes}}
+    for t in machine.memory_tiers:
+        used = _f(result.tier_bytes.get(t.kind, 0.0)) or 0.0
+        entry = tiers.setdefault(t.kind, {"used_bytes": used, "capacity_bytes": 0.0, "name": t.name})
+        entry["capacity_bytes"] += t.bytes_per_device
+    return {
+        "step_time_s": _f(result.step_time_s), "tokens_per_s": _f(result.tokens_per_s), "mfu": _f(result.mfu),
+        "hfu": _f(result.hfu), "microbatches": _f(result.extra["num_microbatches"]),
+        "time_components_s": times, "operators_s": ops, "memory_per_device_bytes": memory, "memory_tiers": tiers,
+        "power_per_device_w": _f(result.power_w), "energy_per_token_j": _f(result.energy_per_token_j),
+        "cost_per_hour_usd": _f(result.cost_per_hour_usd),
+        "cost_per_million_tokens_usd": _f(result.cost_per_million_tokens_usd), "cost_basis": _cost_status(machine),
+        "run": {"time_s": _f(result.run_time_s), "energy_kwh": _f(result.run_energy_kwh),
+                "cost_usd": _f(result.run_cost_usd)},
+    }
+
+
+def serve_report(result: ServeResult, machine: Machine) -> dict[str, Any]:
+    return {
+        "ttft_s": _f(result.ttft_s), "tpot_s": _f(result.tpot_s),
+        "devices_per_instance": _f(result.devices_per_instance), "max_batch": _f(result.max_batch),
+        "prefill_tokens_per_s_per_device": _f(result.prefill_tokens_per_s_per_device),
+        "decode_tokens_per_s_per_device": _f(result.decode_tokens_per_s_per_device),
+        "prefill_components_s": {k: _f(v) for k, v in result.prefill_components.items()},
+        "decode_components_s": {k: _f(v) for k, v in result.decode_components.items()},
+        "operators_s": {
+            **{f"prefill {k}": {"seconds": _f(v), "bound": "compute" if _b(result.bounds[f'prefill {k}']) else "memory"}
+               for k, v in result.extra["prefill_operator_times"].items()},
+            **{f"decode {k}": {"seconds": _f(v), "bound": "compute" if _b(result.bounds[f'decode {k}']) else "memory"}
+               for k, v in result.extra["decode_operator_times"].items()}},
+        "memory_per_device_bytes": {k: _f(v) for k, v in result.memory.items()},
+        "memory_tiers": {"hbm": {"used_bytes": _f(result.extra["hbm_used_bytes"]), "capacity_bytes": machine.hbm_bytes}},
+        "precisions": result.extra["precisions"],
+        "power_per_device_w": _f(result.power_w), "energy_per_token_j": _f(result.energy_per_token_j),
+        "cost_per_million_tokens_usd": _f(result.cost_per_million_tokens_usd), "cost_basis": _cost_status(machine),
+    }

@@ -1,0 +1,65 @@
+"""Memory formulas pinned to the ZeRO paper and Korthikanti et al. 2022, Table 2."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfmodel.memory import (activation_bytes_per_layer, in_flight_microbatches, kv_cache_bytes_per_device,
+                              model_state_bytes)
+from perfmodel.model import TransformerSpec
+from perfmodel.catalog import find_model
+
+# GPT-3 175B as in Korthikanti et al. (a = 96 heads, h = 12288, s = 2048, b = 1, t = 8).
+GPT = TransformerSpec(name="gpt", hidden_size=12288, num_layers=96, num_heads=96, ffn_hidden_size=4 * 12288,
+                      mlp="plain", vocab_size=51200, position_embedding="learned", max_seq_len=2048,
+                      norm="layernorm", linear_bias=True, tied_embeddings=True)
+s, b, h, a, t = 2048, 1, 12288, 96, 8
+
+
+@pytest.mark.parametrize("zero, expected_gb", [(0, 120.0), (1, 31.4), (2, 16.6), (3, 1.9)])
+def test_zero_paper_figure_1(zero, expected_gb):
+    # Rajbhandari et al. 2020, Fig. 1: 7.5B parameters, DP 64, K = 12.
+    total = sum(model_state_bytes(7.5e9, 64, zero)) / 1e9
+    assert total == pytest.approx(expected_gb, abs=0.05)
+
+
+@pytest.mark.parametrize("sp, recompute, coefficient", [
+    (False, 0, 10 + 24 / t + 5 * a * s / (h * t)),    # tensor parallel
+    (True, 0, (34 + 5 * a * s / h) / t),             # + sequence parallel
+    (False, 1, 10 + 24 / t),                         # + selective recompute
+    (True, 1, 34 / t),                               # + both
+])
+def test_korthikanti_table_2(sp, recompute, coefficient):
+    got = activation_bytes_per_layer(GPT, s, b, t, sp, recompute, flash=False)
+    assert got == pytest.approx(s * b * h * coefficient, rel=1e-12)
+
+
+def test_no_parallelism_is_34_plus_5as_over_h():
+    assert activation_bytes_per_layer(GPT, s, b, 1, False, 0, flash=False) == pytest.approx(s * b * h * (34 + 5 * a * s / h))
+
+
+def test_full_recompute_keeps_the_layer_input():
+    assert activation_bytes_per_layer(GPT, s, b, t, False, 2) == pytest.approx(2 * s * b * h)
+    assert activation_bytes_per_layer(GPT, s, b, t, True, 2) == pytest.approx(2 * s * b * h / t)
+
+
+def test_flash_attention_drops_the_score_matrices():
+    assert activation_bytes_per_layer(GPT, s, b, t, True, 0, flash=True) == pytest.approx(s * b * h * 34 / t)
+
+
+def test_in_flight_microbatches():
+    assert in_flight_microbatches(8, 64, 1) == 8
+    assert in_flight_microbatches(8, 4, 1) == 4
+    assert in_flight_microbatches(8, 64, 2) == pytest.approx(8 * (1 + 7 / 16))
+
+
+def test_kv_cache_shards_heads_but_not_below_one():
+    llama = find_model("llama-3.1-70b")  # 8 KV heads
+    one = kv_cache_bytes_per_device(llama, 1000, 2.0, 1, 1)
+    assert one == pytest.approx(1000 * llama.kv_bytes_per_token("bf16"))
+    assert kv_cache_bytes_per_device(llama, 1000, 2.0, 8, 1) == pytest.approx(one / 8)
+    assert kv_cache_bytes_per_device(llama, 1000, 2.0, 16, 1) == pytest.approx(one / 8)  # replicated beyond 8
+    ds = find_model("deepseek-v3")     # MLA latent: replicated on every TP rank
+    assert kv_cache_bytes_per_device(ds, 10, 2.0, 8, 1) == pytest.approx(kv_cache_bytes_per_device(ds, 10, 2.0, 1, 1))
+    np.testing.assert_allclose(kv_cache_bytes_per_device(llama, 1000, 2.0, np.array([1, 8]), 1), [one, one / 8])

@@ -1,0 +1,71 @@
+"""Serving: decode reads weights once per step, MoE reads only the experts hit, precisions are listed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hardware_db.errors import SpecError, UnsupportedPrecisionError
+from perfmodel.catalog import find_model
+from perfmodel.machine import build_machine
+from perfmodel.serving import ServePlan, ServeWorkload, distinct_experts, estimate_serving
+
+
+@pytest.fixture(scope="module")
+def h100(db):
+    return build_machine(db, "dgx-h100", 8)
+
+
+def test_distinct_experts_expectation():
+    assert distinct_experts(8, 2, 1) == pytest.approx(2.0)
+    assert distinct_experts(256, 8, 1e6) == pytest.approx(256.0)
+    assert distinct_experts(256, 8, 16) == pytest.approx(256 * (1 - (1 - 8 / 256) ** 16))
+
+
+def test_decode_time_grows_with_context_and_batch(h100):
+    spec = find_model("llama-3.1-70b")
+    batches = np.array([1, 8, 64, 256])
+    r = estimate_serving(spec, h100, ServePlan(tp=8, batch=batches), ServeWorkload(1024, 256))
+    assert np.all(np.diff(r.tpot_s) >= 0)
+    short = estimate_serving(spec, h100, ServePlan(tp=8, batch=32), ServeWorkload(512, 256))
+    long = estimate_serving(spec, h100, ServePlan(tp=8, batch=32), ServeWorkload(32768, 256))
+    assert float(long.tpot_s) > float(short.tpot_s) and float(long.ttft_s) > float(short.ttft_s)
+
+
+def test_small_batch_decode_is_memory_bound_on_weights(h100):
+    spec = find_model("llama-3.1-70b")
+    r = estimate_serving(spec, h100, ServePlan(tp=8, batch=1), ServeWorkload(128, 128))
+    weight_bytes = spec.total_params * 2 / 8
+    assert float(r.tpot_s) >= weight_bytes / h100.hbm_bytes_per_s
+    assert not bool(r.bounds["decode mlp"])
+
+
+def test_quantized_weights_are_smaller_and_faster(h100):
+    spec = find_model("llama-3.1-70b")
+    bf16 = estimate_serving(spec, h100, ServePlan(tp=8, batch=8), ServeWorkload(1024, 256))
+    fp8 = estimate_serving(spec, h100, ServePlan(tp=8, batch=8, weight_precision="fp8", activation_precision="a8",
+                                                 kv_precision="fp8"), ServeWorkload(1024, 256))
+    int4 = estimate_serving(spec, h100, ServePlan(tp=8, batch=8, weight_precision="int4"), ServeWorkload(1024, 256))
+    assert float(fp8.memory["weights"]) == pytest.approx(float(bf16.memory["weights"]) / 2)
+    assert float(int4.memory["weights"]) == pytest.approx(float(bf16.memory["weights"]) / 4)
+    assert float(fp8.tpot_s) < float(bf16.tpot_s) and float(int4.tpot_s) < float(bf16.tpot_s)
+    assert float(fp8.max_batch) > float(bf16.max_batch)
+
+
+def test_unlisted_rates_are_errors(h100):
+    spec = find_model("llama-3.1-8b")
+    with pytest.raises(UnsupportedPrecisionError, match="h100-sxm does not support fp4"):
+        estimate_serving(spec, h100, ServePlan(weight_precision="fp4", activation_precision="a4"), ServeWorkload(8, 8))
+    with pytest.raises(SpecError, match="needs weights of the same width"):
+        estimate_serving(spec, h100, ServePlan(weight_precision="bf16", activation_precision="a8"), ServeWorkload(8, 8))
+
+
+def test_moe_decode_reads_only_the_experts_hit(db):
+    machine = build_machine(db, "dgx-h100", 16)
+    spec = find_model("deepseek-v3")
+    small = estimate_serving(spec, machine, ServePlan(tp=1, ep=16, dp_attention=16, batch=16, weight_precision="fp8",
+                                                      activation_precision="a8"), ServeWorkload(1024, 128))
+    big = estimate_serving(spec, machine, ServePlan(tp=1, ep=16, dp_attention=16, batch=16 * 64,
+                                                    weight_precision="fp8", activation_precision="a8"),
+                           ServeWorkload(1024, 128))
+    assert float(small.extra["decode_operator_times"]["experts"]) < float(big.extra["decode_operator_times"]["experts"])

@@ -1,0 +1,105 @@
+"""The training step: its structure, vectorization and feasibility."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfmodel.catalog import find_model
+from perfmodel.machine import build_machine
+from perfmodel.roofline import layer_ops, lm_head_ops, roofline
+from perfmodel.training import TrainPlan, TrainWorkload, estimate_training
+
+
+@pytest.fixture(scope="module")
+def h100x64(db):
+    return build_machine(db, "dgx-h100", 64)
+
+
+def test_roofline_takes_the_larger_bound():
+    t, compute = roofline(1e12, 1e9, 1e12, 1e12)
+    assert t == 1.0 and compute
+    t, compute = roofline(1e9, 1e12, 1e12, 1e12)
+    assert t == 1.0 and not compute
+
+
+def test_layer_gemm_flops_add_up_to_the_model_count():
+    # Sum of the operators' GEMM FLOPs over all layers and the head = forward FLOPs of the spec.
+    for name in ("llama-3.1-70b", "gpt3-175b", "mixtral-8x7b", "deepseek-v3"):
+        spec = find_model(name)
+        s = 4096
+        total = 0.0
+        for moe_layer, count in ((False, spec.dense_layers), (True, spec.moe_layers)):
+            if count:
+                ops = layer_ops(spec, s, s, 1, False, moe_layer=moe_layer, ep=1)
+                total += count * sum(float(op.flops) for op in ops if op.gemm and op.name != "router")
+        total += sum(float(op.flops) for op in lm_head_ops(spec, s, 1) if op.gemm)
+        expected = spec.forward_flops_per_token(s) * s
+        assert total == pytest.approx(expected, rel=0.01), name
+
+
+def test_one_code_path_for_one_plan_and_many(h100x64):
+    spec = find_model("llama-3.1-70b")
+    work = TrainWorkload(global_batch=256, seq_len=4096)
+    tps = np.array([1, 2, 4, 8])
+    pps = np.array([8, 4, 2, 1])
+    dps = 64 // (tps * pps)
+    many = estimate_training(spec, h100x64, TrainPlan(tp=tps, pp=pps, dp=dps, zero=1), work)
+    for i in range(4):
+        one = estimate_training(spec, h100x64, TrainPlan(tp=int(tps[i]), pp=int(pps[i]), dp=int(dps[i]), zero=1), work)
+        assert float(one.step_time_s) == pytest.approx(float(many.step_time_s[i]))
+        assert float(one.extra["hbm_used_bytes"]) == pytest.approx(float(many.extra["hbm_used_bytes"][i]))
+
+
+def test_pipeline_bubble_formula(h100x64):
+    spec = find_model("llama-3.1-70b")
+    work = TrainWorkload(global_batch=64, seq_len=4096)
+    r = estimate_training(spec, h100x64, TrainPlan(tp=8, pp=8, dp=1, interleave=2), work)
+    m = 64
+    per_micro = float(r.components["pipeline bubble"]) / (7 / 2)
+    assert float(r.components["compute (fwd+bwd+recompute)"]) <= m * per_micro + 1e-9
+    # bubble / (ideal pipeline) = (p - 1) / (v m)
+    ideal = m * per_micro
+    assert float(r.components["pipeline bubble"]) / ideal == pytest.approx(7 / (2 * 64))
+
+
+def test_utilization_is_a_fraction_and_step_time_respects_the_peak(h100x64):
+    spec = find_model("llama-3.1-8b")
+    r = estimate_training(spec, h100x64, TrainPlan(tp=1, pp=1, dp=64, zero=1), TrainWorkload(512, 8192))
+    assert 0 < float(r.mfu) <= 1 and float(r.hfu) >= float(r.mfu)
+    peak = h100x64.peak_flops["bf16"] * 64
+    assert float(r.step_time_s) >= float(r.extra["model_flops_per_step"]) / peak
+
+
+def test_infeasible_plans_name_the_binding_constraint(h100x64, db):
+    spec = find_model("llama-3.1-405b")
+    r = estimate_training(spec, h100x64, TrainPlan(tp=8, pp=1, dp=8, zero=0), TrainWorkload(64, 8192))
+    assert r.binding == "hbm" and float(r.shortfall) > 0
+    r = estimate_training(spec, h100x64, TrainPlan(tp=3, pp=1, dp=21), TrainWorkload(63, 8192))
+    assert r.binding == "devices"
+    # An uneven split is allowed: 80 layers over 6 stages, the largest holding 14.
+    machine = build_machine(db, "dgx-h100", 48)
+    r = estimate_training(find_model("llama-3.1-70b"), machine, TrainPlan(tp=8, pp=6, dp=1, zero=1, recompute="full"),
+                          TrainWorkload(48, 8192))
+    assert bool(r.feasible), r.binding
+
+
+def test_zero3_offload_moves_state_off_hbm(db):
+    machine = build_machine(db, "hgx-h200", 8)
+    spec = find_model("llama-3.1-70b")
+    work = TrainWorkload(32, 4096)
+    base = estimate_training(spec, machine, TrainPlan(tp=1, dp=8, zero=3, recompute="full"), work)
+    off = estimate_training(spec, machine, TrainPlan(tp=1, dp=8, zero=3, recompute="full", optimizer_place="ddr"), work)
+    assert float(off.extra["hbm_used_bytes"]) < float(base.extra["hbm_used_bytes"])
+    assert float(off.tier_bytes["ddr"]) > 0
+    cxl = estimate_training(spec, machine, TrainPlan(tp=1, dp=8, zero=3, recompute="full", optimizer_place="cxl"), work)
+    # CPU Adam over the CXL cards is slower than over local DDR (narrower tier).
+    assert float(cxl.components["optimizer step"]) > float(off.components["optimizer step"])
+
+
+def test_moe_plans_pay_all_to_all(db):
+    machine = build_machine(db, "dgx-h100", 64)
+    spec = find_model("mixtral-8x7b")
+    r = estimate_training(spec, machine, TrainPlan(tp=1, pp=1, dp=64, ep=8, zero=1, recompute="full"),
+                          TrainWorkload(256, 4096))
+    assert float(r.components["ep all-to-all"]) > 0

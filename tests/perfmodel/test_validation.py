@@ -1,0 +1,47 @@
+"""The validation set: exact cases exactly, the calibration constant reproducible, errors bounded."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfmodel.validation import CALIBRATED_CONSTANT, EXACT_KINDS, calibrate, load_cases, summarize, validate
+
+
+@pytest.fixture(scope="module")
+def outcomes(db):
+    return validate(db)
+
+
+def test_the_set_is_broad_and_cited():
+    cases = load_cases()
+    assert len(cases) >= 25
+    assert all(len(c.source) > 20 for c in cases)
+    systems = {c.system for c in cases}
+    assert {"dgx-a100", "dgx-h100", "mi300x-8x", "cloudmatrix384"} <= systems
+    assert {"training", "serving"} <= {c.kind for c in cases}
+    calibration = [c for c in cases if c.calibration]
+    assert len(calibration) == 10 and all("Table 1" in c.source for c in calibration)
+
+
+def test_exact_cases_match_their_formulas(outcomes):
+    exact = [o for o in outcomes if o.case.kind in EXACT_KINDS]
+    assert len(exact) >= 10
+    for o in exact:
+        # Closed forms: the ZeRO figures are printed to three significant digits.
+        tolerance = 0.005 if o.case.kind == "memory" else 1e-9
+        assert abs(o.error) <= tolerance, (o.case.id, o.predicted, o.case.measured.value)
+
+
+def test_errors_are_bounded(outcomes):
+    s = summarize(outcomes)
+    assert s["calibration"]["mape"] < 0.06
+    assert s["held_out_by_kind"]["training"]["mape"] < 0.15
+    assert s["held_out"]["mape"] < 0.40
+    assert s["held_out"]["cases"] >= 30
+
+
+def test_the_calibrated_constant_is_the_fit_of_its_set(db):
+    fit = calibrate(db)
+    assert fit["cases"] == 10
+    assert db.constant(CALIBRATED_CONSTANT) == pytest.approx(fit["value"], abs=0.005)
+    assert fit["mape_after"] < fit["mape_before"]
