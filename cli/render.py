@@ -246,6 +246,10 @@ def _seconds(x: float | None) -> str:
     return f"{x * 1e3:,.3g} ms"
 
 
+def _usd(x: float | None) -> str:
+    return "no price (see cost basis)" if x is None else f"${fmt(x)}"
+
+
 def _kv_table(title: str, rows: list[tuple[str, str]]) -> Table:
     table = Table(title=title, title_justify="left", show_header=False)
     table.add_column("quantity", style="bold")
@@ -317,11 +321,11 @@ def estimate_train(spec, machine, plan, work, json_out: bool) -> None:
             ("microbatches per step", fmt(report["microbatches"])),
             ("power per device (with node share)", f"{fmt(report['power_per_device_w'])} W"),
             ("energy per token (with PUE)", f"{fmt(report['energy_per_token_j'])} J"),
-            ("cost per hour", f"${fmt(report['cost_per_hour_usd'])}"),
-            ("cost per million tokens", f"${fmt(report['cost_per_million_tokens_usd'])}")]
+            ("cost per hour", _usd(report["cost_per_hour_usd"])),
+            ("cost per million tokens", _usd(report["cost_per_million_tokens_usd"]))]
     if work.tokens:
         rows += [("run time", _seconds(run["time_s"])), ("run energy", f"{fmt(run['energy_kwh'])} kWh"),
-                 ("run cost", f"${fmt(run['cost_usd'])}")]
+                 ("run cost", _usd(run["cost_usd"]))]
     console.print(_kv_table("summary", rows))
     console.print(_times_table("step time by component", report["time_components_s"], report["step_time_s"]))
     console.print(_ops_table("operators (all microbatches, forward + backward, one stage)", report["operators_s"]))
@@ -352,7 +356,7 @@ def estimate_serve(spec, machine, plan, work, json_out: bool) -> None:
             ("decode tokens/s per device", fmt(report["decode_tokens_per_s_per_device"])),
             ("power per device (with node share)", f"{fmt(report['power_per_device_w'])} W"),
             ("energy per output token (with PUE)", f"{fmt(report['energy_per_token_j'])} J"),
-            ("cost per million output tokens", f"${fmt(report['cost_per_million_tokens_usd'])}")]
+            ("cost per million output tokens", _usd(report["cost_per_million_tokens_usd"]))]
     console.print(_kv_table("summary", rows))
     console.print(_times_table("prefill (time to first token)", report["prefill_components_s"], report["ttft_s"]))
     console.print(_times_table("decode step", report["decode_components_s"], report["tpot_s"]))
