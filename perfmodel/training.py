@@ -328,7 +328,11 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     model_flops = spec.training_flops_per_token(s) * tokens_per_step
     peak = machine.peak_flops.get("bf16", max(machine.peak_flops.values()))
     mfu = model_flops / (step * machine.devices * peak)
-    hw_flops = model_flops * (1.0 + np.where(recompute == 2, 1.0 / 3.0, 0.0))
+    # Hardware FLOPs add what recompute re-executes: the whole forward (full) or the attention
+    # core's forward (selective; Korthikanti et al. 2022 Sec. 5, 4 x layers x s x width per token).
+    attention_fwd_flops = 4.0 * L * spec.attended_context(s) * spec.attention_width * tokens_per_step
+    hw_flops = model_flops + np.where(recompute == 2, model_flops / 3.0,
+                                      np.where(recompute == 1, attention_fwd_flops, 0.0))
     hfu = hw_flops / (step * machine.devices * peak)
     busy = np.clip((num_micro * compute_mb + optimizer * on_gpu) / step, 0.0, 1.0)
     power = device_power_w(machine, busy) + machine.overhead_w_per_device
