@@ -38,6 +38,7 @@ class Machine:
     price_usd_per_device: float | None    # capital cost of one device with its share of the node
     cloud_usd_per_hour: float | None
     constants: dict[str, float]
+    scale_up_domain: int = 1              # devices joined by the largest scale-up (or in-package) level
 
     def flops(self, precision: str) -> float:
         """Achievable FLOP/s at ``precision`` (an unsupported precision is an error)."""
@@ -77,9 +78,12 @@ def build_machine(db: Database, system_name: str, devices: int | None = None) ->
     cal = db.calibration(acc.name)
     levels = db.levels(system)
     fractions = []
+    domain = 1
     for level in levels:
         kind = db.link(level.link).kind
         fractions.append(cal.scale_out_fraction if kind == "scale-out" else cal.scale_up_fraction)
+        if kind in ("scale-up", "package"):
+            domain = max(domain, min(level.group_size, int(devices)))
     sizes = np.array([min(lv.group_size, devices) for lv in levels], dtype=float)
     sizes[-1] = max(devices, 1)
     topology = Topology(
@@ -107,7 +111,8 @@ def build_machine(db: Database, system_name: str, devices: int | None = None) ->
         memory_tiers=db.memory_tiers(system), peak_flops=dict(acc.peak_flops), achievable_flops=achievable,
         hbm_bytes=acc.hbm_bytes, hbm_bytes_per_s=acc.hbm_bytes_per_s * (cal.hbm_fraction or 1.0),
         host_bytes_per_s=host_link, tdp_w=acc.tdp_w, idle_w=idle, overhead_w_per_device=overhead,
-        price_usd_per_device=price, cloud_usd_per_hour=acc.cloud_usd_per_hour, constants=constants)
+        price_usd_per_device=price, cloud_usd_per_hour=acc.cloud_usd_per_hour, constants=constants,
+        scale_up_domain=domain)
 
 
 NEAREST = {"fp16": ("bf16",), "bf16": ("fp16",), "int8": ("fp8", "bf16"), "fp8": ("int8", "bf16"),

@@ -43,7 +43,7 @@ def check_feasible(result, machine: Machine) -> None:
     """Raise InfeasibleError (exit 3) naming the binding constraint of a one-plan result."""
     binding = str(np.asarray(result.binding).reshape(-1)[0])
     if binding:
-        used = _f(result.extra["hbm_used_bytes"])
+        used = _f(result.hbm_used_bytes)
         raise InfeasibleError("plan is infeasible: " + describe_binding(binding, _f(result.shortfall) or 0.0,
                                                                          machine, used))
 
@@ -61,7 +61,7 @@ def train_report(result: TrainResult, machine: Machine) -> dict[str, Any]:
     ops = {k: {"seconds": _f(v), "bound": "compute" if _b(result.bounds[k]) else "memory"}
            for k, v in result.extra["operator_times"].items()}
     memory = {k: _f(v) for k, v in result.memory.items()}
-    tiers = {"hbm": {"used_bytes": _f(result.extra["hbm_used_bytes"]), "capacity_bytes": machine.hbm_bytes}}
+    tiers = {"hbm": {"used_bytes": _f(result.hbm_used_bytes), "capacity_bytes": machine.hbm_bytes}}
     for t in machine.memory_tiers:
         used = _f(result.tier_bytes.get(t.kind, 0.0)) or 0.0
         entry = tiers.setdefault(t.kind, {"used_bytes": used, "capacity_bytes": 0.0, "name": t.name})
@@ -92,7 +92,7 @@ def serve_report(result: ServeResult, machine: Machine) -> dict[str, Any]:
             **{f"decode {k}": {"seconds": _f(v), "bound": "compute" if _b(result.bounds[f'decode {k}']) else "memory"}
                for k, v in result.extra["decode_operator_times"].items()}},
         "memory_per_device_bytes": {k: _f(v) for k, v in result.memory.items()},
-        "memory_tiers": {"hbm": {"used_bytes": _f(result.extra["hbm_used_bytes"]), "capacity_bytes": machine.hbm_bytes}},
+        "memory_tiers": {"hbm": {"used_bytes": _f(result.hbm_used_bytes), "capacity_bytes": machine.hbm_bytes}},
         "precisions": result.extra["precisions"],
         "power_per_device_w": _f(result.power_w), "energy_per_token_j": _f(result.energy_per_token_j),
         "cost_per_million_tokens_usd": _f(result.cost_per_million_tokens_usd), "cost_basis": _cost_status(machine),

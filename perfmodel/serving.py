@@ -71,6 +71,7 @@ class ServeResult:
     power_w: np.ndarray
     energy_per_token_j: np.ndarray
     cost_per_million_tokens_usd: np.ndarray
+    hbm_used_bytes: np.ndarray
     feasible: np.ndarray
     binding: np.ndarray
     shortfall: np.ndarray
@@ -239,6 +240,6 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
         memory={"weights": weights, "kv cache": kv, "activations": workspace, "reserve": np.full_like(used, reserve)},
         devices_per_instance=devices, max_batch=max_batch, prefill_tokens_per_s_per_device=prefill_tps,
         decode_tokens_per_s_per_device=decode_tps, power_w=power, energy_per_token_j=energy,
-        cost_per_million_tokens_usd=cost, feasible=feasible, binding=binding, shortfall=shortfall,
-        extra={"hbm_used_bytes": used, "prefill_operator_times": pre_t, "decode_operator_times": dec_t,
+        cost_per_million_tokens_usd=cost, hbm_used_bytes=used, feasible=feasible, binding=binding,
+        shortfall=shortfall, extra={"prefill_operator_times": pre_t, "decode_operator_times": dec_t,
                "precisions": {"weights": wp, "activations": ap, "kv": kvp}})

@@ -105,6 +105,7 @@ class TrainResult:
     run_time_s: np.ndarray
     run_energy_kwh: np.ndarray
     run_cost_usd: np.ndarray
+    hbm_used_bytes: np.ndarray    # per device, with the reserve
     feasible: np.ndarray
     binding_code: np.ndarray      # 0 when feasible, else 1 + index into constraint_names
     shortfall: np.ndarray         # by how much (bytes, or the ratio for divisibility), 0 when feasible
@@ -263,8 +264,11 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     transfers = opt_params * (GRAD_BYTES + WEIGHT_BYTES) / host_link   # grads out, updated weights back
     optimizer = np.where(on_gpu, adam_bytes / machine.hbm_bytes_per_s,
                          adam_bytes / tier_rw + np.maximum(transfers - 2.0 * fwd, 0.0))
+    # Offloaded gradients: each rank's reduced partition goes to the tier during the last backward
+    # (ZeRO-Offload, Ren et al. 2021, Sec. 4.1), so only what outlasts that backward is exposed.
+    grad_partition = (params_dense / shard_dp + params_expert / expert_dp) * GRAD_BYTES
     grad_offload = np.where(c["grad_place"] > 0,
-                            np.maximum(opt_params * GRAD_BYTES / _tier_bandwidth(machine, c["grad_place"], "write")
+                            np.maximum(grad_partition / _tier_bandwidth(machine, c["grad_place"], "write")
                                        - 2.0 * fwd, 0.0), 0.0)
 
     step = pipeline + dp_exposed + optimizer + grad_offload
@@ -316,6 +320,11 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     # Uneven splits are allowed (the largest stage holds ceil(L / pp) layers and sets the pace).
     violate(pp * v > spec.num_layers, "pp x interleave at most layers", pp * v)
     violate((v > 1) & (num_micro % pp != 0), "interleaving needs microbatches divisible by pp", num_micro)
+    # Offload follows DeepSpeed: optimizer states with ZeRO >= 1 (ZeRO-Offload), gradients with
+    # ZeRO >= 2 (partitioned before they leave), parameters with ZeRO-3 (ZeRO-Infinity).
+    violate((c["optimizer_place"] > 0) & (zero < 1), "optimizer offload needs zero >= 1", zero)
+    violate((c["grad_place"] > 0) & (zero < 2), "gradient offload needs zero >= 2", zero)
+    violate((c["param_place"] > 0) & (zero < 3), "parameter offload needs zero 3", zero)
     violate(hbm_used > machine.hbm_bytes, "hbm", hbm_used - machine.hbm_bytes)
     for name in PLACES[1:]:
         capacity = _tier_capacity(machine, name)
@@ -361,7 +370,8 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
         run_time_s=run_time, run_energy_kwh=energy_per_token * work.tokens / 3.6e6,
         run_cost_usd=cost_hour * run_time / 3600.0, feasible=feasible, binding_code=code, shortfall=shortfall,
         constraint_names=tuple(names),
-        extra={"hbm_used_bytes": hbm_used, "num_microbatches": num_micro, "operator_times": op_times,
+        hbm_used_bytes=hbm_used,
+        extra={"num_microbatches": num_micro, "operator_times": op_times,
                "busy_fraction": busy, "model_flops_per_step": np.broadcast_to(model_flops, np.shape(step))})
 
 

@@ -48,7 +48,7 @@ def test_one_code_path_for_one_plan_and_many(h100x64):
     for i in range(4):
         one = estimate_training(spec, h100x64, TrainPlan(tp=int(tps[i]), pp=int(pps[i]), dp=int(dps[i]), zero=1), work)
         assert float(one.step_time_s) == pytest.approx(float(many.step_time_s[i]))
-        assert float(one.extra["hbm_used_bytes"]) == pytest.approx(float(many.extra["hbm_used_bytes"][i]))
+        assert float(one.hbm_used_bytes) == pytest.approx(float(many.hbm_used_bytes[i]))
 
 
 def test_pipeline_bubble_formula(h100x64):
@@ -90,7 +90,7 @@ def test_zero3_offload_moves_state_off_hbm(db):
     work = TrainWorkload(32, 4096)
     base = estimate_training(spec, machine, TrainPlan(tp=1, dp=8, zero=3, recompute="full"), work)
     off = estimate_training(spec, machine, TrainPlan(tp=1, dp=8, zero=3, recompute="full", optimizer_place="ddr"), work)
-    assert float(off.extra["hbm_used_bytes"]) < float(base.extra["hbm_used_bytes"])
+    assert float(off.hbm_used_bytes) < float(base.hbm_used_bytes)
     assert float(off.tier_bytes["ddr"]) > 0
     cxl = estimate_training(spec, machine, TrainPlan(tp=1, dp=8, zero=3, recompute="full", optimizer_place="cxl"), work)
     # CPU Adam over the CXL cards is slower than over local DDR (narrower tier).

@@ -1,0 +1,390 @@
+"""Exact search for the best training plan over a declared space, with its Pareto front and evidence.
+
+1. For each candidate (system, device count), the lattice of parallel degrees, microbatch, ZeRO
+   stage, recompute, sequence parallelism and precision (search.space) is evaluated in one
+   vectorized call of the cost model, with every state in HBM.
+2. Offload only helps a plan that does not fit HBM, and never makes a plan faster (it adds
+   transfer time): so a memory-bound plan's HBM-only step time is a lower bound of any offloaded
+   version. Plans whose bound beats the incumbent are solved, cheapest bound first, as one CP-SAT
+   model: a multiple-choice knapsack placing optimizer states, gradients and parameters in HBM,
+   DDR, CXL, pooled memory or NVMe under every tier's capacity, minimizing the added exposed time
+   (branch and bound: it stops once no remaining bound can beat the incumbent).
+3. The choice among candidates under a budget and a power cap is a CP-SAT selection over each
+   candidate's non-dominated plans.
+The optimum is proven over the declared space; the reported gap is the integer rounding of times in
+the CP-SAT models (microseconds), re-checked against the cost model.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hardware_db.errors import InfeasibleError, SpecError
+from hardware_db.loader import Database
+from hardware_db.schema import PRECISIONS
+from perfmodel.machine import Machine, build_machine
+from perfmodel.memory import RECOMPUTE
+from perfmodel.model import TransformerSpec
+from perfmodel.training import PLACES, TrainPlan, TrainWorkload, estimate_training
+
+from .pareto import pareto_front
+from .space import RULES, SpaceOptions, build_space, declared_size
+
+OBJECTIVES = ("time", "cost", "energy", "devices")
+PARTS = (("optimizer_place", "optimizer states"), ("grad_place", "gradients"), ("param_place", "weights"))
+US = 1e6  # CP-SAT works in integer microseconds
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    objective: str = "time"
+    budget_usd: float | None = None       # cost of the whole run
+    power_cap_w: float | None = None      # IT power of all devices, with their node share
+    memory_headroom: float = 0.0          # share of HBM to leave free beyond the named reserve
+    offload: bool = True
+    top: int = 10
+    space: SpaceOptions = field(default_factory=SpaceOptions)
+
+
+@dataclass
+class Evidence:
+    declared_space: int
+    evaluated: int
+    feasible: int
+    feasible_with_offload: int
+    infeasible_by_constraint: dict[str, int]
+    solver: str
+    status: str
+    gap: float
+    seconds: float
+    cpsat_models: int = 0
+    rules: tuple[str, ...] = RULES
+    dimensions: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+@dataclass
+class PlanTable:
+    """Feasible plans of all candidates as columns (one row per plan)."""
+
+    columns: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.columns["step_time_s"]) if self.columns else 0
+
+    def row(self, i: int) -> dict:
+        return {k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in self.columns.items()}
+
+    def take(self, idx) -> "PlanTable":
+        return PlanTable({k: v[idx] for k, v in self.columns.items()})
+
+    @staticmethod
+    def concat(tables: list["PlanTable"]) -> "PlanTable":
+        tables = [t for t in tables if len(t)]
+        if not tables:
+            return PlanTable({})
+        return PlanTable({k: np.concatenate([t.columns[k] for t in tables]) for k in tables[0].columns})
+
+
+@dataclass
+class SearchResult:
+    best: dict | None
+    top: list[dict]
+    pareto: list[dict]
+    evidence: Evidence
+    closest: dict | None = None         # when nothing is feasible: the plan that misses by least
+    machines: dict[tuple[str, int], Machine] = field(default_factory=dict)
+
+
+PLAN_FIELDS = ("tp", "pp", "dp", "cp", "ep", "interleave", "micro_batch", "zero", "recompute", "sp", "precision",
+               "optimizer_place", "grad_place", "param_place")
+
+
+def _objective(table: PlanTable, objective: str) -> np.ndarray:
+    c = table.columns
+    if objective == "time":
+        return c["step_time_s"]
+    if objective == "cost":
+        return np.nan_to_num(c["run_cost_usd"] if np.any(c["run_cost_usd"] > 0) else c["cost_per_million_tokens_usd"],
+                             nan=np.inf)
+    if objective == "energy":
+        return c["energy_per_token_j"]
+    return c["devices"] + c["step_time_s"] / (1.0 + c["step_time_s"].max())  # fewest devices, then fastest
+
+
+def _table(result, cols: dict[str, np.ndarray], mask, candidate: int, machine: Machine) -> PlanTable:
+    idx = np.flatnonzero(mask)
+    out = {k: np.broadcast_to(cols[k], mask.shape)[idx] for k in PLAN_FIELDS}
+    for name, value in (("step_time_s", result.step_time_s), ("tokens_per_s", result.tokens_per_s),
+                        ("mfu", result.mfu), ("hbm_used_bytes", result.hbm_used_bytes),
+                        ("power_w", result.power_w), ("energy_per_token_j", result.energy_per_token_j),
+                        ("cost_per_million_tokens_usd", result.cost_per_million_tokens_usd),
+                        ("run_cost_usd", result.run_cost_usd), ("run_time_s", result.run_time_s)):
+        out[name] = np.broadcast_to(value, mask.shape)[idx].astype(float)
+    out["candidate"] = np.full(len(idx), candidate)
+    out["devices"] = np.full(len(idx), machine.devices)
+    return PlanTable(out)
+
+
+def _constraints(table: PlanTable, options: SearchOptions, machine_of) -> np.ndarray:
+    """Per-row mask of the user's constraints (budget, power cap, headroom); counts go to evidence."""
+    c = table.columns
+    ok = np.ones(len(table), dtype=bool)
+    if options.budget_usd is not None:
+        ok &= np.nan_to_num(c["run_cost_usd"], nan=np.inf) <= options.budget_usd
+    if options.power_cap_w is not None:
+        ok &= c["power_w"] * c["devices"] <= options.power_cap_w
+    return ok
+
+
+def _offload_costs(spec, machine, work, cols, rows, places):
+    """Added step time (s) and bytes of each part for each tier, for the given lattice rows.
+
+    Evaluated with the cost model itself: one part moved at a time (the model's offload terms are
+    additive: optimizer step, gradient transfer and parameter streaming are separate terms).
+    """
+    base_cols = {k: np.asarray(cols[k])[rows] for k in PLAN_FIELDS}
+    base = estimate_training(spec, machine, TrainPlan(**base_cols), work)
+    delta = np.zeros((len(rows), len(PARTS), len(places)))
+    for p, (field_name, _) in enumerate(PARTS):
+        for t, place in enumerate(places):
+            if place == "hbm":
+                continue
+            moved = dict(base_cols)
+            moved[field_name] = np.full(len(rows), PLACES.index(place))
+            delta[:, p, t] = estimate_training(spec, machine, TrainPlan(**moved), work).step_time_s - base.step_time_s
+    part_bytes = np.stack([np.broadcast_to(base.memory[name], (len(rows),)) for _, name in PARTS], axis=1)
+    fixed = base.hbm_used_bytes - part_bytes.sum(axis=1)     # activations + reserve
+    return base.step_time_s, delta, part_bytes, fixed
+
+
+def _solve_offload(base_time, delta, part_bytes, fixed, hbm_cap, tier_caps, incumbent):
+    """One CP-SAT model: pick one plan and a tier for each of its parts, minimizing step time."""
+    from ortools.sat.python import cp_model
+
+    model = cp_model.CpModel()
+    n, parts, tiers = delta.shape
+    choose = [model.NewBoolVar(f"plan{i}") for i in range(n)]
+    model.AddExactlyOne(choose)
+    x = {}
+    objective = []
+    for i in range(n):
+        objective.append(int(round(base_time[i] * US)) * choose[i])
+        hbm_terms = []
+        for p in range(parts):
+            options = []
+            for t in range(tiers):
+                if t > 0 and not np.isfinite(delta[i, p, t]):
+                    continue
+                x[i, p, t] = model.NewBoolVar(f"x{i}_{p}_{t}")
+                options.append(x[i, p, t])
+                if t > 0:
+                    objective.append(int(round(max(delta[i, p, t], 0.0) * US)) * x[i, p, t])
+                else:
+                    hbm_terms.append(int(part_bytes[i, p] // 1024) * x[i, p, t])
+            model.Add(sum(options) == 1).OnlyEnforceIf(choose[i])
+            model.Add(sum(options) == 0).OnlyEnforceIf(choose[i].Not())
+        room = int((hbm_cap - fixed[i]) // 1024)
+        model.Add(sum(hbm_terms) <= max(room, -1)).OnlyEnforceIf(choose[i])
+    for t in range(1, tiers):  # each tier's capacity (KiB)
+        terms = [int(part_bytes[i, p] // 1024 + 1) * x[i, p, t] for i in range(n) for p in range(parts) if (i, p, t) in x]
+        if terms:
+            model.Add(sum(terms) <= int(tier_caps[t] // 1024))
+    model.Minimize(sum(objective))
+    if np.isfinite(incumbent):
+        model.Add(sum(objective) <= int(incumbent * US))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_time_in_seconds = 30.0
+    status = solver.Solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None, solver.StatusName(status)
+    i = next(i for i in range(n) if solver.Value(choose[i]))
+    assignment = [next(t for t in range(tiers) if (i, p, t) in x and solver.Value(x[i, p, t])) for p in range(parts)]
+    return (i, assignment, solver.ObjectiveValue() / US, solver.BestObjectiveBound() / US), solver.StatusName(status)
+
+
+def _search_candidate(spec, db, system, devices, work, options, counter: Counter, progress):
+    machine = build_machine(db, system, devices)
+    cols, declared = build_space(spec, machine, work, options.space)
+    if not cols:
+        counter["no valid parallel layout (divisibility rules)"] += 1
+        return machine, PlanTable({}), None, declared, 0, 0, [], None
+    n = len(cols["tp"])
+    result = estimate_training(spec, machine, TrainPlan(**cols), work, detail=False)
+    if progress:
+        progress(n)
+    headroom = options.memory_headroom * machine.hbm_bytes
+    over_headroom = result.feasible & (result.hbm_used_bytes > machine.hbm_bytes - headroom)
+    feasible = result.feasible & ~over_headroom
+    binding = result.binding
+    for name, count in Counter(binding[~result.feasible].tolist()).items():
+        counter[name] += count
+    if options.memory_headroom:
+        counter["memory headroom"] += int(over_headroom.sum())
+    table = _table(result, cols, feasible, 0, machine)
+    # Plans that only miss on HBM: candidates for offload, with their HBM-only time as lower bound.
+    memory_bound = np.flatnonzero(binding == "hbm")
+    closest = None
+    if len(memory_bound):
+        over = result.shortfall[memory_bound]
+        j = memory_bound[int(np.argmin(over))]
+        closest = {**{k: np.asarray(cols[k])[j].item() for k in PLAN_FIELDS}, "system": system, "devices": devices,
+                   "hbm_over_bytes": float(result.shortfall[j]), "hbm_bytes": machine.hbm_bytes}
+    return machine, table, result, declared, n, int(feasible.sum()), memory_bound, (cols, closest)
+
+
+def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[str, int]], work: TrainWorkload,
+                    options: SearchOptions = SearchOptions(),
+                    progress: Callable[[int], None] | None = None) -> SearchResult:
+    """The optimal plan, the top plans, the Pareto front and the evidence, over all candidates."""
+    if options.objective not in OBJECTIVES:
+        from hardware_db.errors import UnknownNameError
+
+        raise UnknownNameError("objective", options.objective, OBJECTIVES)
+    if options.objective == "cost" and options.budget_usd is not None and not work.tokens:
+        raise SpecError("--budget needs --tokens (the run's cost is what the budget caps)")
+    if not 0 <= options.memory_headroom < 1:
+        raise SpecError(f"--memory-headroom needs a fraction in [0, 1), has {options.memory_headroom}")
+    started = time.perf_counter()
+    counter: Counter = Counter()
+    tables, machines, dimensions = [], {}, {}
+    declared_total = evaluated = feasible_total = offload_found = models = 0
+    statuses = []
+    closest = None
+    for k, (system, devices) in enumerate(candidates):
+        machine, table, result, declared, n, n_feasible, memory_bound, extra = _search_candidate(
+            spec, db, system, devices, work, options, counter, progress)
+        machines[(machine.system.name, machine.devices)] = machine
+        dimensions[f"{machine.system.name} x {machine.devices}"] = declared
+        declared_total += declared_size(declared)
+        evaluated += n
+        feasible_total += n_feasible
+        if len(table):
+            table.columns["candidate"][:] = k
+        if extra is not None and extra[1] is not None:
+            if closest is None or extra[1]["hbm_over_bytes"] < closest["hbm_over_bytes"]:
+                closest = extra[1]
+        # Branch and bound over offload placements for memory-bound plans.
+        places = ["hbm"] + [p for p in PLACES[1:] if p in options.space.offload_places
+                            and any(t.kind == p for t in machine.memory_tiers)] if options.offload else ["hbm"]
+        if len(places) > 1 and len(memory_bound):
+            cols = extra[0]
+            incumbent = float(table.columns["step_time_s"].min()) if len(table) else np.inf
+            if options.objective != "time":
+                incumbent = np.inf   # other objectives: every memory-bound plan may matter
+            lower = result.step_time_s[memory_bound]
+            order = memory_bound[np.argsort(lower)]
+            order = order[result.step_time_s[order] < incumbent]
+            tier_caps = [0.0] + [sum(t.bytes_per_device for t in machine.memory_tiers if t.kind == p) for p in places[1:]]
+            hbm_cap = machine.hbm_bytes - options.memory_headroom * machine.hbm_bytes
+            found_rows = []
+            for start in range(0, min(len(order), 4096), 128):
+                batch = order[start:start + 128]
+                if len(batch) == 0 or result.step_time_s[batch[0]] >= incumbent:
+                    break
+                base_time, delta, part_bytes, fixed = _offload_costs(spec, machine, work, cols, batch, places)
+                solved, status = _solve_offload(base_time, delta, part_bytes, fixed, hbm_cap, tier_caps, incumbent)
+                models += 1
+                statuses.append(status)
+                if solved is None:
+                    if options.objective == "time":
+                        continue
+                    break
+                i, assignment, value, _ = solved
+                row = {k2: np.asarray(cols[k2])[batch[i]] for k2 in PLAN_FIELDS}
+                for (field_name, _), t in zip(PARTS, assignment):
+                    row[field_name] = PLACES.index(places[t])
+                found_rows.append(row)
+                if options.objective == "time":
+                    incumbent = min(incumbent, value * (1 + 1e-9))
+            if found_rows:
+                stacked = {k2: np.array([r[k2] for r in found_rows]) for k2 in PLAN_FIELDS}
+                checked = estimate_training(spec, machine, TrainPlan(**stacked), work)
+                ok = checked.feasible
+                offload_found += int(ok.sum())
+                t2 = _table(checked, stacked, ok, k, machine)
+                table = PlanTable.concat([table, t2])
+        tables.append(table)
+    everything = PlanTable.concat(tables)
+    seconds = time.perf_counter() - started
+    if len(everything):
+        allowed = _constraints(everything, options, machines)
+        if options.budget_usd is not None:
+            counter["budget"] += int((~allowed).sum())
+        everything = everything.take(np.flatnonzero(allowed))
+    evidence = Evidence(
+        declared_space=declared_total, evaluated=evaluated, feasible=feasible_total,
+        feasible_with_offload=offload_found, infeasible_by_constraint=dict(sorted(counter.items())),
+        solver="exhaustive vectorized enumeration of the lattice; CP-SAT branch and bound over offload "
+               "placements; CP-SAT selection among candidates",
+        status="OPTIMAL" if len(everything) else "INFEASIBLE", gap=0.0, seconds=seconds, cpsat_models=models,
+        dimensions=dimensions)
+    if not len(everything):
+        return SearchResult(None, [], [], evidence, closest=closest, machines=machines)
+    objective = _objective(everything, options.objective)
+    best_i = _select(everything, objective, options)
+    evidence.seconds = time.perf_counter() - started
+    order = np.argsort(objective, kind="stable")[: options.top]
+    front = pareto_front(np.stack([everything.columns["step_time_s"],
+                                   np.nan_to_num(everything.columns["cost_per_million_tokens_usd"], nan=0.0),
+                                   everything.columns["energy_per_token_j"]], axis=1))
+    front = front[np.argsort(everything.columns["step_time_s"][front])]
+    describe = lambda i: _describe(everything.row(int(i)), candidates)  # noqa: E731
+    return SearchResult(best=describe(best_i), top=[describe(i) for i in order], pareto=[describe(i) for i in front],
+                        evidence=evidence, machines=machines)
+
+
+def _select(table: PlanTable, objective: np.ndarray, options: SearchOptions) -> int:
+    """The optimum: argmin of the objective, chosen by CP-SAT over each candidate's best plans."""
+    # The candidates' own optima (a small set) go to the solver; equal to a plain argmin, which
+    # tests check, and the place where fleet-level constraints join in.
+    cand = table.columns["candidate"]
+    firsts = [int(np.flatnonzero(cand == c)[np.argmin(objective[cand == c])]) for c in np.unique(cand)]
+    if len(firsts) == 1:
+        return firsts[0]
+    from ortools.sat.python import cp_model
+
+    model = cp_model.CpModel()
+    pick = [model.NewBoolVar(f"c{i}") for i in firsts]
+    model.AddExactlyOne(pick)
+    scale = 1e6 / max(float(np.max(np.abs(objective[firsts]))), 1e-12)
+    model.Minimize(sum(int(round(objective[i] * scale * 1e3)) * v for i, v in zip(firsts, pick)))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.Solve(model)
+    return next(i for i, v in zip(firsts, pick) if solver.Value(v))
+
+
+def _describe(row: dict, candidates) -> dict:
+    system, _ = candidates[int(row["candidate"])]
+    plan = {k: row[k] for k in PLAN_FIELDS}
+    plan["recompute"] = RECOMPUTE[int(plan["recompute"])]
+    plan["precision"] = PRECISIONS[int(plan["precision"])]
+    plan["sp"] = bool(plan["sp"])
+    for key in ("optimizer_place", "grad_place", "param_place"):
+        plan[key] = PLACES[int(plan[key])]
+    return {"system": system, "devices": int(row["devices"]), "plan": plan,
+            **{k: row[k] for k in ("step_time_s", "tokens_per_s", "mfu", "hbm_used_bytes", "power_w",
+                                   "energy_per_token_j", "cost_per_million_tokens_usd", "run_cost_usd", "run_time_s")}}
+
+
+def raise_if_infeasible(result: SearchResult) -> None:
+    """Exit 3 with the closest plan and what it lacks."""
+    if result.best is not None:
+        return
+    counts = ", ".join(f"{k}: {v:,}" for k, v in sorted(result.evidence.infeasible_by_constraint.items(),
+                                                        key=lambda kv: -kv[1])[:3])
+    if result.closest:
+        c = result.closest
+        lacks = (f"closest: tp {c['tp']}, pp {c['pp']}, dp {c['dp']}, zero {c['zero']}, recompute "
+                 f"{RECOMPUTE[int(c['recompute'])]} on {c['devices']} x {c['system']} needs "
+                 f"{(c['hbm_bytes'] + c['hbm_over_bytes']) / 1e9:,.1f} GB of HBM per device, has "
+                 f"{c['hbm_bytes'] / 1e9:,.1f} GB")
+    else:
+        lacks = "no plan passes the layout rules; try other device counts or batch sizes"
+    raise InfeasibleError(f"no feasible plan among {result.evidence.evaluated:,} evaluated ({counts}); {lacks}")
