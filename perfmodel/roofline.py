@@ -27,12 +27,21 @@ def roofline(flops, bytes_moved, flops_per_s, bytes_per_s):
 
 @dataclass(frozen=True)
 class Op:
-    """One operator of one layer for one device: FLOPs, HBM bytes, and whether it is a GEMM."""
+    """One operator of one layer for one device: FLOPs, HBM bytes, and the unit that runs it.
+
+    ``unit`` is "gemm" (weight GEMMs, at the plan's GEMM precision), "attention" (QK^T and PV:
+    bf16 in FlashAttention-style kernels unless the KV cache is fp8) or "vector" (elementwise,
+    memory bound).
+    """
 
     name: str
     flops: np.ndarray
     bytes: np.ndarray
-    gemm: bool
+    unit: str
+
+    @property
+    def gemm(self) -> bool:
+        return self.unit != "vector"
 
 
 def kv_width_per_device(spec: TransformerSpec, tp):
@@ -71,7 +80,7 @@ def layer_ops(spec: TransformerSpec, tokens, context, tp, sp, weight_bytes=2.0, 
         # 2 FLOP per multiply-add; bytes: weights once, input and output activations once.
         flops = 2.0 * tokens_in * params
         moved = params * weight_bytes + tokens_in * (width_in + width_out) * act_bytes
-        ops.append(Op(name, flops, moved, True))
+        ops.append(Op(name, flops, moved, "gemm"))
 
     attn_params = spec.attention_params / t
     q_w = spec.num_heads * (spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim if spec.mla else spec.dim_head)
@@ -90,12 +99,12 @@ def layer_ops(spec: TransformerSpec, tokens, context, tp, sp, weight_bytes=2.0, 
     core_bytes = io + kv_io
     if not decode:  # without FlashAttention: QK^T written, softmax read and written, read for PV
         core_bytes = core_bytes + np.where(flash, 0.0, 4.0 * spec.num_heads / t * n * ctx * act_bytes)
-    ops.append(Op("attention core", core_flops, core_bytes, True))
+    ops.append(Op("attention core", core_flops, core_bytes, "attention"))
     gemm("output projection", proj_params, n, out_w / t, h)
     if moe_layer and spec.moe:
         m = spec.moe
         ops.append(Op("router", 2.0 * n * h * m.num_experts, h * m.num_experts * weight_bytes + n * h * act_bytes,
-                      True))
+                      "gemm"))
         held = m.num_experts / np.maximum(np.asarray(ep, dtype=float), 1.0)
         read = held if experts_read is None else np.minimum(experts_read, held)
         routed_tokens = n * m.top_k / np.maximum(np.asarray(ep, dtype=float), 1.0) * expert_tokens_scale
@@ -103,7 +112,7 @@ def layer_ops(spec: TransformerSpec, tokens, context, tp, sp, weight_bytes=2.0, 
         flops = 2.0 * routed_tokens * per_expert + 2.0 * n * m.num_shared_experts * per_expert
         moved = (read + m.num_shared_experts) * per_expert * weight_bytes \
             + (routed_tokens + n * m.num_shared_experts) * 2 * h * act_bytes
-        ops.append(Op("experts", flops, moved, True))
+        ops.append(Op("experts", flops, moved, "gemm"))
         f_tokens = (routed_tokens + n * m.num_shared_experts) * m.expert_ffn_hidden_size / t
     else:
         gemm("mlp", spec.dense_mlp_params / t, n, h, h)
@@ -112,7 +121,7 @@ def layer_ops(spec: TransformerSpec, tokens, context, tp, sp, weight_bytes=2.0, 
     # function (gated: read gate and up, write product; plain: read and write) - memory bound.
     per_f = 3.0 if spec.mlp == "gated" else 2.0
     elementwise = (n * h * 8.0 / norm_shard + f_tokens * per_f) * act_bytes
-    ops.append(Op("norms and activations", 10.0 * n * h / norm_shard + 4.0 * f_tokens, elementwise, False))
+    ops.append(Op("norms and activations", 10.0 * n * h / norm_shard + 4.0 * f_tokens, elementwise, "vector"))
     return ops
 
 
@@ -122,7 +131,7 @@ def lm_head_ops(spec: TransformerSpec, tokens, tp, weight_bytes=2.0, act_bytes=2
     n = np.asarray(tokens, dtype=float)
     params = spec.vocab_size * spec.hidden_size / t
     ops = [Op("lm head", 2.0 * n * params, params * weight_bytes + n * (spec.hidden_size + spec.vocab_size / t)
-              * act_bytes, True)]
+              * act_bytes, "gemm")]
     if with_loss:
-        ops.append(Op("cross entropy", 5.0 * n * spec.vocab_size / t, 3.0 * 4.0 * n * spec.vocab_size / t, False))
+        ops.append(Op("cross entropy", 5.0 * n * spec.vocab_size / t, 3.0 * 4.0 * n * spec.vocab_size / t, "vector"))
     return ops

@@ -98,10 +98,10 @@ def _gemm_rate(machine: Machine, weight_precision: str, activation: str) -> floa
     return machine.flops(rate)
 
 
-def _ops_time(ops: list[Op], machine: Machine, flops_per_s, times: dict, bounds: dict, scale, prefix: str):
+def _ops_time(ops: list[Op], machine: Machine, rates: dict, times: dict, bounds: dict, scale, prefix: str):
     total = 0.0
     for op in ops:
-        t, cb = roofline(op.flops, op.bytes, flops_per_s if op.gemm else np.inf, machine.hbm_bytes_per_s)
+        t, cb = roofline(op.flops, op.bytes, rates[op.unit], machine.hbm_bytes_per_s)
         times[prefix + op.name] = times.get(prefix + op.name, 0.0) + t * scale
         bounds[prefix + op.name] = cb
         total = total + t * scale
@@ -121,7 +121,9 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
             from hardware_db.errors import UnknownNameError
 
             raise UnknownNameError(f"{what} precision", value, allowed)
-    gemm_rate = _gemm_rate(machine, wp, ap)
+    # Attention (QK^T, PV) runs in bf16, or fp8 with an fp8 KV cache where the device has fp8.
+    attention = "fp8" if kvp == "fp8" and machine.supports("fp8") else "bf16"
+    rates = {"gemm": _gemm_rate(machine, wp, ap), "attention": machine.flops(attention), "vector": np.inf}
     w_bytes, kv_bytes = BYTES_PER_ELEMENT[wp], BYTES_PER_ELEMENT[kvp]
     act_bytes = 1.0 if ap == "a8" else 0.5 if ap == "a4" else 2.0
     tp, pp, ep, dpa = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (plan.tp, plan.pp, plan.ep,
@@ -149,17 +151,17 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
         read = held * distinct_experts(spec.moe.num_experts, spec.moe.top_k, experts_tokens) \
             / spec.moe.num_experts if moe else None
         dense = _ops_time(layer_ops(spec, tokens_local, context, tp, True, w_bytes, act_bytes, flash=True,
-                                    decode=decode, kv_bytes=kv_bytes), machine, gemm_rate, times, bounds,
+                                    decode=decode, kv_bytes=kv_bytes), machine, rates, times, bounds,
                           layers * (1 - moe_frac), prefix)
         total = dense
         if moe:
             total = total + _ops_time(layer_ops(spec, tokens_local, context, tp, True, w_bytes, act_bytes,
                                                 moe_layer=True, ep=ep, experts_read=read, decode=decode,
                                                 kv_bytes=kv_bytes, expert_tokens_scale=imbalance * dpa),
-                                      machine, gemm_rate, times, bounds, layers * moe_frac, prefix)
+                                      machine, rates, times, bounds, layers * moe_frac, prefix)
         head_tokens = local_batch if decode else local_batch  # logits of the last position only
         total = total + _ops_time(lm_head_ops(spec, head_tokens, tp, w_bytes, act_bytes, with_loss=False),
-                                  machine, gemm_rate, times, bounds, 1.0 / pp, prefix)
+                                  machine, rates, times, bounds, 1.0 / pp, prefix)
         act = tokens_local * h * 2.0
         comm_tp = layers * 2.0 * topo.all_reduce(act, 1, tp)
         # Dispatch at the GEMM input width (fp8 with W8A8), combine in bf16.

@@ -123,9 +123,11 @@ def _layers_per_stage(spec: TransformerSpec, pp):
 
 
 def _sum_ops(ops: list[Op], machine: Machine, flops_per_s, prefix: str, times: dict, bounds: dict, scale):
+    # Attention runs in bf16 even in fp8 training (Transformer Engine keeps the core in bf16).
+    rates = {"gemm": flops_per_s, "attention": machine.flops("bf16"), "vector": np.inf}
     total = 0.0
     for op in ops:
-        t, compute_bound = roofline(op.flops, op.bytes, flops_per_s if op.gemm else np.inf, machine.hbm_bytes_per_s)
+        t, compute_bound = roofline(op.flops, op.bytes, rates[op.unit], machine.hbm_bytes_per_s)
         key = f"{prefix}{op.name}"
         times[key] = times.get(key, 0.0) + t * scale
         bounds[key] = compute_bound
