@@ -29,6 +29,9 @@ estimate_app = typer.Typer(help="Evaluate one given plan: time, memory, energy a
 app.add_typer(hardware_app, name="hardware")
 app.add_typer(models_app, name="models")
 app.add_typer(estimate_app, name="estimate")
+plan_app = typer.Typer(help="Search for the best plan: the optimum, the Pareto front and the proof. "
+                            "With no subcommand, runs a built-in example.", invoke_without_command=True)
+app.add_typer(plan_app, name="plan")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 HardwareDb = Annotated[Optional[list[Path]], typer.Option(
@@ -174,6 +177,61 @@ def estimate_serve(
 
     spec, machine, plan, work = serve_inputs(database(ctx), locals())
     render.estimate_serve(spec, machine, plan, work, json_out)
+
+
+# --- plan ------------------------------------------------------------------------------------
+
+DEFAULT_PLAN = {"model": "llama-3.1-70b", "system": ["dgx-h100"], "devices": [64], "global_batch": 512,
+                "seq_len": 8192, "tokens": 1e12}
+
+
+@plan_app.callback()
+def plan_default(ctx: typer.Context, json_out: JsonFlag = False) -> None:
+    """Run the built-in example: Llama 3.1 70B on 64 H100s, 512 x 8K-token batches, 1T tokens."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from . import render
+    from .inputs import plan_train_inputs
+
+    flags = {**DEFAULT_PLAN, "max_devices": None, "objective": "time", "budget": None, "power_cap_kw": None,
+             "memory_headroom": 0.0, "precisions": "bf16,fp8", "offload": True, "top": 5, "pareto": False,
+             "timing": False}
+    db = database(ctx)
+    render.plan_train(db, *plan_train_inputs(db, flags), json_out=json_out, pareto=False, timing=False)
+
+
+@plan_app.command("train")
+def plan_train(
+    ctx: typer.Context,
+    model: Model = DEFAULT_PLAN["model"],
+    system: Annotated[Optional[list[str]], typer.Option(
+        "--system", help="Candidate system (repeatable: the search also chooses among them).")] = None,
+    devices: Annotated[Optional[list[int]], typer.Option(
+        "--devices", help="Candidate device count (repeatable; default: one node, or the node multiples up to "
+                          "--max-devices).")] = None,
+    max_devices: Annotated[Optional[int], typer.Option(help="Largest device count to consider.")] = None,
+    global_batch: Annotated[int, typer.Option(help="Sequences per optimizer step.")] = DEFAULT_PLAN["global_batch"],
+    seq_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = DEFAULT_PLAN["seq_len"],
+    tokens: Annotated[float, typer.Option(help="Training tokens of the run.")] = DEFAULT_PLAN["tokens"],
+    objective: Annotated[str, typer.Option(help="time, cost, energy or devices.")] = "time",
+    budget: Annotated[Optional[float], typer.Option(help="Largest cost of the whole run, USD.")] = None,
+    power_cap_kw: Annotated[Optional[float], typer.Option(help="Largest IT power of all devices, kW.")] = None,
+    memory_headroom: Annotated[float, typer.Option(help="Share of HBM to keep free beyond the reserve.")] = 0.0,
+    precisions: Annotated[str, typer.Option(help="Allowed GEMM precisions, comma separated.")] = "bf16,fp8",
+    offload: Annotated[bool, typer.Option("--offload/--no-offload", help="Consider offloading state.")] = True,
+    top: Annotated[int, typer.Option(help="How many of the best plans to list.")] = 5,
+    pareto: Annotated[bool, typer.Option("--pareto", help="Show the Pareto front over time, cost, energy.")] = False,
+    timing: Annotated[bool, typer.Option("--timing", help="Include seconds spent in --json.")] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Find the optimal training plan over the whole declared space, with its proof."""
+    from . import render
+    from .inputs import plan_train_inputs
+
+    flags = dict(locals())
+    flags["system"] = system or DEFAULT_PLAN["system"]
+    db = database(ctx)
+    render.plan_train(db, *plan_train_inputs(db, flags), json_out=json_out, pareto=pareto, timing=timing)
 
 
 # --- validate --------------------------------------------------------------------------------

@@ -65,3 +65,57 @@ def serve_inputs(db, flags: dict[str, Any]):
                      batch=flags["batch"], weight_precision=flags["weight_precision"],
                      activation_precision=flags["activation_precision"], kv_precision=flags["kv_precision"])
     return spec, machine, plan, ServeWorkload(flags["input_len"], flags["output_len"])
+
+
+def device_candidates(db, systems: list[str], devices: list[int] | None, max_devices: int | None):
+    """(system, devices) pairs: the given counts, or node multiples (powers of two) up to --max-devices."""
+    pairs = []
+    for name in systems:
+        per_node = db.system(name).devices_per_node
+        if devices:
+            counts = devices
+        elif max_devices:
+            counts, nodes = [], 1
+            while nodes * per_node <= max_devices:
+                counts.append(nodes * per_node)
+                nodes *= 2
+            if max_devices // per_node * per_node not in counts and max_devices >= per_node:
+                counts.append(max_devices // per_node * per_node)
+            counts = counts or [max_devices]
+        else:
+            counts = [per_node]
+        pairs += [(name, int(n)) for n in counts if not max_devices or n <= max_devices]
+    if not pairs:
+        raise SpecError(f"no device count at most --max-devices {max_devices}")
+    return pairs
+
+
+def plan_train_inputs(db, flags: dict[str, Any]):
+    from perfmodel.catalog import load_model
+    from perfmodel.training import TrainWorkload
+    from search.space import SpaceOptions
+    from search.train import OBJECTIVES, SearchOptions
+
+    for name in ("devices",):
+        for value in flags[name] or []:
+            if value < 1 or value > 10_000_000:
+                raise SpecError(f"--devices needs 1 to 10,000,000, has {value}")
+    _positive(flags, "max_devices", "global_batch", "seq_len", "top")
+    _choice(flags, "objective", OBJECTIVES)
+    if not 0 <= flags["tokens"] < 1e18:
+        raise SpecError(f"--tokens needs 0 to 1e18, has {flags['tokens']:g}")
+    for name in ("budget", "power_cap_kw"):
+        if flags[name] is not None and not 0 < flags[name] < 1e15:
+            raise SpecError(f"--{name.replace('_', '-')} needs a positive number, has {flags[name]:g}")
+    precisions = tuple(p.strip() for p in flags["precisions"].split(",") if p.strip())
+    for p in precisions:
+        if p not in ("bf16", "fp16", "fp8"):
+            raise UnknownNameError("--precisions value", p, ("bf16", "fp16", "fp8"))
+    spec = load_model(flags["model"])
+    pairs = device_candidates(db, list(flags["system"]), flags["devices"], flags["max_devices"])
+    options = SearchOptions(objective=flags["objective"], budget_usd=flags["budget"],
+                            power_cap_w=flags["power_cap_kw"] * 1e3 if flags["power_cap_kw"] else None,
+                            memory_headroom=flags["memory_headroom"], offload=flags["offload"], top=flags["top"],
+                            space=SpaceOptions(precisions=precisions or ("bf16",)))
+    work = TrainWorkload(flags["global_batch"], flags["seq_len"], flags["tokens"])
+    return spec, pairs, work, options

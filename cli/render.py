@@ -403,3 +403,102 @@ def validate(db, calibrate: bool, json_out: bool) -> None:
     if fitted:
         console.print(f"refit of framework-gemm-efficiency on {fitted['cases']} calibration cases: "
                       f"{fitted['value']:.3f} (MAPE {fitted['mape_before']:.1%} at 1.0 -> {fitted['mape_after']:.1%})")
+
+
+# --- plan ------------------------------------------------------------------------------------
+
+class _LateProgress:
+    """A progress bar on stderr that appears only once a search has run for a second."""
+
+    def __init__(self, total: int, what: str):
+        import time
+
+        self.total, self.what, self.done = total, what, 0
+        self.started = time.perf_counter()
+        self.bar = None
+
+    def __call__(self, evaluated: int) -> None:
+        import time
+
+        self.done += 1
+        if self.bar is None and time.perf_counter() - self.started > 1.0 and self.done < self.total:
+            from rich.progress import Progress
+
+            self.bar = Progress(console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(self.what, total=self.total, completed=self.done)
+        elif self.bar is not None:
+            self.bar.update(self.task, completed=self.done)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _plan_text(q: dict) -> str:
+    """A plan in one line: tp, pp x interleave, dp, cp, ep, micro-batch, zero, recompute, sp, precision, offload."""
+    text = (f"tp{q['tp']} pp{q['pp']}x{q['interleave']} dp{q['dp']} cp{q['cp']} ep{q['ep']} mb{q['micro_batch']} "
+            f"zero{q['zero']} {q['recompute']} {'sp ' if q['sp'] else ''}{q['precision']}")
+    places = [f"{name}:{q[key]}" for key, name in (("optimizer_place", "opt"), ("grad_place", "grad"),
+                                                    ("param_place", "param")) if q[key] != "hbm"]
+    return text + (" offload " + ",".join(places) if places else "")
+
+
+def _plans_table(title: str, plans: list[dict], cost_label: str) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("#", "where", "plan", "step", "MFU", cost_label, "J/token"):
+        table.add_column(col, justify="left" if col in ("where", "plan") else "right",
+                         overflow="fold" if col == "plan" else "ellipsis")
+    for i, p in enumerate(plans, start=1):
+        cost = p["run_cost_usd"] if p["run_cost_usd"] else p["cost_per_million_tokens_usd"]
+        table.add_row(str(i), f"{p['devices']:,} x {p['system']}", _plan_text(p["plan"]), _seconds(p["step_time_s"]),
+                      f"{p['mfu']:.1%}", _usd(cost), fmt(p["energy_per_token_j"]))
+    return table
+
+
+def _evidence_json(evidence, timing: bool) -> dict:
+    data = dict(vars(evidence))
+    data["rules"] = list(data["rules"])
+    if not timing:
+        data.pop("seconds")  # keeps --json byte-reproducible; --timing adds it
+    return data
+
+
+def plan_train(db, spec, pairs, work, options, json_out: bool, pareto: bool, timing: bool) -> None:
+    from perfmodel.training import TrainPlan
+    from search.train import raise_if_infeasible, search_training
+
+    progress = _LateProgress(len(pairs), f"planning {spec.name}")
+    try:
+        result = search_training(spec, db, pairs, work, options, progress=progress)
+    finally:
+        progress.close()
+    raise_if_infeasible(result)
+    if json_out:
+        emit_json({"model": spec.name, "objective": options.objective, "candidates": [list(p) for p in pairs],
+                   "workload": vars(work), "best": result.best, "top": result.top,
+                   **({"pareto": result.pareto} if pareto else {}), "evidence": _evidence_json(result.evidence, timing)})
+        return
+    best = result.best
+    cost_label = "run cost" if work.tokens else "$/M tokens"
+    console.print(f"{spec.display_name or spec.name}: {work.global_batch:,} sequences x {work.seq_len:,} tokens per "
+                  f"step" + (f", {work.tokens:,.3g} tokens" if work.tokens else "") + f"; objective: {options.objective}",
+                  style="bold", markup=False)
+    console.print(_plans_table("optimal plan", [best], cost_label))
+    console.print(_plans_table(f"top {len(result.top)} plans", result.top, cost_label))
+    if pareto:
+        console.print(_plans_table("Pareto front (step time, cost per token, energy per token)", result.pareto,
+                                   cost_label))
+    e = result.evidence
+    rows = [("declared space (before the validity rules)", f"{e.declared_space:,}"),
+            ("lattice plans evaluated", f"{e.evaluated:,}"), ("feasible in HBM", f"{e.feasible:,}"),
+            ("feasible with offload (branch and bound)", f"{e.feasible_with_offload:,}"),
+            ("CP-SAT models solved", f"{e.cpsat_models:,}")]
+    rows += [(f"infeasible: {k}", f"{v:,}") for k, v in e.infeasible_by_constraint.items()]
+    rows += [("solver", e.solver), ("status", e.status), ("optimality gap", f"{e.gap:.1%}"),
+             ("seconds", f"{e.seconds:.2f}")]
+    console.print(_kv_table("evidence", rows))
+    console.print("validity rules: " + "; ".join(e.rules), markup=False, style="dim")
+    machine = result.machines[(best["system"], best["devices"])]
+    console.print()
+    estimate_train(spec, machine, TrainPlan(**best["plan"]), work, json_out=False)

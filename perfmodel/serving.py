@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hardware_db.schema import BYTES_PER_ELEMENT, PRECISIONS
+from hardware_db.schema import BYTES_PER_ELEMENT
 
 from .machine import Machine
 from .memory import kv_cache_bytes_per_device

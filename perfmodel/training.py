@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hardware_db.schema import BYTES_PER_ELEMENT, PRECISIONS
+from hardware_db.schema import PRECISIONS
 
 from .machine import Machine
 from .memory import (ADAM_STATE_BYTES, GRAD_BYTES, RECOMPUTE, WEIGHT_BYTES, activation_bytes_per_layer,
@@ -337,7 +337,8 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     tokens_per_step = gb * s
     tokens_per_s = tokens_per_step / step
     model_flops = spec.training_flops_per_token(s) * tokens_per_step
-    peak = machine.peak_flops.get("bf16", max(machine.peak_flops.values()))
+    # Utilization against the dense peak of the precision the GEMMs run at (fp8 plans against fp8).
+    peak = np.array([machine.peak_flops.get(p, np.nan) for p in PRECISIONS])[c["precision"]]
     mfu = model_flops / (step * machine.devices * peak)
     # Hardware FLOPs add what recompute re-executes: the whole forward (full) or the attention
     # core's forward (selective; Korthikanti et al. 2022 Sec. 5, 4 x layers x s x width per token).

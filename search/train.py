@@ -130,7 +130,7 @@ def _table(result, cols: dict[str, np.ndarray], mask, candidate: int, machine: M
     return PlanTable(out)
 
 
-def _constraints(table: PlanTable, options: SearchOptions, machine_of) -> np.ndarray:
+def _constraints(table: PlanTable, options: SearchOptions) -> np.ndarray:
     """Per-row mask of the user's constraints (budget, power cap, headroom); counts go to evidence."""
     c = table.columns
     ok = np.ones(len(table), dtype=bool)
@@ -208,34 +208,88 @@ def _solve_offload(base_time, delta, part_bytes, fixed, hbm_cap, tier_caps, incu
     return (i, assignment, solver.ObjectiveValue() / US, solver.BestObjectiveBound() / US), solver.StatusName(status)
 
 
-def _search_candidate(spec, db, system, devices, work, options, counter: Counter, progress):
+@dataclass
+class _Candidate:
+    """What the lattice evaluation of one (system, devices) candidate leaves for the rest."""
+
+    machine: Machine
+    table: PlanTable
+    declared: dict[str, int]
+    evaluated: int = 0
+    feasible: int = 0
+    offloaded: int = 0
+    closest: dict | None = None
+    cpsat_models: int = 0
+
+
+def _evaluate_candidate(spec, db, system, devices, work, options, counter: Counter, progress, k: int) -> _Candidate:
+    """Evaluate one candidate's lattice, then add the offloaded plans that can beat its incumbent."""
     machine = build_machine(db, system, devices)
     cols, declared = build_space(spec, machine, work, options.space)
     if not cols:
         counter["no valid parallel layout (divisibility rules)"] += 1
-        return machine, PlanTable({}), None, declared, 0, 0, [], None
+        return _Candidate(machine, PlanTable({}), declared)
     n = len(cols["tp"])
     result = estimate_training(spec, machine, TrainPlan(**cols), work, detail=False)
     if progress:
         progress(n)
-    headroom = options.memory_headroom * machine.hbm_bytes
-    over_headroom = result.feasible & (result.hbm_used_bytes > machine.hbm_bytes - headroom)
+    over_headroom = result.feasible & (result.hbm_used_bytes > machine.hbm_bytes * (1 - options.memory_headroom))
     feasible = result.feasible & ~over_headroom
     binding = result.binding
-    for name, count in Counter(binding[~result.feasible].tolist()).items():
-        counter[name] += count
+    counter.update(binding[~result.feasible].tolist())
     if options.memory_headroom:
         counter["memory headroom"] += int(over_headroom.sum())
-    table = _table(result, cols, feasible, 0, machine)
-    # Plans that only miss on HBM: candidates for offload, with their HBM-only time as lower bound.
+    out = _Candidate(machine, _table(result, cols, feasible, k, machine), declared, n, int(feasible.sum()))
     memory_bound = np.flatnonzero(binding == "hbm")
-    closest = None
     if len(memory_bound):
-        over = result.shortfall[memory_bound]
-        j = memory_bound[int(np.argmin(over))]
-        closest = {**{k: np.asarray(cols[k])[j].item() for k in PLAN_FIELDS}, "system": system, "devices": devices,
-                   "hbm_over_bytes": float(result.shortfall[j]), "hbm_bytes": machine.hbm_bytes}
-    return machine, table, result, declared, n, int(feasible.sum()), memory_bound, (cols, closest)
+        j = memory_bound[int(np.argmin(result.shortfall[memory_bound]))]
+        out.closest = {**{f: np.asarray(cols[f])[j].item() for f in PLAN_FIELDS}, "system": machine.system.name,
+                       "devices": devices, "hbm_over_bytes": float(result.shortfall[j]),
+                       "hbm_bytes": machine.hbm_bytes}
+    places = ["hbm"] + [p for p in PLACES[1:] if p in options.space.offload_places
+                        and any(t.kind == p for t in machine.memory_tiers)]
+    if options.offload and len(places) > 1 and len(memory_bound):
+        rows, models = _offload_branch_and_bound(spec, machine, work, cols, result, memory_bound, places, out.table,
+                                                  options)
+        out.cpsat_models = models
+        if rows:
+            stacked = {f: np.array([r[f] for r in rows]) for f in PLAN_FIELDS}
+            checked = estimate_training(spec, machine, TrainPlan(**stacked), work)
+            out.offloaded = int(checked.feasible.sum())
+            out.table = PlanTable.concat([out.table, _table(checked, stacked, checked.feasible, k, machine)])
+    return out
+
+
+def _offload_branch_and_bound(spec, machine, work, cols, result, memory_bound, places, table, options):
+    """Offloaded versions of memory-bound plans that can beat the incumbent, cheapest bound first.
+
+    A memory-bound plan's HBM-only step time bounds every offloaded version from below, so plans
+    are taken in order of that bound, 128 per CP-SAT model, until no bound beats the incumbent
+    (for the time objective; for the others every memory-bound plan is a candidate, 4,096 at most).
+    """
+    time_objective = options.objective == "time"
+    incumbent = float(table.columns["step_time_s"].min()) if len(table) and time_objective else np.inf
+    order = memory_bound[np.argsort(result.step_time_s[memory_bound], kind="stable")]
+    tier_caps = [0.0] + [sum(t.bytes_per_device for t in machine.memory_tiers if t.kind == p) for p in places[1:]]
+    hbm_cap = machine.hbm_bytes * (1 - options.memory_headroom)
+    rows, models = [], 0
+    for start in range(0, min(len(order), 4096), 128):
+        batch = order[start:start + 128]
+        if result.step_time_s[batch[0]] >= incumbent:
+            break  # no remaining lower bound beats the incumbent: proven
+        base_time, delta, part_bytes, fixed = _offload_costs(spec, machine, work, cols, batch, places)
+        solved, _ = _solve_offload(base_time, delta, part_bytes, fixed, hbm_cap, tier_caps, incumbent)
+        models += 1
+        if solved is None:
+            continue
+        i, assignment, value, _ = solved
+        row = {f: np.asarray(cols[f])[batch[i]] for f in PLAN_FIELDS}
+        for (field_name, _), t in zip(PARTS, assignment):
+            row[field_name] = PLACES.index(places[t])
+        rows.append(row)
+        if time_objective:
+            incumbent = min(incumbent, value * (1 + 1e-9))
+    return rows, models
 
 
 def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[str, int]], work: TrainWorkload,
@@ -246,100 +300,50 @@ def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[
         from hardware_db.errors import UnknownNameError
 
         raise UnknownNameError("objective", options.objective, OBJECTIVES)
-    if options.objective == "cost" and options.budget_usd is not None and not work.tokens:
-        raise SpecError("--budget needs --tokens (the run's cost is what the budget caps)")
+    if options.budget_usd is not None and not work.tokens:
+        raise SpecError("--budget needs --tokens (the budget caps the cost of the whole run)")
     if not 0 <= options.memory_headroom < 1:
         raise SpecError(f"--memory-headroom needs a fraction in [0, 1), has {options.memory_headroom}")
     started = time.perf_counter()
     counter: Counter = Counter()
-    tables, machines, dimensions = [], {}, {}
-    declared_total = evaluated = feasible_total = offload_found = models = 0
-    statuses = []
-    closest = None
-    for k, (system, devices) in enumerate(candidates):
-        machine, table, result, declared, n, n_feasible, memory_bound, extra = _search_candidate(
-            spec, db, system, devices, work, options, counter, progress)
-        machines[(machine.system.name, machine.devices)] = machine
-        dimensions[f"{machine.system.name} x {machine.devices}"] = declared
-        declared_total += declared_size(declared)
-        evaluated += n
-        feasible_total += n_feasible
-        if len(table):
-            table.columns["candidate"][:] = k
-        if extra is not None and extra[1] is not None:
-            if closest is None or extra[1]["hbm_over_bytes"] < closest["hbm_over_bytes"]:
-                closest = extra[1]
-        # Branch and bound over offload placements for memory-bound plans.
-        places = ["hbm"] + [p for p in PLACES[1:] if p in options.space.offload_places
-                            and any(t.kind == p for t in machine.memory_tiers)] if options.offload else ["hbm"]
-        if len(places) > 1 and len(memory_bound):
-            cols = extra[0]
-            incumbent = float(table.columns["step_time_s"].min()) if len(table) else np.inf
-            if options.objective != "time":
-                incumbent = np.inf   # other objectives: every memory-bound plan may matter
-            lower = result.step_time_s[memory_bound]
-            order = memory_bound[np.argsort(lower)]
-            order = order[result.step_time_s[order] < incumbent]
-            tier_caps = [0.0] + [sum(t.bytes_per_device for t in machine.memory_tiers if t.kind == p) for p in places[1:]]
-            hbm_cap = machine.hbm_bytes - options.memory_headroom * machine.hbm_bytes
-            found_rows = []
-            for start in range(0, min(len(order), 4096), 128):
-                batch = order[start:start + 128]
-                if len(batch) == 0 or result.step_time_s[batch[0]] >= incumbent:
-                    break
-                base_time, delta, part_bytes, fixed = _offload_costs(spec, machine, work, cols, batch, places)
-                solved, status = _solve_offload(base_time, delta, part_bytes, fixed, hbm_cap, tier_caps, incumbent)
-                models += 1
-                statuses.append(status)
-                if solved is None:
-                    if options.objective == "time":
-                        continue
-                    break
-                i, assignment, value, _ = solved
-                row = {k2: np.asarray(cols[k2])[batch[i]] for k2 in PLAN_FIELDS}
-                for (field_name, _), t in zip(PARTS, assignment):
-                    row[field_name] = PLACES.index(places[t])
-                found_rows.append(row)
-                if options.objective == "time":
-                    incumbent = min(incumbent, value * (1 + 1e-9))
-            if found_rows:
-                stacked = {k2: np.array([r[k2] for r in found_rows]) for k2 in PLAN_FIELDS}
-                checked = estimate_training(spec, machine, TrainPlan(**stacked), work)
-                ok = checked.feasible
-                offload_found += int(ok.sum())
-                t2 = _table(checked, stacked, ok, k, machine)
-                table = PlanTable.concat([table, t2])
-        tables.append(table)
-    everything = PlanTable.concat(tables)
-    seconds = time.perf_counter() - started
+    outcomes = [_evaluate_candidate(spec, db, system, devices, work, options, counter, progress, k)
+                for k, (system, devices) in enumerate(candidates)]
+    everything = PlanTable.concat([o.table for o in outcomes])
     if len(everything):
-        allowed = _constraints(everything, options, machines)
-        if options.budget_usd is not None:
-            counter["budget"] += int((~allowed).sum())
+        allowed = _constraints(everything, options)
+        counter["budget or power cap"] += int((~allowed).sum())
         everything = everything.take(np.flatnonzero(allowed))
+        if not counter["budget or power cap"]:
+            del counter["budget or power cap"]
     evidence = Evidence(
-        declared_space=declared_total, evaluated=evaluated, feasible=feasible_total,
-        feasible_with_offload=offload_found, infeasible_by_constraint=dict(sorted(counter.items())),
+        declared_space=sum(declared_size(o.declared) for o in outcomes),
+        evaluated=sum(o.evaluated for o in outcomes), feasible=sum(o.feasible for o in outcomes),
+        feasible_with_offload=sum(o.offloaded for o in outcomes),
+        infeasible_by_constraint=dict(sorted(counter.items())),
         solver="exhaustive vectorized enumeration of the lattice; CP-SAT branch and bound over offload "
                "placements; CP-SAT selection among candidates",
-        status="OPTIMAL" if len(everything) else "INFEASIBLE", gap=0.0, seconds=seconds, cpsat_models=models,
-        dimensions=dimensions)
+        status="OPTIMAL" if len(everything) else "INFEASIBLE", gap=0.0, seconds=0.0,
+        cpsat_models=sum(o.cpsat_models for o in outcomes),
+        dimensions={f"{o.machine.system.name} x {o.machine.devices}": o.declared for o in outcomes})
+    machines = {(o.machine.system.name, o.machine.devices): o.machine for o in outcomes}
     if not len(everything):
+        closest = min((o.closest for o in outcomes if o.closest), key=lambda c: c["hbm_over_bytes"], default=None)
+        evidence.seconds = time.perf_counter() - started
         return SearchResult(None, [], [], evidence, closest=closest, machines=machines)
     objective = _objective(everything, options.objective)
-    best_i = _select(everything, objective, options)
-    evidence.seconds = time.perf_counter() - started
+    best_i = _select(everything, objective)
     order = np.argsort(objective, kind="stable")[: options.top]
     front = pareto_front(np.stack([everything.columns["step_time_s"],
                                    np.nan_to_num(everything.columns["cost_per_million_tokens_usd"], nan=0.0),
                                    everything.columns["energy_per_token_j"]], axis=1))
-    front = front[np.argsort(everything.columns["step_time_s"][front])]
+    front = front[np.argsort(everything.columns["step_time_s"][front], kind="stable")]
+    evidence.seconds = time.perf_counter() - started
     describe = lambda i: _describe(everything.row(int(i)), candidates)  # noqa: E731
     return SearchResult(best=describe(best_i), top=[describe(i) for i in order], pareto=[describe(i) for i in front],
                         evidence=evidence, machines=machines)
 
 
-def _select(table: PlanTable, objective: np.ndarray, options: SearchOptions) -> int:
+def _select(table: PlanTable, objective: np.ndarray) -> int:
     """The optimum: argmin of the objective, chosen by CP-SAT over each candidate's best plans."""
     # The candidates' own optima (a small set) go to the solver; equal to a plain argmin, which
     # tests check, and the place where fleet-level constraints join in.
