@@ -17,6 +17,7 @@ the CP-SAT models (microseconds), re-checked against the cost model.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -156,7 +157,11 @@ def _offload_costs(spec, machine, work, cols, rows, places):
                 continue
             moved = dict(base_cols)
             moved[field_name] = np.full(len(rows), PLACES.index(place))
-            delta[:, p, t] = estimate_training(spec, machine, TrainPlan(**moved), work).step_time_s - base.step_time_s
+            trial = estimate_training(spec, machine, TrainPlan(**moved), work)
+            # A move the rules forbid (e.g. gradient offload below ZeRO-2) is no option; capacity
+            # (HBM and the tiers) is the knapsack's to decide.
+            allowed = np.isin(trial.binding, ("", "hbm") + PLACES[1:])
+            delta[:, p, t] = np.where(allowed, trial.step_time_s - base.step_time_s, np.inf)
     part_bytes = np.stack([np.broadcast_to(base.memory[name], (len(rows),)) for _, name in PARTS], axis=1)
     fixed = base.hbm_used_bytes - part_bytes.sum(axis=1)     # activations + reserve
     return base.step_time_s, delta, part_bytes, fixed
@@ -260,30 +265,54 @@ def _evaluate_candidate(spec, db, system, devices, work, options, counter: Count
     return out
 
 
-def _offload_branch_and_bound(spec, machine, work, cols, result, memory_bound, places, table, options):
-    """Offloaded versions of memory-bound plans that can beat the incumbent, cheapest bound first.
+def _relaxed_bound(base_time, delta, part_bytes, fixed, hbm_cap):
+    """Lower bound of each row's best offloaded time: the tiers' capacities relaxed.
 
-    A memory-bound plan's HBM-only step time bounds every offloaded version from below, so plans
-    are taken in order of that bound, 128 per CP-SAT model, until no bound beats the incumbent
-    (for the time objective; for the others every memory-bound plan is a candidate, 4,096 at most).
+    For every subset of parts moved off HBM that leaves the rest fitting in HBM, each moved part
+    takes its cheapest tier; the smallest such total is a bound the knapsack can only raise.
+    """
+    cheapest = np.min(np.where(np.isfinite(delta[:, :, 1:]), delta[:, :, 1:], np.inf), axis=2)  # rows x parts
+    bound = np.full(len(base_time), np.inf)
+    for moved in itertools.product((False, True), repeat=delta.shape[1]):
+        moved = np.array(moved)
+        fits = fixed + part_bytes[:, ~moved].sum(axis=1) <= hbm_cap
+        cost = cheapest[:, moved].sum(axis=1)
+        bound = np.where(fits, np.minimum(bound, base_time + cost), bound)
+    return bound
+
+
+def _offload_branch_and_bound(spec, machine, work, cols, result, memory_bound, places, table, options):
+    """Offloaded versions of memory-bound plans that can beat the incumbent, smallest bound first.
+
+    Each part's added time in each tier is evaluated for every memory-bound plan at once; the
+    capacity-relaxed bound orders the plans, 128 per CP-SAT model, until no bound beats the
+    incumbent (for the time objective; for the others every plan with a finite bound is a
+    candidate, 4,096 at most).
     """
     time_objective = options.objective == "time"
     incumbent = float(table.columns["step_time_s"].min()) if len(table) and time_objective else np.inf
-    order = memory_bound[np.argsort(result.step_time_s[memory_bound], kind="stable")]
     tier_caps = [0.0] + [sum(t.bytes_per_device for t in machine.memory_tiers if t.kind == p) for p in places[1:]]
     hbm_cap = machine.hbm_bytes * (1 - options.memory_headroom)
+    # The HBM-only time is already a bound: plans it rules out need no further evaluation.
+    memory_bound = memory_bound[result.step_time_s[memory_bound] < incumbent]
+    if not len(memory_bound):
+        return [], 0
+    base_time, delta, part_bytes, fixed = _offload_costs(spec, machine, work, cols, memory_bound, places)
+    bound = _relaxed_bound(base_time, delta, part_bytes, fixed, hbm_cap)
+    order = np.argsort(bound, kind="stable")
+    order = order[np.isfinite(bound[order])][:4096]
     rows, models = [], 0
-    for start in range(0, min(len(order), 4096), 128):
+    for start in range(0, len(order), 128):
         batch = order[start:start + 128]
-        if result.step_time_s[batch[0]] >= incumbent:
-            break  # no remaining lower bound beats the incumbent: proven
-        base_time, delta, part_bytes, fixed = _offload_costs(spec, machine, work, cols, batch, places)
-        solved, _ = _solve_offload(base_time, delta, part_bytes, fixed, hbm_cap, tier_caps, incumbent)
+        if bound[batch[0]] >= incumbent:
+            break  # no remaining bound beats the incumbent: proven
+        solved, _ = _solve_offload(base_time[batch], delta[batch], part_bytes[batch], fixed[batch], hbm_cap,
+                                   tier_caps, incumbent)
         models += 1
         if solved is None:
             continue
         i, assignment, value, _ = solved
-        row = {f: np.asarray(cols[f])[batch[i]] for f in PLAN_FIELDS}
+        row = {f: np.asarray(cols[f])[memory_bound[batch[i]]] for f in PLAN_FIELDS}
         for (field_name, _), t in zip(PARTS, assignment):
             row[field_name] = PLACES.index(places[t])
         rows.append(row)
@@ -333,8 +362,9 @@ def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[
     objective = _objective(everything, options.objective)
     best_i = _select(everything, objective)
     order = np.argsort(objective, kind="stable")[: options.top]
+    # A plan without a price cannot be shown cheaper than one with a price: unknown cost is worst.
     front = pareto_front(np.stack([everything.columns["step_time_s"],
-                                   np.nan_to_num(everything.columns["cost_per_million_tokens_usd"], nan=0.0),
+                                   np.nan_to_num(everything.columns["cost_per_million_tokens_usd"], nan=np.inf),
                                    everything.columns["energy_per_token_j"]], axis=1))
     front = front[np.argsort(everything.columns["step_time_s"][front], kind="stable")]
     evidence.seconds = time.perf_counter() - started
@@ -344,11 +374,17 @@ def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[
 
 
 def _select(table: PlanTable, objective: np.ndarray) -> int:
-    """The optimum: argmin of the objective, chosen by CP-SAT over each candidate's best plans."""
-    # The candidates' own optima (a small set) go to the solver; equal to a plain argmin, which
-    # tests check, and the place where fleet-level constraints join in.
+    """The optimum: argmin of the objective, chosen by CP-SAT over each candidate's best plan.
+
+    Equal to a plain argmin (tests check it); the CP-SAT model is where fleet-level constraints
+    join in. Plans whose objective is unknown (a cost without a price) cannot be chosen.
+    """
     cand = table.columns["candidate"]
     firsts = [int(np.flatnonzero(cand == c)[np.argmin(objective[cand == c])]) for c in np.unique(cand)]
+    firsts = [i for i in firsts if np.isfinite(objective[i])]
+    if not firsts:
+        raise SpecError("no candidate has a price in the database, so no cost can be minimized; add price_usd "
+                        "or node_price_usd (or cloud_usd_per_hour) with --hardware-db, or use --objective time")
     if len(firsts) == 1:
         return firsts[0]
     from ortools.sat.python import cp_model
@@ -356,8 +392,8 @@ def _select(table: PlanTable, objective: np.ndarray) -> int:
     model = cp_model.CpModel()
     pick = [model.NewBoolVar(f"c{i}") for i in firsts]
     model.AddExactlyOne(pick)
-    scale = 1e6 / max(float(np.max(np.abs(objective[firsts]))), 1e-12)
-    model.Minimize(sum(int(round(objective[i] * scale * 1e3)) * v for i, v in zip(firsts, pick)))
+    scale = 1e9 / max(float(np.max(np.abs(objective[firsts]))), 1e-300)
+    model.Minimize(sum(int(round(objective[i] * scale)) * v for i, v in zip(firsts, pick)))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.Solve(model)
@@ -372,9 +408,12 @@ def _describe(row: dict, candidates) -> dict:
     plan["sp"] = bool(plan["sp"])
     for key in ("optimizer_place", "grad_place", "param_place"):
         plan[key] = PLACES[int(plan[key])]
+    metrics = {k: float(row[k]) for k in ("step_time_s", "tokens_per_s", "mfu", "hbm_used_bytes", "power_w",
+                                          "energy_per_token_j", "cost_per_million_tokens_usd", "run_cost_usd",
+                                          "run_time_s")}
+    # Unknown values (a cost without a price) are None, never NaN.
     return {"system": system, "devices": int(row["devices"]), "plan": plan,
-            **{k: row[k] for k in ("step_time_s", "tokens_per_s", "mfu", "hbm_used_bytes", "power_w",
-                                   "energy_per_token_j", "cost_per_million_tokens_usd", "run_cost_usd", "run_time_s")}}
+            **{k: (v if np.isfinite(v) else None) for k, v in metrics.items()}}
 
 
 def raise_if_infeasible(result: SearchResult) -> None:
@@ -385,8 +424,8 @@ def raise_if_infeasible(result: SearchResult) -> None:
                                                         key=lambda kv: -kv[1])[:3])
     if result.closest:
         c = result.closest
-        lacks = (f"closest: tp {c['tp']}, pp {c['pp']}, dp {c['dp']}, zero {c['zero']}, recompute "
-                 f"{RECOMPUTE[int(c['recompute'])]} on {c['devices']} x {c['system']} needs "
+        lacks = (f"closest: tp {c['tp']}, pp {c['pp']}, dp {c['dp']}, cp {c['cp']}, ep {c['ep']}, zero {c['zero']}, "
+                 f"recompute {RECOMPUTE[int(c['recompute'])]} on {c['devices']} x {c['system']} needs "
                  f"{(c['hbm_bytes'] + c['hbm_over_bytes']) / 1e9:,.1f} GB of HBM per device, has "
                  f"{c['hbm_bytes'] / 1e9:,.1f} GB")
     else:

@@ -178,3 +178,42 @@ def test_validate_json(capsys):
     data = run_json(capsys, "validate")
     assert data["summary"]["exact"]["mape"] < 1e-3
     assert len(data["cases"]) >= 25
+
+
+def test_plan_default_runs_and_proves(capsys):
+    code, out, err = run(capsys, "plan")
+    assert code == 0, err
+    assert "optimal plan" in out and "OPTIMAL" in out and "step time by component" in out
+
+
+def test_plan_train_json_is_reproducible(capsys):
+    argv = ["plan", "train", "--model", "llama-3.1-8b", "--system", "dgx-h100", "--system", "mi300x-8x",
+            "--devices", "8", "--global-batch", "64", "--seq-len", "4096", "--tokens", "1e10", "--pareto"]
+    first = run_json(capsys, *argv)
+    code, again, _ = run(capsys, *argv, "--json")
+    assert json.loads(again) == first and again == json.dumps(first, sort_keys=True, indent=2) + "\n"
+    assert first["evidence"]["status"] == "OPTIMAL" and "seconds" not in first["evidence"]
+    assert first["best"]["system"] in ("dgx-h100", "mi300x-8x")
+    assert first["pareto"] and first["evidence"]["evaluated"] > 0
+    timed = run_json(capsys, *argv, "--timing")
+    assert timed["evidence"]["seconds"] > 0
+
+
+def test_plan_nothing_fits_exits_3_with_the_closest_plan(capsys):
+    code, _, err = run(capsys, "plan", "train", "--model", "llama-3.1-405b", "--system", "dgx-h100", "--devices", "8",
+                       "--no-offload", "--global-batch", "8")
+    assert code == 3 and "closest:" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["plan", "train", "--objective", "fastest"], "unknown --objective value"),
+    (["plan", "train", "--devices", "0"], "--devices needs 1 to 10,000,000"),
+    (["plan", "train", "--budget", "-5"], "--budget needs a positive number"),
+    (["plan", "train", "--budget", "5", "--tokens", "0"], "--budget needs --tokens"),
+    (["plan", "train", "--precisions", "fp3"], "unknown --precisions value"),
+    (["plan", "train", "--memory-headroom", "1.5"], "--memory-headroom needs a fraction"),
+    (["plan", "train", "--system", "dgx-h1000"], "did you mean dgx-h100"),
+])
+def test_plan_bad_input(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and message in err and err.count("\n") == 1

@@ -1,0 +1,134 @@
+"""The search agrees with brute force on small problems, and its Pareto front is non-dominated."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hardware_db.errors import InfeasibleError
+from perfmodel.machine import build_machine
+from perfmodel.model import TransformerSpec
+from perfmodel.training import PLACES, TrainPlan, TrainWorkload, estimate_training
+from search.pareto import dominates, pareto_front
+from search.space import SpaceOptions, build_space
+from search.train import PLAN_FIELDS, SearchOptions, raise_if_infeasible, search_training
+
+SMALL_SPACE = SpaceOptions(micro_batches=(1, 2), interleaves=(1, 2), zero_stages=(0, 1, 2, 3),
+                           recomputes=("none", "full"), precisions=("bf16",), max_cp=2)
+
+
+def tiny_model(layers: int, hidden: int, heads: int) -> TransformerSpec:
+    return TransformerSpec(name="tiny", hidden_size=hidden, num_layers=layers, num_heads=heads, num_kv_heads=heads,
+                           ffn_hidden_size=4 * hidden, vocab_size=32000)
+
+
+def brute_force(spec, machine, work, space: SpaceOptions, places):
+    """Every plan of the declared space, offload placements included, through the cost model."""
+    cols, _ = build_space(spec, machine, work, space)
+    if not cols:
+        return np.inf, 0
+    n = len(cols["tp"])
+    best, count = np.inf, 0
+    for opt, grad, param in itertools.product(places, repeat=3):
+        plan = {k: cols[k] for k in PLAN_FIELDS}
+        plan.update(optimizer_place=np.full(n, PLACES.index(opt)), grad_place=np.full(n, PLACES.index(grad)),
+                    param_place=np.full(n, PLACES.index(param)))
+        r = estimate_training(spec, machine, TrainPlan(**plan), work)
+        if r.feasible.any():
+            best = min(best, float(r.step_time_s[r.feasible].min()))
+            count += int(r.feasible.sum())
+    return best, count
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layers=st.sampled_from([4, 8, 12]), hidden=st.sampled_from([2048, 4096, 8192]),
+       devices=st.sampled_from([1, 2, 4, 8]), global_batch=st.sampled_from([8, 16, 32]),
+       seq=st.sampled_from([2048, 4096]), system=st.sampled_from(["dgx-h100", "hgx-h200", "mi300x-8x"]))
+def test_search_matches_brute_force(db, layers, hidden, devices, global_batch, seq, system):
+    spec = tiny_model(layers, hidden, 32)
+    work = TrainWorkload(global_batch, seq)
+    machine = build_machine(db, system, devices)
+    places = ["hbm"] + sorted({t.kind for t in machine.memory_tiers})
+    expected, _ = brute_force(spec, machine, work, SMALL_SPACE, places)
+    result = search_training(spec, db, [(system, devices)], work, SearchOptions(space=SMALL_SPACE))
+    if not np.isfinite(expected):
+        assert result.best is None
+        return
+    assert result.best is not None
+    assert result.best["step_time_s"] == pytest.approx(expected, rel=1e-6)
+    assert result.evidence.status == "OPTIMAL"
+
+
+def test_offload_is_found_when_only_it_fits(db):
+    # 70B on one 8-GPU node: nothing fits in HBM at this batch; offloading to host memory does.
+    from perfmodel.catalog import find_model
+
+    spec = find_model("llama-3.1-70b")
+    work = TrainWorkload(16, 4096)
+    space = SpaceOptions(micro_batches=(1,), interleaves=(1,), recomputes=("full",), precisions=("bf16",), max_cp=1)
+    machine = build_machine(db, "hgx-h200", 4)
+    expected, _ = brute_force(spec, machine, work, space, ["hbm"] + sorted({t.kind for t in machine.memory_tiers}))
+    result = search_training(spec, db, [("hgx-h200", 4)], work, SearchOptions(space=space))
+    assert result.best is not None and result.evidence.feasible == 0 and result.evidence.feasible_with_offload > 0
+    assert result.best["step_time_s"] == pytest.approx(expected, rel=1e-6)
+    assert result.best["plan"]["optimizer_place"] != "hbm"
+
+
+def test_nothing_feasible_names_the_closest_plan(db):
+    from perfmodel.catalog import find_model
+
+    result = search_training(find_model("llama-3.1-405b"), db, [("dgx-h100", 8)], TrainWorkload(8, 4096),
+                             SearchOptions(offload=False))
+    assert result.best is None and result.closest is not None
+    with pytest.raises(InfeasibleError, match="closest: tp .*needs .* GB of HBM per device, has 80.0 GB"):
+        raise_if_infeasible(result)
+
+
+def test_choice_among_candidates_is_the_global_optimum(db):
+    from perfmodel.catalog import find_model
+
+    spec = find_model("llama-3.1-8b")
+    work = TrainWorkload(64, 4096, 1e9)
+    candidates = [("dgx-h100", 8), ("dgx-a100", 8), ("mi300x-8x", 8), ("dgx-h100", 16)]
+    together = search_training(spec, db, candidates, work, SearchOptions(offload=False))
+    alone = [search_training(spec, db, [c], work, SearchOptions(offload=False)).best["step_time_s"] for c in candidates]
+    assert together.best["step_time_s"] == pytest.approx(min(alone))
+    devices = search_training(spec, db, candidates, work, SearchOptions(objective="devices", offload=False))
+    assert devices.best["devices"] == 8
+
+
+def test_pareto_front_is_non_dominated_and_holds_each_optimum(db):
+    from perfmodel.catalog import find_model
+
+    spec = find_model("llama-3.1-8b")
+    work = TrainWorkload(64, 4096, 1e10)
+    candidates = [("dgx-h100", 8), ("dgx-a100", 8), ("dgx-h100", 16), ("dgx-b200", 8)]
+    result = search_training(spec, db, candidates, work, SearchOptions(offload=False, top=1000))
+    keys = ("step_time_s", "cost_per_million_tokens_usd", "energy_per_token_j")
+    value = lambda p, k: np.inf if p[k] is None else p[k]  # noqa: E731  (no price: worst cost)
+    front = np.array([[value(p, k) for k in keys] for p in result.pareto])
+    for i, a in enumerate(front):
+        for j, b in enumerate(front):
+            assert i == j or not dominates(b, a)
+    for k, key in enumerate(keys):
+        best = min(value(p, key) for p in result.top)
+        assert front[:, k].min() == pytest.approx(best)
+    again = front[pareto_front(front)]
+    assert len(again) == len(front)
+
+
+@given(st.lists(st.tuples(st.floats(0, 10), st.floats(0, 10), st.floats(0, 10)), min_size=1, max_size=60))
+def test_pareto_filter_properties(points):
+    pts = np.array(points)
+    front = pareto_front(pts)
+    for i in range(len(pts)):
+        dominated = any(dominates(pts[j], pts[i]) for j in range(len(pts)))
+        if i in set(front.tolist()):
+            assert not dominated
+        elif not dominated:  # not on the front yet undominated: a duplicate of a front row
+            assert any(np.array_equal(pts[i], pts[j]) for j in front)
+    assert len(pareto_front(pts[front])) == len(front)
