@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import itertools
 import time
 
 import numpy as np
@@ -20,24 +19,10 @@ import numpy as np
 from hardware_db import load_database
 from perfmodel.catalog import find_model
 from perfmodel.machine import build_machine
-from perfmodel.training import PLACES, TrainPlan, TrainWorkload, estimate_training
-from search.space import SpaceOptions, build_space
-from search.train import PLAN_FIELDS, SearchOptions, search_training
-
-
-def brute_force(spec, machine, work, space, places):
-    cols, _ = build_space(spec, machine, work, space)
-    n = len(cols["tp"])
-    best, evaluated = np.inf, 0
-    for opt, grad, param in itertools.product(places, repeat=3):
-        plan = {k: cols[k] for k in PLAN_FIELDS}
-        plan.update(optimizer_place=np.full(n, PLACES.index(opt)), grad_place=np.full(n, PLACES.index(grad)),
-                    param_place=np.full(n, PLACES.index(param)))
-        r = estimate_training(spec, machine, TrainPlan(**plan), work, detail=False)
-        evaluated += n
-        if r.feasible.any():
-            best = min(best, float(r.step_time_s[r.feasible].min()))
-    return best, evaluated
+from perfmodel.training import TrainWorkload
+from search.brute import brute_force_training
+from search.space import SpaceOptions
+from search.train import SearchOptions, search_training
 
 
 def timed(fn):
@@ -52,10 +37,9 @@ def main() -> None:
     spec, work = find_model("llama-3.1-70b"), TrainWorkload(64, 4096, 1e9)
     machine = build_machine(db, "hgx-h200", 8)
     space = SpaceOptions()
-    places = ["hbm"] + sorted({t.kind for t in machine.memory_tiers})
     search_training(spec, db, [("hgx-h200", 8)], work, SearchOptions(space=space))  # warm up (imports, caches)
     result, search_s = timed(lambda: search_training(spec, db, [("hgx-h200", 8)], work, SearchOptions(space=space)))
-    (brute, evaluated), brute_s = timed(lambda: brute_force(spec, machine, work, space, places))
+    (brute, evaluated), brute_s = timed(lambda: brute_force_training(spec, machine, work, space))
     same = np.isclose(result.best["step_time_s"], brute, rtol=1e-6)
     print(f"70B on 8 x H200 (offload needed): search {search_s:.2f} s ({result.evidence.evaluated:,} lattice plans, "
           f"{result.evidence.cpsat_models} CP-SAT models) vs brute force {brute_s:.2f} s ({evaluated:,} plans): "
@@ -64,9 +48,8 @@ def main() -> None:
     # The same comparison on a large lattice: Llama-3.1-405B on 16,384 H100s.
     spec, work = find_model("llama-3.1-405b"), TrainWorkload(2048, 8192, 1e12)
     machine = build_machine(db, "dgx-h100", 16384)
-    places = ["hbm"] + sorted({t.kind for t in machine.memory_tiers})
     result, search_s = timed(lambda: search_training(spec, db, [("dgx-h100", 16384)], work))
-    (brute, evaluated), brute_s = timed(lambda: brute_force(spec, machine, work, SpaceOptions(), places))
+    (brute, evaluated), brute_s = timed(lambda: brute_force_training(spec, machine, work))
     same = np.isclose(result.best["step_time_s"], brute, rtol=1e-6)
     print(f"405B on 16,384 x H100: search {search_s:.2f} s vs brute force {brute_s:.2f} s ({evaluated:,} plans): "
           f"{brute_s / search_s:.0f}x faster; same optimum: {'yes' if same else 'NO'}")

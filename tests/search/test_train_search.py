@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,10 +10,11 @@ from hypothesis import strategies as st
 from hardware_db.errors import InfeasibleError
 from perfmodel.machine import build_machine
 from perfmodel.model import TransformerSpec
-from perfmodel.training import PLACES, TrainPlan, TrainWorkload, estimate_training
+from perfmodel.training import TrainWorkload
+from search.brute import brute_force_training
 from search.pareto import dominates, pareto_front
-from search.space import SpaceOptions, build_space
-from search.train import PLAN_FIELDS, SearchOptions, raise_if_infeasible, search_training
+from search.space import SpaceOptions
+from search.train import SearchOptions, raise_if_infeasible, search_training
 
 SMALL_SPACE = SpaceOptions(micro_batches=(1, 2), interleaves=(1, 2), zero_stages=(0, 1, 2, 3),
                            recomputes=("none", "full"), precisions=("bf16",), max_cp=2)
@@ -26,24 +25,6 @@ def tiny_model(layers: int, hidden: int, heads: int) -> TransformerSpec:
                            ffn_hidden_size=4 * hidden, vocab_size=32000)
 
 
-def brute_force(spec, machine, work, space: SpaceOptions, places):
-    """Every plan of the declared space, offload placements included, through the cost model."""
-    cols, _ = build_space(spec, machine, work, space)
-    if not cols:
-        return np.inf, 0
-    n = len(cols["tp"])
-    best, count = np.inf, 0
-    for opt, grad, param in itertools.product(places, repeat=3):
-        plan = {k: cols[k] for k in PLAN_FIELDS}
-        plan.update(optimizer_place=np.full(n, PLACES.index(opt)), grad_place=np.full(n, PLACES.index(grad)),
-                    param_place=np.full(n, PLACES.index(param)))
-        r = estimate_training(spec, machine, TrainPlan(**plan), work)
-        if r.feasible.any():
-            best = min(best, float(r.step_time_s[r.feasible].min()))
-            count += int(r.feasible.sum())
-    return best, count
-
-
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(layers=st.sampled_from([4, 8, 12]), hidden=st.sampled_from([2048, 4096, 8192]),
        devices=st.sampled_from([1, 2, 4, 8]), global_batch=st.sampled_from([8, 16, 32]),
@@ -52,8 +33,7 @@ def test_search_matches_brute_force(db, layers, hidden, devices, global_batch, s
     spec = tiny_model(layers, hidden, 32)
     work = TrainWorkload(global_batch, seq)
     machine = build_machine(db, system, devices)
-    places = ["hbm"] + sorted({t.kind for t in machine.memory_tiers})
-    expected, _ = brute_force(spec, machine, work, SMALL_SPACE, places)
+    expected, _ = brute_force_training(spec, machine, work, SMALL_SPACE)
     result = search_training(spec, db, [(system, devices)], work, SearchOptions(space=SMALL_SPACE))
     if not np.isfinite(expected):
         assert result.best is None
@@ -71,7 +51,7 @@ def test_offload_is_found_when_only_it_fits(db):
     work = TrainWorkload(16, 4096)
     space = SpaceOptions(micro_batches=(1,), interleaves=(1,), recomputes=("full",), precisions=("bf16",), max_cp=1)
     machine = build_machine(db, "hgx-h200", 4)
-    expected, _ = brute_force(spec, machine, work, space, ["hbm"] + sorted({t.kind for t in machine.memory_tiers}))
+    expected, _ = brute_force_training(spec, machine, work, space)
     result = search_training(spec, db, [("hgx-h200", 4)], work, SearchOptions(space=space))
     assert result.best is not None and result.evidence.feasible == 0 and result.evidence.feasible_with_offload > 0
     assert result.best["step_time_s"] == pytest.approx(expected, rel=1e-6)
