@@ -234,6 +234,49 @@ def plan_train(
     render.plan_train(db, *plan_train_inputs(db, flags), json_out=json_out, pareto=pareto, timing=timing)
 
 
+@plan_app.command("serve")
+def plan_serve(
+    ctx: typer.Context,
+    model: Model = "deepseek-v3",
+    system: Annotated[Optional[list[str]], typer.Option(
+        "--system", help="Candidate system (repeatable; pools may use different ones).")] = None,
+    rate: Annotated[Optional[float], typer.Option(help="Requests per second.")] = None,
+    concurrency: Annotated[Optional[int], typer.Option(
+        help="Concurrent users instead of --rate (rate = users / (TTFT + output x TPOT targets)).")] = None,
+    input_len: Annotated[str, typer.Option(help="Prompt tokens: a mean, or mean=,p50=,p90=.")] = "2048",
+    output_len: Annotated[str, typer.Option(help="Generated tokens: a mean, or mean=,p50=,p90=.")] = "512",
+    ttft_p50_ms: Annotated[Optional[float], typer.Option(help="Time-to-first-token target at p50, ms.")] = None,
+    ttft_p90_ms: Annotated[Optional[float], typer.Option(help="Time-to-first-token target at p90, ms.")] = 2000.0,
+    tpot_p50_ms: Annotated[Optional[float], typer.Option(help="Time-per-output-token target at p50, ms.")] = None,
+    tpot_p90_ms: Annotated[Optional[float], typer.Option(help="Time-per-output-token target at p90, ms.")] = 50.0,
+    objective: Annotated[Optional[str], typer.Option(
+        help="cost, energy or devices (default: cost where the systems have prices, else energy).")] = None,
+    budget_usd_per_hour: Annotated[Optional[float], typer.Option(help="Largest fleet cost, USD per hour.")] = None,
+    power_cap_kw: Annotated[Optional[float], typer.Option(help="Largest fleet IT power, kW.")] = None,
+    max_devices: Annotated[Optional[int], typer.Option(help="Largest fleet, devices.")] = None,
+    modes: Annotated[str, typer.Option(help="colocated and/or disaggregated, comma separated.")] =
+        "colocated,disaggregated",
+    weight_precisions: Annotated[str, typer.Option(help="Allowed weight precisions.")] = "bf16,fp8,int8,int4",
+    activation_precisions: Annotated[str, typer.Option(help="Allowed activation precisions (a16, a8, a4).")] =
+        "a16,a8",
+    kv_precisions: Annotated[str, typer.Option(help="Allowed KV-cache precisions.")] = "bf16,fp8",
+    kv_offload: Annotated[bool, typer.Option("--kv-offload/--no-kv-offload",
+                                             help="Consider KV cache in host memory.")] = True,
+    top: Annotated[int, typer.Option(help="How many of the best deployments to list.")] = 5,
+    pareto: Annotated[bool, typer.Option("--pareto", help="Show the Pareto front over cost, latency, energy.")] = False,
+    timing: Annotated[bool, typer.Option("--timing", help="Include seconds spent in --json.")] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Find the cheapest serving deployment meeting a request rate within latency targets."""
+    from . import render
+    from .inputs import plan_serve_inputs
+
+    flags = dict(locals())
+    flags["system"] = system or ["dgx-h100"]
+    db = database(ctx)
+    render.plan_serve(db, *plan_serve_inputs(db, flags), json_out=json_out, pareto=pareto, timing=timing)
+
+
 # --- validate --------------------------------------------------------------------------------
 
 @app.command()

@@ -119,3 +119,90 @@ def plan_train_inputs(db, flags: dict[str, Any]):
                             space=SpaceOptions(precisions=precisions or ("bf16",)))
     work = TrainWorkload(flags["global_batch"], flags["seq_len"], flags["tokens"])
     return spec, pairs, work, options
+
+
+def parse_lengths(flag: str, text: str):
+    """"2048" or "mean=2048,p50=1500,p90=4096" -> Lengths (a missing percentile is the mean)."""
+    from search.serve import Lengths
+
+    values: dict[str, float] = {}
+    try:
+        if "=" not in text:
+            values["mean"] = float(text)
+        else:
+            for part in text.split(","):
+                key, _, value = part.partition("=")
+                key = key.strip().lower()
+                if key not in ("mean", "p50", "p90"):
+                    raise UnknownNameError(f"{flag} field", key, ("mean", "p50", "p90"))
+                values[key] = float(value)
+    except ValueError:
+        raise SpecError(f"{flag} needs a number or mean=,p50=,p90=, has {text!r}") from None
+    if "mean" not in values:
+        values["mean"] = values.get("p50", values.get("p90", 0.0))
+    for key, value in values.items():
+        if not 1 <= value <= 10_000_000:
+            raise SpecError(f"{flag} {key} needs 1 to 10,000,000 tokens, has {value:g}")
+    lengths = Lengths.of(values["mean"], values.get("p50"), values.get("p90"))
+    if lengths.p90 < lengths.p50:
+        raise SpecError(f"{flag}: p90 ({lengths.p90:g}) needs to be at least p50 ({lengths.p50:g})")
+    return lengths
+
+
+def _names(flag: str, text: str, allowed) -> tuple[str, ...]:
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    for name in names:
+        if name not in allowed:
+            raise UnknownNameError(f"{flag} value", name, allowed)
+    if not names:
+        raise SpecError(f"{flag} needs at least one value")
+    return names
+
+
+def plan_serve_inputs(db, flags: dict[str, Any]):
+    from perfmodel.catalog import load_model
+    from perfmodel.machine import build_machine
+    from perfmodel.serving import ACTIVATION_PRECISIONS, KV_PRECISIONS, WEIGHT_PRECISIONS
+    from search.serve import MODES, OBJECTIVES, Demand, ServeSearchOptions
+
+    _positive(flags, "concurrency", "max_devices", "top")
+    for name in ("rate", "budget_usd_per_hour", "power_cap_kw", "ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms",
+                 "tpot_p90_ms"):
+        if flags[name] is not None and not 0 < flags[name] < 1e12:
+            raise SpecError(f"--{name.replace('_', '-')} needs a positive number, has {flags[name]:g}")
+    if flags["objective"] is not None:
+        _choice(flags, "objective", OBJECTIVES)
+    spec = load_model(flags["model"])
+    systems = [db.system(s).name for s in flags["system"]]
+    inp, out = parse_lengths("--input-len", flags["input_len"]), parse_lengths("--output-len", flags["output_len"])
+    ms = {k: (flags[k] / 1e3 if flags[k] is not None else None) for k in ("ttft_p50_ms", "ttft_p90_ms",
+                                                                         "tpot_p50_ms", "tpot_p90_ms")}
+    if flags["rate"] is None and flags["concurrency"] is None:
+        rate = 10.0
+    elif flags["rate"] is not None and flags["concurrency"] is not None:
+        raise SpecError("give --rate or --concurrency, not both")
+    elif flags["rate"] is not None:
+        rate = flags["rate"]
+    else:
+        ttft = ms["ttft_p90_ms"] or ms["ttft_p50_ms"]
+        tpot = ms["tpot_p90_ms"] or ms["tpot_p50_ms"]
+        if ttft is None or tpot is None:
+            raise SpecError("--concurrency needs TTFT and TPOT targets (rate = users / (TTFT + output x TPOT))")
+        rate = flags["concurrency"] / (ttft + out.mean * tpot)
+    demand = Demand(rate=rate, input_len=inp, output_len=out, ttft_p50=ms["ttft_p50_ms"], ttft_p90=ms["ttft_p90_ms"],
+                    tpot_p50=ms["tpot_p50_ms"], tpot_p90=ms["tpot_p90_ms"])
+    objective = flags["objective"]
+    if objective is None:
+        priced = [s for s in systems if (lambda m: m.price_usd_per_device or m.cloud_usd_per_hour)(
+            build_machine(db, s))]
+        objective = "cost" if priced else "energy"
+    options = ServeSearchOptions(
+        objective=objective, modes=_names("--modes", flags["modes"], MODES),
+        weight_precisions=_names("--weight-precisions", flags["weight_precisions"], WEIGHT_PRECISIONS),
+        activation_precisions=_names("--activation-precisions", flags["activation_precisions"],
+                                     ACTIVATION_PRECISIONS),
+        kv_precisions=_names("--kv-precisions", flags["kv_precisions"], KV_PRECISIONS),
+        kv_offload=flags["kv_offload"], max_devices=flags["max_devices"],
+        budget_usd_per_hour=flags["budget_usd_per_hour"],
+        power_cap_w=flags["power_cap_kw"] * 1e3 if flags["power_cap_kw"] else None, top=flags["top"])
+    return spec, systems, demand, options

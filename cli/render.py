@@ -247,7 +247,7 @@ def _seconds(x: float | None) -> str:
 
 
 def _usd(x: float | None) -> str:
-    return "no price (see cost basis)" if x is None else f"${fmt(x)}"
+    return "no price" if x is None else f"${fmt(x)}"
 
 
 def _kv_table(title: str, rows: list[tuple[str, str]]) -> Table:
@@ -502,3 +502,84 @@ def plan_train(db, spec, pairs, work, options, json_out: bool, pareto: bool, tim
     machine = result.machines[(best["system"], best["devices"])]
     console.print()
     estimate_train(spec, machine, TrainPlan(**best["plan"]), work, json_out=False)
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{fmt(x * 1e3)} ms"
+
+
+def _config_text(c: dict) -> str:
+    text = (f"tp{c['tp']} pp{c['pp']} ep{c['ep']}"
+            + (f" dpa{c['dp_attention']}" if c["dp_attention"] > 1 else "")
+            + f" batch {c['batch']} W:{c['weight_precision']} A:{c['activation_precision']} KV:{c['kv_precision']}")
+    return text + (f" (KV in {c['kv_place']})" if c["kv_place"] != "hbm" else "")
+
+
+def _deployment_json(d) -> dict:
+    data = {k: v for k, v in vars(d).items() if k != "pools"}
+    data["pools"] = [{**vars(p), "devices": p.devices} for p in d.pools]
+    return data
+
+
+def _deployments_table(title: str, deployments: list) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("#", "pools", "devices", "TTFT p90", "TPOT p90", "$/M tok", "J/tok"):
+        table.add_column(col, justify="left" if col == "pools" else "right", overflow="fold")
+    for i, d in enumerate(deployments, start=1):
+        pools = "; ".join(f"{p.role} {p.instances}x{p.devices_per_instance} {p.system}" for p in d.pools)
+        table.add_row(str(i), pools, f"{d.devices:,}", _ms(d.ttft_p90_s), _ms(d.tpot_p90_s),
+                      _usd(d.usd_per_million_tokens), fmt(d.joules_per_token))
+    return table
+
+
+def plan_serve(db, spec, systems, demand, options, json_out: bool, pareto: bool, timing: bool) -> None:
+    from search.serve import raise_if_infeasible, search_serving
+
+    result = search_serving(spec, db, systems, demand, options)
+    raise_if_infeasible(result)
+    evidence = dict(vars(result.evidence))
+    if not timing:
+        evidence.pop("seconds")
+    if json_out:
+        emit_json({"model": spec.name, "systems": systems, "objective": options.objective,
+                   "demand": {"rate": demand.rate, "input_len": vars(demand.input_len),
+                              "output_len": vars(demand.output_len),
+                              "slo_s": {k: getattr(demand, k) for k in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90")}},
+                   "best": _deployment_json(result.best), "top": [_deployment_json(d) for d in result.top],
+                   **({"pareto": [_deployment_json(d) for d in result.pareto]} if pareto else {}),
+                   "evidence": evidence})
+        return
+    slo = ", ".join(f"{k.replace('_', ' ')} {fmt(getattr(demand, k) * 1e3)} ms" for k in ("ttft_p50", "ttft_p90", "tpot_p50",
+                                                                                "tpot_p90") if getattr(demand, k))
+    console.print(f"{spec.display_name or spec.name}: {demand.rate:,.3g} requests/s, prompts {demand.input_len.mean:,.0f} "
+                  f"tokens (p90 {demand.input_len.p90:,.0f}), outputs {demand.output_len.mean:,.0f} (p90 "
+                  f"{demand.output_len.p90:,.0f}); targets: {slo}; objective: {options.objective}",
+                  style="bold", markup=False)
+    best = result.best
+    console.print(f"optimal deployment: {best.mode}", style="bold")
+    for p in best.pools:
+        console.print(_kv_table(
+            f"{p.role} pool: {p.instances:,} instance{'s' if p.instances > 1 else ''} of {p.devices_per_instance} x "
+            f"{p.accelerator} ({p.system})",
+            [("instance", _config_text(p.config)), ("TTFT p50 / p90", f"{_ms(p.ttft_p50_s)} / {_ms(p.ttft_p90_s)}"),
+             ("TPOT p50 / p90", f"{_ms(p.tpot_p50_s)} / {_ms(p.tpot_p90_s)}"),
+             ("requests/s it carries", fmt(p.requests_per_s)), ("HBM per device", f"{fmt(p.hbm_used_bytes, 1e9)} GB"),
+             ("power", f"{fmt(p.power_w / 1e3)} kW"), ("cost", _usd(p.usd_per_hour) + (" per hour" if p.usd_per_hour
+                                                                                        else ""))]))
+    console.print(_kv_table("fleet", [("devices", f"{best.devices:,}"), ("power (IT, with node share)",
+                                                                         f"{fmt(best.power_w / 1e3)} kW"),
+                                      ("cost per hour", _usd(best.usd_per_hour)),
+                                      ("cost per million output tokens", _usd(best.usd_per_million_tokens)),
+                                      ("energy per output token (with PUE)", f"{fmt(best.joules_per_token)} J")]))
+    console.print(_deployments_table(f"top {len(result.top)} single-configuration deployments", result.top))
+    if pareto:
+        console.print(_deployments_table("Pareto front (cost per token, latency, energy per token)", result.pareto))
+    e = result.evidence
+    rows = [("instance configurations evaluated", f"{e.configurations:,}"),
+            ("meeting the SLOs at some instance count", f"{e.feasible_configurations:,}"),
+            ("pool options kept (non-dominated)", f"{e.pool_options:,}"),
+            ("prefill x decode pairs checked", f"{e.pairs_checked:,}")]
+    rows += [(f"infeasible: {k}", f"{v:,}") for k, v in e.infeasible_by_constraint.items()]
+    rows += [("queueing", e.queueing), ("solver", e.solver), ("status", e.status), ("optimality gap", f"{e.gap:.1%}"),
+             ("seconds", f"{e.seconds:.2f}")]
+    console.print(_kv_table("evidence", rows))

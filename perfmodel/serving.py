@@ -48,6 +48,7 @@ class ServePlan:
     mtp_draft_tokens: object = 0      # multi-token prediction: draft tokens verified per step
     mtp_acceptance: object = 0.0      # share of draft tokens accepted
     overlap_comm: object = True       # two micro-batches: one's all-to-all under the other's compute
+    kv_place: object = "hbm"          # "hbm", or a host tier ("ddr", "cxl", "pooled") holding the KV cache
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,14 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
     # With multi-token prediction a step checks 1 + draft tokens and emits per_step of them
     # (DeepSeek-V3 Technical Report, Sec. 2.2 and 5.4.3).
     step_time = pp * (decode_compute + d_tp + d_ep + d_pp)
+    kv_place = str(plan.kv_place)
+    kv_tier = None if kv_place == "hbm" else machine.tier(kv_place)
+    if kv_tier is not None:
+        # KV blocks live in host memory and stream to HBM for each step, prefetched layer by layer
+        # under compute (FlexGen, Sheng et al., ICML 2023, Sec. 4.2): the slower of the two sets
+        # the step.
+        kv_step_bytes = kv_cache_bytes_per_device(spec, local_batch * context, kv_bytes, tp, pp) * pp
+        step_time = np.maximum(step_time, kv_step_bytes / kv_tier.read_bytes_per_s)
     tpot = step_time / per_step
 
     # --- memory ------------------------------------------------------------------------------------
@@ -198,12 +207,18 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
     kv = kv_cache_bytes_per_device(spec, local_batch * (s_in + s_out), kv_bytes, tp, pp)
     if spec.sliding_window:
         kv = kv * spec.kv_cache_bytes(s_in + s_out) / (spec.kv_bytes_per_token() * (s_in + s_out))
-    workspace = local_batch * s_in * h * 2.0 * 4.0 / tp          # prefill activations of one layer, in flight
+    # Prefill activations of one layer in flight, for at most the chunk a server prefills at once.
+    in_flight = np.minimum(local_batch * s_in, np.maximum(s_in, machine.constants.get("prefill-tokens-in-flight",
+                                                                                     np.inf)))
+    workspace = in_flight * h * 2.0 * 4.0 / tp
     reserve = machine.constants.get("hbm-reserve-fraction", 0.0) * machine.hbm_bytes
-    used = weights + kv + workspace + reserve
     per_seq_kv = kv / local_batch
-    max_batch = np.floor(np.maximum(machine.hbm_bytes - weights - workspace / local_batch - reserve, 0.0)
-                         / per_seq_kv) * dpa
+    hbm_kv = kv if kv_tier is None else np.zeros_like(kv)
+    used = weights + hbm_kv + workspace + reserve
+    if kv_tier is None:
+        max_batch = np.floor(np.maximum(machine.hbm_bytes - weights - workspace - reserve, 0.0) / per_seq_kv) * dpa
+    else:
+        max_batch = np.floor(kv_tier.bytes_per_device / per_seq_kv) * dpa
 
     binding = np.full(np.shape(used), "", dtype=object)
     shortfall = np.zeros(np.shape(used))
@@ -224,6 +239,8 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
         violate(ep > 1, "ep needs an MoE model", ep)
     violate(batch % dpa != 0, "dp_attention divides batch", batch)
     violate(used > machine.hbm_bytes, "hbm", used - machine.hbm_bytes)
+    if kv_tier is not None:
+        violate(kv > kv_tier.bytes_per_device, kv_place, kv - kv_tier.bytes_per_device)
     feasible = binding == ""
 
     prefill_tps = batch * s_in / ttft / devices
@@ -239,7 +256,8 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
         decode_components={"compute and memory": pp * decode_compute, "tp communication": pp * d_tp,
                            "ep all-to-all": pp * d_ep, "pp point-to-point": pp * d_pp},
         bounds={**{f"prefill {k}": v for k, v in pre_b.items()}, **{f"decode {k}": v for k, v in dec_b.items()}},
-        memory={"weights": weights, "kv cache": kv, "activations": workspace, "reserve": np.full_like(used, reserve)},
+        memory={"weights": weights, "kv cache": hbm_kv, "activations": workspace, "reserve": np.full_like(used, reserve),
+                **({f"kv cache in {kv_place}": kv} if kv_tier is not None else {})},
         devices_per_instance=devices, max_batch=max_batch, prefill_tokens_per_s_per_device=prefill_tps,
         decode_tokens_per_s_per_device=decode_tps, power_w=power, energy_per_token_j=energy,
         cost_per_million_tokens_usd=cost, hbm_used_bytes=used, feasible=feasible, binding=binding,

@@ -217,3 +217,40 @@ def test_plan_nothing_fits_exits_3_with_the_closest_plan(capsys):
 def test_plan_bad_input(capsys, argv, message):
     code, _, err = run(capsys, *argv)
     assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_plan_serve_runs_on_the_issue_systems(capsys):
+    for system in ("cloudmatrix384", "gb200-nvl72", "dgx-h100", "mi300x-8x"):
+        data = run_json(capsys, "plan", "serve", "--model", "deepseek-v3", "--system", system, "--rate", "20")
+        best = data["best"]
+        assert data["evidence"]["status"] == "OPTIMAL", system
+        assert best["ttft_p90_s"] <= 2.0 and best["tpot_p90_s"] <= 0.05
+        assert all(p["system"] == system for p in best["pools"])
+
+
+def test_plan_serve_tables_and_heterogeneous_candidates(capsys):
+    code, out, err = run(capsys, "plan", "serve", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--system",
+                         "mi300x-8x", "--rate", "5", "--input-len", "mean=2048,p50=1500,p90=4096",
+                         "--output-len", "256", "--objective", "energy", "--pareto")
+    assert code == 0, err
+    assert "optimal deployment" in out and "fleet" in out and "Pareto front" in out and "evidence" in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["plan", "serve", "--rate", "-1"], "--rate needs a positive number"),
+    (["plan", "serve", "--rate", "1", "--concurrency", "5"], "not both"),
+    (["plan", "serve", "--input-len", "p99=5"], "unknown --input-len field"),
+    (["plan", "serve", "--input-len", "mean=abc"], "--input-len needs a number"),
+    (["plan", "serve", "--output-len", "p50=100,p90=50"], "p90 (50) needs to be at least p50"),
+    (["plan", "serve", "--modes", "together"], "unknown --modes value"),
+    (["plan", "serve", "--kv-precisions", "fp2"], "unknown --kv-precisions value"),
+    (["plan", "serve", "--system", "dgx-b200", "--objective", "cost"], "no candidate system has a price"),
+])
+def test_plan_serve_bad_input(capsys, argv, message):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_plan_serve_impossible_slo_exits_3(capsys):
+    code, _, err = run(capsys, "plan", "serve", "--model", "llama-3.1-70b", "--tpot-p90-ms", "0.01")
+    assert code == 3 and "no deployment meets" in err
