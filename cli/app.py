@@ -195,7 +195,7 @@ def plan_default(ctx: typer.Context, json_out: JsonFlag = False) -> None:
 
     flags = {**DEFAULT_PLAN, "max_devices": None, "objective": "time", "budget": None, "power_cap_kw": None,
              "memory_headroom": 0.0, "precisions": "bf16,fp8", "offload": True, "top": 5, "pareto": False,
-             "timing": False}
+             "timing": False, "routing": None, "zipf": None, "affinity": 0.5, "seed": 0}
     db = database(ctx)
     render.plan_train(db, *plan_train_inputs(db, flags), json_out=json_out, pareto=False, timing=False)
 
@@ -222,9 +222,16 @@ def plan_train(
     top: Annotated[int, typer.Option(help="How many of the best plans to list.")] = 5,
     pareto: Annotated[bool, typer.Option("--pareto", help="Show the Pareto front over time, cost, energy.")] = False,
     timing: Annotated[bool, typer.Option("--timing", help="Include seconds spent in --json.")] = False,
+    routing: Routing = None,
+    zipf: Zipf = None,
+    affinity: Affinity = 0.5,
+    seed: Seed = 0,
     json_out: JsonFlag = False,
 ) -> None:
-    """Find the optimal training plan over the whole declared space, with its proof."""
+    """Find the optimal training plan over the whole declared space, with its proof.
+
+    With --routing or --zipf, expert parallelism pays the load imbalance of a placement of that
+    routing at each EP degree instead of assuming balance."""
     from . import render
     from .inputs import plan_train_inputs
 
@@ -265,6 +272,10 @@ def plan_serve(
     top: Annotated[int, typer.Option(help="How many of the best deployments to list.")] = 5,
     pareto: Annotated[bool, typer.Option("--pareto", help="Show the Pareto front over cost, latency, energy.")] = False,
     timing: Annotated[bool, typer.Option("--timing", help="Include seconds spent in --json.")] = False,
+    routing: Routing = None,
+    zipf: Zipf = None,
+    affinity: Affinity = 0.5,
+    seed: Seed = 0,
     json_out: JsonFlag = False,
 ) -> None:
     """Find the cheapest serving deployment meeting a request rate within latency targets."""
@@ -275,6 +286,40 @@ def plan_serve(
     flags["system"] = system or ["dgx-h100"]
     db = database(ctx)
     render.plan_serve(db, *plan_serve_inputs(db, flags), json_out=json_out, pareto=pareto, timing=timing)
+
+
+# --- place-experts ---------------------------------------------------------------------------
+
+Routing = Annotated[Optional[str], typer.Option(
+    "--routing", help="Routing statistics file (.json, .csv or .npz; see README).")]
+Zipf = Annotated[Optional[float], typer.Option(help="Synthetic routing: Zipf exponent of expert popularity.")]
+Affinity = Annotated[float, typer.Option(help="Synthetic routing: share of tokens keeping their affine expert.")]
+Seed = Annotated[int, typer.Option(help="Synthetic routing: random seed.")]
+
+
+@app.command("place-experts")
+def place_experts(
+    ctx: typer.Context,
+    model: Model = "deepseek-v3",
+    system: SystemOpt = "dgx-h100",
+    devices: Annotated[int, typer.Option(help="Devices of the expert-parallel group.")] = 64,
+    routing: Routing = None,
+    zipf: Zipf = None,
+    affinity: Affinity = 0.5,
+    seed: Seed = 0,
+    tokens_per_layer: Annotated[float, typer.Option(help="Synthetic routing: tokens per batch.")] = 65536.0,
+    replicas: Annotated[int, typer.Option(help="Redundant expert copies per layer.")] = 32,
+    slots: Annotated[Optional[int], typer.Option(
+        help="Expert copies one device holds per layer (default: what the copies need).")] = None,
+    time_limit: Annotated[float, typer.Option(help="CP-SAT seconds for the whole model.")] = 30.0,
+    json_out: JsonFlag = False,
+) -> None:
+    """Place MoE experts (with replicas of hot ones) on devices; compare with round-robin and greedy."""
+    from . import render
+    from .inputs import place_inputs
+
+    db = database(ctx)
+    render.place_experts(*place_inputs(db, dict(locals())), json_out=json_out)
 
 
 # --- validate --------------------------------------------------------------------------------

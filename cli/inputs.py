@@ -113,10 +113,12 @@ def plan_train_inputs(db, flags: dict[str, Any]):
             raise UnknownNameError("--precisions value", p, ("bf16", "fp16", "fp8"))
     spec = load_model(flags["model"])
     pairs = device_candidates(db, list(flags["system"]), flags["devices"], flags["max_devices"])
+    from .routing_io import routing_for
+
     options = SearchOptions(objective=flags["objective"], budget_usd=flags["budget"],
                             power_cap_w=flags["power_cap_kw"] * 1e3 if flags["power_cap_kw"] else None,
                             memory_headroom=flags["memory_headroom"], offload=flags["offload"], top=flags["top"],
-                            space=SpaceOptions(precisions=precisions or ("bf16",)))
+                            space=SpaceOptions(precisions=precisions or ("bf16",)), routing=routing_for(spec, flags))
     work = TrainWorkload(flags["global_batch"], flags["seq_len"], flags["tokens"])
     return spec, pairs, work, options
 
@@ -204,5 +206,40 @@ def plan_serve_inputs(db, flags: dict[str, Any]):
         kv_precisions=_names("--kv-precisions", flags["kv_precisions"], KV_PRECISIONS),
         kv_offload=flags["kv_offload"], max_devices=flags["max_devices"],
         budget_usd_per_hour=flags["budget_usd_per_hour"],
-        power_cap_w=flags["power_cap_kw"] * 1e3 if flags["power_cap_kw"] else None, top=flags["top"])
+        power_cap_w=flags["power_cap_kw"] * 1e3 if flags["power_cap_kw"] else None, top=flags["top"],
+        routing=_routing(spec, flags))
     return spec, systems, demand, options
+
+
+def _routing(spec, flags):
+    from .routing_io import routing_for
+
+    return routing_for(spec, flags)
+
+
+def place_inputs(db, flags: dict[str, Any]):
+    from perfmodel.catalog import load_model
+    from perfmodel.machine import build_machine
+    from search.placement import PlacementProblem
+
+    from .routing_io import routing_for
+
+    _positive(flags, "devices", "slots")
+    if flags["replicas"] < 0:
+        raise SpecError(f"--replicas needs 0 or more, has {flags['replicas']}")
+    if not 0 < flags["time_limit"] <= 3600:
+        raise SpecError(f"--time-limit needs 0 to 3600 seconds, has {flags['time_limit']:g}")
+    spec = load_model(flags["model"])
+    if not spec.moe:
+        raise SpecError(f"{spec.name} has no routed experts to place")
+    if flags["routing"] is None and flags["zipf"] is None:
+        flags = {**flags, "zipf": 1.0}
+    stats = routing_for(spec, flags)
+    machine = build_machine(db, flags["system"], flags["devices"])
+    dpn = min(machine.system.devices_per_node, flags["devices"])
+    if flags["devices"] % dpn:
+        dpn = 1
+    slots = flags["slots"] or -(-(stats.experts + flags["replicas"]) // flags["devices"])
+    problem = PlacementProblem(stats=stats, devices=flags["devices"], devices_per_node=dpn, slots=slots,
+                               replicas=flags["replicas"])
+    return spec, machine, problem, flags["time_limit"]

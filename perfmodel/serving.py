@@ -49,6 +49,7 @@ class ServePlan:
     mtp_acceptance: object = 0.0      # share of draft tokens accepted
     overlap_comm: object = True       # two micro-batches: one's all-to-all under the other's compute
     kv_place: object = "hbm"          # "hbm", or a host tier ("ddr", "cxl", "pooled") holding the KV cache
+    moe_imbalance: object = 0.0       # busiest over mean EP device load; 0: the named constant
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,8 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
     moe_frac = spec.moe_layers / L if moe else 0.0
     topo = machine.topology
     h = spec.hidden_size
-    imbalance = machine.constants.get("moe-load-imbalance", 1.0) if moe else 1.0
+    given = np.asarray(plan.moe_imbalance, dtype=float)
+    imbalance = np.where(given > 0, given, machine.constants.get("moe-load-imbalance", 1.0)) if moe else 1.0
     # Each attention DP rank serves batch / dp_attention sequences; experts see every rank's tokens.
     local_batch = batch / dpa
 

@@ -62,6 +62,7 @@ class TrainPlan:
     param_place: object = "hbm"
     flash: object = True
     overlap_dp: object = True         # bucketed gradient reduction overlapped with backward
+    moe_imbalance: object = 0.0       # busiest over mean EP device load; 0: the named constant
 
     def columns(self) -> dict[str, np.ndarray]:
         """Every field as a numpy array, names turned into codes (numeric columns pass through)."""
@@ -193,7 +194,9 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     topo = machine.topology
     h, L = spec.hidden_size, spec.num_layers
     moe = spec.moe is not None
-    imbalance = machine.constants.get("moe-load-imbalance", 1.0) if moe else 1.0
+    # Expert load imbalance: the plan's own factor (from a placement of real routing) or the constant.
+    imbalance = np.where(c["moe_imbalance"] > 0, c["moe_imbalance"],
+                         machine.constants.get("moe-load-imbalance", 1.0)) if moe else 1.0
 
     # --- compute per microbatch per stage -------------------------------------------------------
     tokens = mb * s / cp                         # tokens of one microbatch on one device's TP group

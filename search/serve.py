@@ -36,6 +36,7 @@ from perfmodel.model import TransformerSpec
 from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving
 
 from .pareto import pareto_front
+from .placement import imbalance_table
 
 OBJECTIVES = ("cost", "energy", "devices")
 MAX_INSTANCES = 1 << 20
@@ -82,6 +83,7 @@ class ServeSearchOptions:
     budget_usd_per_hour: float | None = None
     power_cap_w: float | None = None
     top: int = 5
+    routing: object = None          # RoutingStats: EP imbalance from a placement, per EP degree
 
 
 @dataclass
@@ -229,13 +231,15 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
     if not layouts:
         return rows
     lay = np.array(layouts, dtype=float)
+    imbalance = imbalance_table(options.routing if spec.moe else None, lay[:, 3])
+    skew = np.vectorize(imbalance.get, otypes=[float])(lay[:, 3].astype(int))
     for wp, ap, kvp in _precision_combos(machine, options):
         for place in places:
             # Prefill: one prompt per attention rank, at the p50 and p90 prompt lengths.
             pre = {}
             for q, n_in in (("50", demand.input_len.p50), ("90", demand.input_len.p90)):
                 plan = ServePlan(tp=lay[:, 0], pp=lay[:, 1], dp_attention=lay[:, 2], ep=lay[:, 3], batch=lay[:, 2],
-                                 weight_precision=wp, activation_precision=ap, kv_precision=kvp)
+                                 weight_precision=wp, activation_precision=ap, kv_precision=kvp, moe_imbalance=skew)
                 pre[q] = estimate_serving(spec, machine, plan, ServeWorkload(n_in, 1))
             # Decode: every batch, at the p50 and p90 contexts (the step's mean context is
             # input + output / 2, so output = 2 x (context - input) reproduces it).
@@ -247,7 +251,7 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
                                        ("90", demand.input_len.p90, demand.output_len.p90)):
                 plan = ServePlan(tp=grid[:, 0], pp=grid[:, 1], dp_attention=grid[:, 2], ep=grid[:, 3],
                                  batch=grid[:, 4], weight_precision=wp, activation_precision=ap, kv_precision=kvp,
-                                 kv_place=place)
+                                 kv_place=place, moe_imbalance=skew[pre_i])
                 dec[q] = estimate_serving(spec, machine, plan, ServeWorkload(ctx_in, 2 * ctx_out))
             for name, values in (("tp", grid[:, 0]), ("pp", grid[:, 1]), ("dpa", grid[:, 2]), ("ep", grid[:, 3]),
                                  ("batch", grid[:, 4]), ("devices", grid[:, 0] * grid[:, 1] * grid[:, 2]),
@@ -689,7 +693,7 @@ def _solve_fleet(spec, demand, options_list, machines, slo, options):
                          lambda i: int(round(obj[i] / options_list[i]["instances"] * scale))))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
-    solver.parameters.max_time_in_seconds = 20.0
+    solver.parameters.max_deterministic_time = 20.0  # reproducible, unlike wall-clock limits
     status = solver.Solve(model)
     name = solver.StatusName(status)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):

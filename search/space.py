@@ -96,7 +96,7 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     keep = ~(cols["sp"] & (cols["tp"] == 1))          # sequence parallelism needs tp > 1
     cols = {k: v[keep] for k, v in cols.items()}
     zeros = np.zeros(len(cols["tp"]), dtype=np.int64)
-    cols.update(optimizer_place=zeros, grad_place=zeros, param_place=zeros)
+    cols.update(optimizer_place=zeros, grad_place=zeros, param_place=zeros, moe_imbalance=np.zeros(len(zeros)))
     return cols, declared
 
 

@@ -34,6 +34,7 @@ from perfmodel.model import TransformerSpec
 from perfmodel.training import PLACES, TrainPlan, TrainWorkload, estimate_training
 
 from .pareto import pareto_front
+from .placement import imbalance_table
 from .space import RULES, SpaceOptions, build_space, declared_size
 
 OBJECTIVES = ("time", "cost", "energy", "devices")
@@ -50,6 +51,7 @@ class SearchOptions:
     offload: bool = True
     top: int = 10
     space: SpaceOptions = field(default_factory=SpaceOptions)
+    routing: object = None                # RoutingStats: EP imbalance from a placement, per EP degree
 
 
 @dataclass
@@ -102,7 +104,7 @@ class SearchResult:
 
 
 PLAN_FIELDS = ("tp", "pp", "dp", "cp", "ep", "interleave", "micro_batch", "zero", "recompute", "sp", "precision",
-               "optimizer_place", "grad_place", "param_place")
+               "optimizer_place", "grad_place", "param_place", "moe_imbalance")
 
 
 def _objective(table: PlanTable, objective: str) -> np.ndarray:
@@ -204,7 +206,7 @@ def _solve_offload(base_time, delta, part_bytes, fixed, hbm_cap, tier_caps, incu
         model.Add(sum(objective) <= int(incumbent * US))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
-    solver.parameters.max_time_in_seconds = 30.0
+    solver.parameters.max_deterministic_time = 30.0  # reproducible, unlike wall-clock limits
     status = solver.Solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return None, solver.StatusName(status)
@@ -235,6 +237,9 @@ def _evaluate_candidate(spec, db, system, devices, work, options, counter: Count
         counter["no valid parallel layout (divisibility rules)"] += 1
         return _Candidate(machine, PlanTable({}), declared)
     n = len(cols["tp"])
+    if options.routing is not None and spec.moe:
+        table = imbalance_table(options.routing, cols["ep"])
+        cols["moe_imbalance"] = np.vectorize(table.get, otypes=[float])(cols["ep"])
     result = estimate_training(spec, machine, TrainPlan(**cols), work, detail=False)
     if progress:
         progress(n)
@@ -406,6 +411,7 @@ def _describe(row: dict, candidates) -> dict:
     plan["recompute"] = RECOMPUTE[int(plan["recompute"])]
     plan["precision"] = PRECISIONS[int(plan["precision"])]
     plan["sp"] = bool(plan["sp"])
+    plan["moe_imbalance"] = float(plan["moe_imbalance"])
     for key in ("optimizer_place", "grad_place", "param_place"):
         plan[key] = PLACES[int(plan[key])]
     metrics = {k: float(row[k]) for k in ("step_time_s", "tokens_per_s", "mfu", "hbm_used_bytes", "power_w",

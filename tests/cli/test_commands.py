@@ -254,3 +254,48 @@ def test_plan_serve_bad_input(capsys, argv, message):
 def test_plan_serve_impossible_slo_exits_3(capsys):
     code, _, err = run(capsys, "plan", "serve", "--model", "llama-3.1-70b", "--tpot-p90-ms", "0.01")
     assert code == 3 and "no deployment meets" in err
+
+
+def test_place_experts_json_map_and_reproducible(capsys, tmp_path):
+    argv = ["place-experts", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--devices", "8", "--zipf", "1.2",
+            "--replicas", "4", "--time-limit", "2"]
+    first = run_json(capsys, *argv)
+    code, again, _ = run(capsys, *argv, "--json")
+    assert json.loads(again) == first
+    mapping = first["placement"]
+    assert len(mapping) == 32 and all(len(layer) == 8 for layer in mapping.values())
+    assert first["methods"]["cp-sat"]["imbalance"] <= first["methods"]["round-robin"]["imbalance"]
+
+
+def test_place_experts_reads_routing_files(capsys, tmp_path):
+    import numpy as np
+
+    loads = np.arange(1, 9, dtype=float)[None, :].repeat(32, axis=0)
+    (tmp_path / "r.json").write_text(json.dumps({"loads": loads.tolist()}))
+    np.savez(tmp_path / "r.npz", loads=loads)
+    (tmp_path / "r.csv").write_text("layer,expert,tokens\n" + "".join(
+        f"{l},{e},{loads[l, e]}\n" for l in range(32) for e in range(8)))
+    results = [run_json(capsys, "place-experts", "--model", "mixtral-8x7b", "--devices", "4", "--routing",
+                        str(tmp_path / name), "--replicas", "0", "--time-limit", "1")["methods"]["greedy"]
+               for name in ("r.json", "r.npz", "r.csv")]
+    assert results[0] == results[1] == results[2]
+
+
+@pytest.mark.parametrize("content, name, message", [
+    ("{\"loads\": [[1, 2], [3]]}", "r.json", "malformed routing file"),
+    ("{}", "r.json", "needs a JSON object with 'loads'"),
+    ("a,b\n1,2\n", "r.csv", "needs a header 'layer,expert,tokens'"),
+    ("x", "r.txt", "needs .json, .csv or .npz"),
+    ("{\"loads\": [[1, 2, 3]]}", "r.json", "routing statistics have 3 experts"),
+])
+def test_bad_routing_files(capsys, tmp_path, content, name, message):
+    (tmp_path / name).write_text(content)
+    code, _, err = run(capsys, "place-experts", "--model", "mixtral-8x7b", "--devices", "4", "--routing",
+                       str(tmp_path / name))
+    assert code == 2 and message in err and err.count("\n") == 1
+
+
+def test_plan_train_with_skewed_routing(capsys):
+    data = run_json(capsys, "plan", "train", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--devices", "16",
+                    "--global-batch", "64", "--seq-len", "4096", "--zipf", "1.5", "--no-offload")
+    assert data["best"]["plan"]["moe_imbalance"] >= 1.0

@@ -1,0 +1,76 @@
+"""Routing statistics of an MoE model: tokens per expert per layer, and transitions between layers.
+
+``RoutingStats.loads`` is (layers x experts) token counts (each token counts once per expert it is
+routed to, so a layer's total is tokens x top-k); ``transitions`` (optional, (layers - 1) x experts
+x experts) counts tokens routed to expert i in layer l and to expert j in layer l + 1.
+
+The synthetic generator draws skewed, correlated routing: expert popularity follows a Zipf law
+with exponent ``zipf`` (p_e proportional to 1 / rank^s; rank order shuffled per layer), and a token
+that used expert i in layer l reuses its "affine" expert a(i) in layer l + 1 with probability
+``affinity``, else follows the next layer's popularity (the inter-layer locality ExFlow exploits:
+Yao et al., "Exploiting Inter-Layer Expert Affinity for Accelerating MoE Inference", IPDPS 2024).
+Seeded: the same arguments give the same statistics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hardware_db.errors import SpecError
+
+
+@dataclass(frozen=True)
+class RoutingStats:
+    loads: np.ndarray                      # (layers, experts) tokens
+    transitions: np.ndarray | None = None  # (layers - 1, experts, experts) tokens
+
+    def __post_init__(self):
+        loads = np.asarray(self.loads, dtype=float)
+        if loads.ndim != 2 or loads.shape[0] < 1 or loads.shape[1] < 1:
+            raise SpecError(f"routing loads need a (layers x experts) table, has shape {loads.shape}")
+        if not np.all(np.isfinite(loads)) or np.any(loads < 0):
+            raise SpecError("routing loads need finite, non-negative token counts")
+        if self.transitions is not None:
+            t = np.asarray(self.transitions, dtype=float)
+            expected = (loads.shape[0] - 1, loads.shape[1], loads.shape[1])
+            if t.shape != expected:
+                raise SpecError(f"routing transitions need shape {expected}, has {t.shape}")
+            if not np.all(np.isfinite(t)) or np.any(t < 0):
+                raise SpecError("routing transitions need finite, non-negative token counts")
+
+    @property
+    def layers(self) -> int:
+        return int(np.asarray(self.loads).shape[0])
+
+    @property
+    def experts(self) -> int:
+        return int(np.asarray(self.loads).shape[1])
+
+
+def zipf_routing(layers: int, experts: int, top_k: int, tokens: float, zipf: float, affinity: float,
+                 seed: int = 0) -> RoutingStats:
+    """Expected routing counts under a Zipf popularity per layer and inter-layer affinity."""
+    if not (layers >= 1 and experts >= 1 and 1 <= top_k <= experts):
+        raise SpecError(f"synthetic routing needs layers, experts >= 1 and 1 <= top_k <= experts, has "
+                        f"{layers}, {experts}, {top_k}")
+    if not (0 <= zipf <= 10 and 0 <= affinity <= 1 and 0 < tokens < 1e15):
+        raise SpecError(f"synthetic routing needs 0 <= zipf <= 10, 0 <= affinity <= 1 and tokens in (0, 1e15); "
+                        f"has {zipf}, {affinity}, {tokens:g}")
+    rng = np.random.default_rng(seed)
+    base = 1.0 / np.arange(1, experts + 1) ** zipf
+    base /= base.sum()
+    popularity = np.stack([base[rng.permutation(experts)] for _ in range(layers)])
+    routed = tokens * top_k
+    loads = popularity * routed
+    transitions = np.empty((layers - 1, experts, experts))
+    for layer in range(layers - 1):
+        partner = rng.permutation(experts)                 # a(i): the affine expert in the next layer
+        stay = np.zeros((experts, experts))
+        stay[np.arange(experts), partner] = 1.0
+        follow = (1 - affinity) * popularity[layer + 1][None, :] + affinity * stay
+        transitions[layer] = loads[layer][:, None] * follow
+        # The next layer's loads are what arrives from this one.
+        loads[layer + 1] = transitions[layer].sum(axis=0)
+    return RoutingStats(loads=loads, transitions=transitions)
