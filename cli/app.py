@@ -92,8 +92,12 @@ def models_show(name: Annotated[str, typer.Argument(help="Catalog name, spec YAM
                 seq_len: Annotated[int, typer.Option(help="Sequence length for FLOPs per token.")] = 4096
                 ) -> None:
     """Show a model's spec and derived quantities (parameters, FLOPs per token, KV cache)."""
+    from hardware_db.errors import SpecError
+
     from . import render
 
+    if not 1 <= seq_len <= 100_000_000:
+        raise SpecError(f"--seq-len needs 1 to 100,000,000, has {seq_len}")
     render.models_show(name, seq_len, json_out)
 
 

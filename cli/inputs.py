@@ -225,6 +225,8 @@ def place_inputs(db, flags: dict[str, Any]):
     from .routing_io import routing_for
 
     _positive(flags, "devices", "slots")
+    if flags["devices"] > 4096:
+        raise SpecError(f"--devices needs at most 4,096 for expert placement, has {flags['devices']:,}")
     if flags["replicas"] < 0:
         raise SpecError(f"--replicas needs 0 or more, has {flags['replicas']}")
     if not 0 < flags["time_limit"] <= 3600:

@@ -265,8 +265,8 @@ class System(Entry):
 
     def scaled(self, nodes: int) -> "System":
         """The same system with ``nodes`` nodes."""
-        if not isinstance(nodes, int) or nodes < 1:
-            raise SpecError(f"{self.name}: nodes needs a positive integer, has {nodes!r}")
+        if not isinstance(nodes, int) or not 1 <= nodes <= 1_000_000:
+            raise SpecError(f"{self.name}: nodes needs a positive integer up to 1,000,000, has {nodes!r}")
         return self.model_copy(update={"nodes": nodes})
 
 

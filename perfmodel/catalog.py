@@ -116,6 +116,8 @@ def _hf_window(cfg: Mapping[str, Any]) -> dict[str, Any]:
     types = cfg.get("layer_types")
     if not cfg.get("sliding_window") or not types:
         return {}
+    if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+        raise SpecError("config.json:layer_types: needs a list of layer-type names")
     windowed = [i for i, t in enumerate(types) if t == "sliding_attention"]
     if not windowed:
         return {}
@@ -130,9 +132,12 @@ def spec_from_hf_config(cfg: Any, path: Path | str = "config.json") -> Transform
     if not isinstance(cfg, Mapping):
         raise SpecError(f"{path}: needs a JSON object, has {type(cfg).__name__}")
     model_type = cfg.get("model_type")
-    if model_type not in HF_FAMILIES:
+    if not isinstance(model_type, str) or model_type not in HF_FAMILIES:
         raise SpecError(f"{path}:model_type: needs one of {', '.join(HF_FAMILIES)}, has {model_type!r}")
     family = HF_FAMILIES[model_type]
+    for key in ("moe_layer_freq", "decoder_sparse_step"):
+        if key in cfg and not isinstance(cfg[key], int):
+            raise SpecError(f"{path}:{key}: needs an integer, has {cfg[key]!r}")
     stem = Path(str(cfg.get("_name_or_path") or Path(path).parent.name or model_type)).name
     name = re.sub(r"[^a-z0-9.\-_]+", "-", stem.lower()).strip("-") or model_type
     raw: dict[str, Any] = {

@@ -36,7 +36,7 @@ def describe_binding(binding: str, shortfall: float, machine: Machine, used: flo
     if binding == "devices":
         return (f"the parallel degrees use {machine.devices + shortfall:,.0f} devices, the system has "
                 f"{machine.devices:,}; make tp x pp x dp x cp equal the devices")
-    return f"{binding} (has {shortfall:g})"
+    return f"{binding}: fails at {shortfall:,.6g}"
 
 
 def check_feasible(result, machine: Machine) -> None:

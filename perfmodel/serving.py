@@ -233,7 +233,7 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
 
     violate(devices > machine.devices, "devices", devices - machine.devices)
     violate(spec.num_heads % tp != 0, "tp divides heads", tp)
-    violate(L % pp != 0, "pp divides layers", pp)
+    violate(pp > L, "pp at most the layers", pp)   # uneven splits allowed: the largest stage sets the pace
     if moe:
         violate(ep > spec.moe.num_experts, "ep at most the experts", ep)
         violate((tp * dpa) % ep != 0, "ep divides the instance's tp x dp_attention ranks", ep)

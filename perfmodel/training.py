@@ -315,7 +315,7 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
 
     devices_used = tp * pp * dp * cp
     violate(devices_used != machine.devices, "devices", devices_used - machine.devices)
-    violate(gb % (mb * dp) != 0, "global batch divisible by micro batch x dp", gb / (mb * dp))
+    violate(gb % (mb * dp) != 0, f"global batch ({gb:g}) divisible by micro batch x dp", mb * dp)
     violate(spec.num_heads % tp != 0, "tp divides heads", tp)
     violate((ep > 1) & (not moe), "ep needs an MoE model", ep)
     if moe:

@@ -378,6 +378,7 @@ class PoolOptions:
     counter: dict[str, int]
     configurations: int
     feasible: int
+    fastest: dict = None          # the best TPOT p90 and prefill p90 any instance that fits reaches
 
 
 def pool_options(spec: TransformerSpec, db: Database, systems: list[str], demand: Demand,
@@ -388,6 +389,7 @@ def pool_options(spec: TransformerSpec, db: Database, systems: list[str], demand
     options_list: list[dict] = []
     configurations = feasible_configs = 0
     machines = {}
+    fastest: dict = {}
     max_devices = options.max_devices or 10_000_000
     for name in systems:
         base = db.system(name)
@@ -399,6 +401,10 @@ def pool_options(spec: TransformerSpec, db: Database, systems: list[str], demand
         if not len(cols.get("tp", [])):
             continue
         configurations += len(cols["tp"])
+        for key, ok, value in (("tpot_p90", cols["feasible_decode"], cols["tpot90"]),
+                               ("prefill_p90", cols["feasible_prefill"], cols["prefill_s90"])):
+            if ok.any():
+                fastest[key] = min(fastest.get(key, np.inf), float(value[ok].min()))
         price = _device_hour_usd(machine, cols["power_w"])
         for role in (("colocated",) if "colocated" in options.modes else ()) + \
                 (("prefill", "decode") if "disaggregated" in options.modes else ()):
@@ -411,7 +417,7 @@ def pool_options(spec: TransformerSpec, db: Database, systems: list[str], demand
     for o in options_list:
         o["accelerator"] = machines[o["system"]].accelerator.name
         o["capacity"] = demand.rate / o["instances"]   # requests/s one instance carries within its SLOs
-    return PoolOptions(options_list, machines, counter, configurations, feasible_configs)
+    return PoolOptions(options_list, machines, counter, configurations, feasible_configs, fastest)
 
 
 def search_serving(spec: TransformerSpec, db: Database, systems: list[str], demand: Demand,
@@ -439,13 +445,14 @@ def search_serving(spec: TransformerSpec, db: Database, systems: list[str], dema
         status="INFEASIBLE", gap=0.0, seconds=0.0)
     if not options_list:
         evidence.seconds = time.perf_counter() - started
-        return ServeSearchResult(None, [], [], evidence, closest=_closest(counter))
+        return ServeSearchResult(None, [], [], evidence, closest=_closest(counter, pools.fastest, demand))
     best, status, gap = _solve_fleet(spec, demand, options_list, machines, slo, options)
     evidence.status, evidence.gap = status, gap
     evidence.seconds = time.perf_counter() - started
     if best is None:
         return ServeSearchResult(None, [], [], evidence,
-                                 closest=_closest(counter) if not singles else "the budget, power cap or device limit")
+                                 closest=_closest(counter, pools.fastest, demand) if not singles
+                                 else "the budget, power cap or device limit binds")
     objective = np.array([_objective_value(d, options.objective) for d in singles])
     order = np.argsort(objective, kind="stable")[: options.top]
     priced = [d for d in singles if d.usd_per_million_tokens is not None] or singles
@@ -710,11 +717,21 @@ def _solve_fleet(spec, demand, options_list, machines, slo, options):
                        counts=[options_list[p]["instances"]] + [solver.Value(n[d]) for d in used]), name, gap
 
 
-def _closest(counter: dict) -> str:
-    if not counter:
-        return "no instance configuration fits the candidate systems"
-    worst = max(counter.items(), key=lambda kv: kv[1])
-    return f"most configurations fail on {worst[0]} ({worst[1]:,})"
+def _closest(counter: dict, fastest: dict, demand: Demand) -> str:
+    """What the nearest configurations lack: the best latencies any instance that fits reaches."""
+    parts = []
+    if "tpot_p90" in fastest and demand.tpot_p90 is not None:
+        parts.append(f"the fastest decode instance reaches TPOT p90 {fastest['tpot_p90'] * 1e3:,.3g} ms "
+                     f"(target {demand.tpot_p90 * 1e3:,.3g} ms)")
+    if "prefill_p90" in fastest and demand.ttft_p90 is not None:
+        parts.append(f"the fastest prefill takes {fastest['prefill_p90'] * 1e3:,.3g} ms before any queueing "
+                     f"(TTFT target {demand.ttft_p90 * 1e3:,.3g} ms)")
+    if not fastest:
+        parts.append("no instance configuration fits in memory on the candidate systems")
+    if counter:
+        worst = max(counter.items(), key=lambda kv: kv[1])
+        parts.append(f"most configurations fail on {worst[0]} ({worst[1]:,})")
+    return "; ".join(parts)
 
 
 def raise_if_infeasible(result: ServeSearchResult) -> None:

@@ -1,0 +1,34 @@
+"""The same inputs give byte-identical --json across runs and processes (sorted keys, no
+timestamps, seeded randomness, deterministic solver limits)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+COMMANDS = {
+    "estimate train": ["estimate", "train", "--model", "llama-3.1-70b", "--devices", "64", "--tp", "8", "--pp", "2",
+                       "--tokens", "1e12"],
+    "estimate serve": ["estimate", "serve", "--model", "llama-3.1-70b", "--tp", "8", "--batch", "16"],
+    "plan train": ["plan", "train", "--model", "llama-3.1-8b", "--system", "dgx-h100", "--system", "mi300x-8x",
+                   "--devices", "8", "--global-batch", "64", "--seq-len", "4096", "--pareto"],
+    "plan serve": ["plan", "serve", "--model", "llama-3.1-8b", "--rate", "5", "--modes", "colocated,disaggregated",
+                   "--objective", "energy", "--pareto"],
+    "place-experts": ["place-experts", "--model", "mixtral-8x7b", "--devices", "8", "--zipf", "1.2", "--replicas",
+                      "4", "--time-limit", "2"],
+}
+
+
+def run(argv, seed):
+    env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+    proc = subprocess.run([sys.executable, "-m", "cli", *argv, "--json"], capture_output=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return proc.stdout
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_json_is_byte_identical_across_processes(name):
+    assert run(COMMANDS[name], 1) == run(COMMANDS[name], 2)
