@@ -17,6 +17,12 @@ def pareto_front(objectives: np.ndarray) -> np.ndarray:
     if obj.ndim != 2 or len(obj) == 0:
         return np.zeros(0, dtype=int)
     order = np.lexsort(obj.T[::-1])
+    if obj.shape[1] == 2:
+        # Two objectives: sorted by the first (then the second), a row is on the front exactly when
+        # its second objective is below every earlier row's (the staircase; O(n log n)).
+        second = obj[order, 1]
+        best_before = np.concatenate([[np.inf], np.minimum.accumulate(second)[:-1]])
+        return order[second < best_before]
     front: list[int] = []
     values = np.empty((len(obj), obj.shape[1]))
     count = 0

@@ -271,26 +271,16 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
 
 # --- pool sizing --------------------------------------------------------------------------------
 
-def _fewest(check, upper: int) -> np.ndarray:
-    """Smallest count in [1, upper] for which ``check(count)`` holds (monotone), per row; 0 if none."""
-    ok_upper = check(np.full_like(check.shape_hint, upper))
-    lo = np.ones_like(check.shape_hint)
-    hi = np.full_like(check.shape_hint, upper)
+def _fewest(ok, rows: int, upper: int) -> np.ndarray:
+    """Smallest count in [1, upper] for which ``ok(count)`` holds, per row (monotone in the count,
+    so bisection); 0 where even ``upper`` fails."""
+    lo, hi = np.ones(rows, dtype=np.int64), np.full(rows, upper, dtype=np.int64)
+    feasible = ok(hi)
     for _ in range(int(math.ceil(math.log2(max(upper, 2)))) + 1):
         mid = (lo + hi) // 2
-        ok = check(mid)
-        hi = np.where(ok, mid, hi)
-        lo = np.where(ok, lo, mid + 1)
-    return np.where(ok_upper, hi, 0)
-
-
-class _Check:
-    def __init__(self, fn, n):
-        self.fn = fn
-        self.shape_hint = np.zeros(n, dtype=np.int64)
-
-    def __call__(self, count):
-        return self.fn(count)
+        good = ok(mid)
+        hi, lo = np.where(good, mid, hi), np.where(good, lo, mid + 1)
+    return np.where(feasible, hi, 0)
 
 
 def _sizes(cols, demand: Demand, role: str, slo: dict, max_instances: int):
@@ -307,25 +297,29 @@ def _sizes(cols, demand: Demand, role: str, slo: dict, max_instances: int):
         prefill_share = lam_i * s50 / servers_per if role != "decode" else 0.0
         return decode_share, prefill_share
 
-    def latencies(n):
+    def latencies(n, quantiles=(0.5, 0.9)):
         n = np.asarray(n, dtype=float)
         d_share, p_share = shares(n)
         stretch_prefill = 1.0 / np.maximum(1.0 - d_share, 1e-9) if role == "colocated" else 1.0
         stretch_decode = 1.0 / np.maximum(1.0 - p_share, 1e-9) if role == "colocated" else 1.0
         servers = n * servers_per
-        ttft50 = s50 * stretch_prefill + wait_quantile(servers, s50 * stretch_prefill, lam, 0.5)
-        ttft90 = s90 * stretch_prefill + wait_quantile(servers, s50 * stretch_prefill, lam, 0.9)
-        return ttft50, ttft90, cols["tpot50"] * stretch_decode, cols["tpot90"] * stretch_decode, d_share + p_share
+        service = {0.5: s50 * stretch_prefill, 0.9: s90 * stretch_prefill}
+        ttft = {q: service[q] + wait_quantile(servers, s50 * stretch_prefill, lam, q) if role != "decode"
+                else np.zeros_like(s50) for q in quantiles}
+        return ttft, cols["tpot50"] * stretch_decode, cols["tpot90"] * stretch_decode, d_share + p_share
+
+    # The quantiles the targets ask for (p90 always: it also decides whether the queue is stable).
+    asked = (0.9,) + ((0.5,) if slo["ttft_p50"] is not None else ())
 
     def ok(n):
-        ttft50, ttft90, tpot50, tpot90, load = latencies(n)
+        ttft, tpot50, tpot90, load = latencies(n, asked)
         good = load < 1.0
         if role != "decode":
-            good &= np.isfinite(ttft90)
+            good &= np.isfinite(ttft[0.9])
             if slo["ttft_p50"] is not None:
-                good &= ttft50 <= slo["ttft_p50"]
+                good &= ttft[0.5] <= slo["ttft_p50"]
             if slo["ttft_p90"] is not None:
-                good &= ttft90 <= slo["ttft_p90"]
+                good &= ttft[0.9] <= slo["ttft_p90"]
         if role != "prefill":
             # Slots: every sequence in flight needs one (Little's law: lambda x time in decode).
             in_flight = lam / n * out_mean * tpot50
@@ -336,9 +330,9 @@ def _sizes(cols, demand: Demand, role: str, slo: dict, max_instances: int):
                 good &= tpot90 <= slo["tpot_p90"]
         return good
 
-    n = _fewest(_Check(ok, len(cols["batch"])), max_instances)
-    ttft50, ttft90, tpot50, tpot90, _ = latencies(np.maximum(n, 1))
-    return n, ttft50, ttft90, tpot50, tpot90
+    n = _fewest(ok, len(cols["batch"]), max_instances)
+    ttft, tpot50, tpot90, _ = latencies(np.maximum(n, 1))
+    return n, ttft[0.5], ttft[0.9], tpot50, tpot90
 
 
 # --- the deployment -----------------------------------------------------------------------------
@@ -475,7 +469,8 @@ def _pool_options(role, system, cols, price, demand, slo, options, max_devices):
     """Pool options of one role on one system: every configuration sized to its fewest instances,
     then pruned to those no option of the same group (instance size, KV precision) beats on what
     matters: objective and TTFT for prefill and colocated pools (the TTFT leaves the KV hand-over
-    its slack), objective, devices and power for decode pools (what the fleet program trades)."""
+    its slack), objective and devices for decode pools (and power under a power cap: what the fleet
+    program trades)."""
     feasible = cols["feasible_prefill"] if role == "prefill" else cols["feasible_decode"]
     if role == "prefill":
         # A prefill pool's decode batch plays no part: one row per layout and precision (one
@@ -496,7 +491,9 @@ def _pool_options(role, system, cols, price, demand, slo, options, max_devices):
     group = np.char.add(np.char.add(sub["kvp"].astype(str), "|"), sub["devices"].astype(int).astype(str))
     for g in np.unique(group[fits]):
         members = np.flatnonzero(fits & (group == g))
-        measures = [value, t90] if role != "decode" else [value, devices * 1.0, power]
+        # A decode option trades its objective and devices (and power, when power is capped).
+        measures = [value, t90] if role != "decode" else [value, devices * 1.0] + (
+            [power] if options.power_cap_w is not None and options.objective != "energy" else [])
         kept += members[pareto_front(np.stack([m[members] for m in measures], axis=1))].tolist()
     out = []
     for j in kept:
