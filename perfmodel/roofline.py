@@ -52,7 +52,7 @@ def kv_width_per_device(spec: TransformerSpec, tp):
     """
     t = np.maximum(np.asarray(tp, dtype=float), 1.0)
     if spec.mla:
-        return spec.kv_elements_per_token_per_layer() + 0.0 * t
+        return np.full_like(t, float(spec.kv_elements_per_token_per_layer()))
     return 2.0 * spec.dim_head * np.maximum(spec.kv_heads / t, 1.0)
 
 

@@ -159,8 +159,8 @@ def erlang_c(servers, load):
     C = c B / (c - a (1 - B)) (Kleinrock Vol. 1, Sec. 3.5). Vectorized."""
     from scipy.special import gammaincc, gammaln
 
-    servers = np.asarray(servers, dtype=float)
-    load = np.maximum(np.asarray(load, dtype=float) + 0 * servers, 1e-300)
+    servers, load = np.broadcast_arrays(np.asarray(servers, dtype=float), np.asarray(load, dtype=float))
+    load = np.maximum(load, 1e-300)
     with np.errstate(all="ignore"):
         log_pmf = servers * np.log(load) - load - gammaln(servers + 1)
         b = np.exp(log_pmf - np.log(np.maximum(gammaincc(servers + 1, load), 1e-300)))
