@@ -265,3 +265,21 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
         cost_per_million_tokens_usd=cost, hbm_used_bytes=used, feasible=feasible, binding=binding,
         shortfall=shortfall, extra={"prefill_operator_times": pre_t, "decode_operator_times": dec_t,
                "precisions": {"weights": wp, "activations": ap, "kv": kvp}})
+
+
+def kv_transfer_time(spec: TransformerSpec, prompt_tokens: float, kv_precision: str, prefill: Machine,
+                     decode: Machine, same_system: bool, prefill_devices: int, decode_devices: int) -> float:
+    """Seconds to move one prompt's KV cache from a prefill instance to a decode instance.
+
+    Over the scale-up fabric when both instances fit one scale-up domain of one system (as on
+    CloudMatrix384's Unified Bus; Zuo et al. 2025, Sec. 4), else over the scale-out network, with
+    as many parallel streams as the smaller instance has devices: alpha + S / (B x streams).
+    """
+    size = spec.kv_cache_bytes(prompt_tokens, kv_precision if kv_precision in BYTES_PER_ELEMENT else "bf16")
+    if same_system and prefill_devices + decode_devices <= prefill.scale_up_domain:
+        idx = int(np.searchsorted(prefill.topology.sizes, prefill.scale_up_domain))
+        bw, lat = prefill.topology.bw[min(idx, len(prefill.topology.bw) - 1)], prefill.topology.lat[0]
+    else:
+        bw = min(prefill.topology.bw[-1], decode.topology.bw[-1])
+        lat = max(prefill.topology.lat[-1], decode.topology.lat[-1])
+    return float(lat + size / (bw * max(min(prefill_devices, decode_devices), 1)))

@@ -5,15 +5,8 @@ devices).
 1. Instance configurations (TP, PP, EP, attention DP, batch, weight / activation / KV precision,
    KV cache in HBM or host memory) are evaluated per system in vectorized calls of the cost model:
    prefill at one prompt per attention rank, decode at each batch.
-2. Queueing (the stated approximation): prompts arrive as a Poisson stream and each attention
-   rank of a prefill-serving instance is one server with exponential service, so the wait is that
-   of an M/M/c queue (Erlang C; Kleinrock, Queueing Systems Vol. 1, Sec. 3.5): P(W > t) =
-   C(c, a) exp(-(c mu - lambda) t). TTFT at quantile q is the service time at that quantile's
-   prompt length plus the wait quantile (plus the KV transfer when disaggregated). Decode pools are
-   sized so that their slots hold every sequence in flight (Little's law); TPOT at p50 / p90 is the
-   step time at the batch with the p50 / p90 context. A colocated instance shares its time between
-   prefill and decode steps (chunked prefill): decode steps stretch by 1 / (1 - prefill share),
-   prefill servers slow by 1 / (1 - decode share).
+2. Queueing (perfmodel.queueing, the stated approximation): an M/M/c queue per prefill server
+   pool (Erlang C), Little's law for decode slots, time sharing when colocated.
 3. The fewest instances meeting every SLO are found per configuration (the SLOs are monotone in
    the count); the deployment is an integer program (CP-SAT) choosing one colocated pool, or one
    prefill and one decode pool (possibly on different hardware, with the KV transfer between them
@@ -33,7 +26,8 @@ from hardware_db.errors import InfeasibleError, SpecError, UnknownNameError
 from hardware_db.loader import Database
 from perfmodel.machine import Machine, build_machine
 from perfmodel.model import TransformerSpec
-from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving
+from perfmodel.queueing import pool_latencies
+from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving, kv_transfer_time
 
 from .pareto import pareto_front
 from .placement import imbalance_table
@@ -151,34 +145,6 @@ class ServeSearchResult:
 
 # --- queueing -----------------------------------------------------------------------------------
 
-def erlang_c(servers, load):
-    """Probability that an arrival waits in an M/M/c queue with ``servers`` and offered ``load``
-    (= lambda / mu); 1 when the queue is unstable. Erlang B is the Poisson ratio
-    B(c, a) = P(X = c) / P(X <= c), X ~ Poisson(a), evaluated in logs so that thousands of servers
-    stay exact (P(X <= c) = Q(c + 1, a), the regularized upper incomplete gamma function), and
-    C = c B / (c - a (1 - B)) (Kleinrock Vol. 1, Sec. 3.5). Vectorized."""
-    from scipy.special import gammaincc, gammaln
-
-    servers, load = np.broadcast_arrays(np.asarray(servers, dtype=float), np.asarray(load, dtype=float))
-    load = np.maximum(load, 1e-300)
-    with np.errstate(all="ignore"):
-        log_pmf = servers * np.log(load) - load - gammaln(servers + 1)
-        b = np.exp(log_pmf - np.log(np.maximum(gammaincc(servers + 1, load), 1e-300)))
-        stable = load < servers
-        c = servers * b / np.where(stable, servers - load * (1 - b), 1.0)
-    return np.where(stable, np.nan_to_num(np.clip(c, 0.0, 1.0), nan=1.0), 1.0)
-
-
-def wait_quantile(servers, service_s, rate, q):
-    """The q-quantile of the wait in an M/M/c queue: max(0, ln(C / (1 - q)) / (c mu - lambda))."""
-    servers = np.asarray(servers, dtype=float)
-    mu = 1.0 / np.asarray(service_s, dtype=float)
-    slack = servers * mu - rate
-    c = erlang_c(servers, rate / mu)
-    t = np.log(np.maximum(c / (1.0 - q), 1e-300)) / np.where(slack > 0, slack, 1.0)
-    return np.where(slack > 0, np.maximum(t, 0.0), np.inf)
-
-
 # --- instance configurations --------------------------------------------------------------------
 
 def _layouts(spec: TransformerSpec, machine: Machine, max_devices: int):
@@ -285,34 +251,17 @@ def _fewest(ok, rows: int, upper: int) -> np.ndarray:
 
 def _sizes(cols, demand: Demand, role: str, slo: dict, max_instances: int):
     """Fewest instances per configuration meeting the SLOs in ``role``, with the pool's latencies."""
-    lam = demand.rate
-    out_mean = demand.output_len.mean
-    tp_cfg = cols["batch"] / np.maximum(cols["tpot50"], 1e-12)      # tokens/s of one instance's decode steps
-    servers_per = cols["dpa"]
-    s50, s90 = cols["prefill_s50"], cols["prefill_s90"]
-
-    def shares(n):
-        lam_i = lam / n
-        decode_share = lam_i * out_mean / tp_cfg if role != "prefill" else 0.0
-        prefill_share = lam_i * s50 / servers_per if role != "decode" else 0.0
-        return decode_share, prefill_share
+    lam, out_mean = demand.rate, demand.output_len.mean
 
     def latencies(n, quantiles=(0.5, 0.9)):
-        n = np.asarray(n, dtype=float)
-        d_share, p_share = shares(n)
-        stretch_prefill = 1.0 / np.maximum(1.0 - d_share, 1e-9) if role == "colocated" else 1.0
-        stretch_decode = 1.0 / np.maximum(1.0 - p_share, 1e-9) if role == "colocated" else 1.0
-        servers = n * servers_per
-        service = {0.5: s50 * stretch_prefill, 0.9: s90 * stretch_prefill}
-        ttft = {q: service[q] + wait_quantile(servers, s50 * stretch_prefill, lam, q) if role != "decode"
-                else np.zeros_like(s50) for q in quantiles}
-        return ttft, cols["tpot50"] * stretch_decode, cols["tpot90"] * stretch_decode, d_share + p_share
+        return pool_latencies(role, n, lam, out_mean, cols["batch"], cols["dpa"], cols["prefill_s50"],
+                              cols["prefill_s90"], cols["tpot50"], cols["tpot90"], quantiles)
 
     # The quantiles the targets ask for (p90 always: it also decides whether the queue is stable).
     asked = (0.9,) + ((0.5,) if slo["ttft_p50"] is not None else ())
 
     def ok(n):
-        ttft, tpot50, tpot90, load = latencies(n, asked)
+        ttft, tpot50, tpot90, load, in_flight = latencies(n, asked)
         good = load < 1.0
         if role != "decode":
             good &= np.isfinite(ttft[0.9])
@@ -321,9 +270,7 @@ def _sizes(cols, demand: Demand, role: str, slo: dict, max_instances: int):
             if slo["ttft_p90"] is not None:
                 good &= ttft[0.9] <= slo["ttft_p90"]
         if role != "prefill":
-            # Slots: every sequence in flight needs one (Little's law: lambda x time in decode).
-            in_flight = lam / n * out_mean * tpot50
-            good &= in_flight <= cols["batch"]
+            good &= in_flight <= cols["batch"]      # a slot for every sequence in flight
             if slo["tpot_p50"] is not None:
                 good &= tpot50 <= slo["tpot_p50"]
             if slo["tpot_p90"] is not None:
@@ -331,32 +278,11 @@ def _sizes(cols, demand: Demand, role: str, slo: dict, max_instances: int):
         return good
 
     n = _fewest(ok, len(cols["batch"]), max_instances)
-    ttft, tpot50, tpot90, _ = latencies(np.maximum(n, 1))
+    ttft, tpot50, tpot90, _, _ = latencies(np.maximum(n, 1))
     return n, ttft[0.5], ttft[0.9], tpot50, tpot90
 
 
 # --- the deployment -----------------------------------------------------------------------------
-
-def _kv_transfer_s(spec, demand: Demand, kvp: str, pre: Machine, dec: Machine, same_system: bool,
-                   devices_p: int, devices_d: int) -> float:
-    """Time to move one p90 prompt's KV cache from a prefill to a decode instance.
-
-    Over the scale-up fabric when both pools sit in one scale-up domain of one system (as on
-    CloudMatrix384's Unified Bus), else over the scale-out network, with as many parallel
-    streams as the smaller instance has devices.
-    """
-    from hardware_db.schema import BYTES_PER_ELEMENT
-
-    size = spec.kv_cache_bytes(demand.input_len.p90, kvp if kvp in BYTES_PER_ELEMENT else "bf16")
-    if same_system and devices_p + devices_d <= pre.scale_up_domain:
-        idx = int(np.searchsorted(pre.topology.sizes, pre.scale_up_domain))
-        bw, lat = pre.topology.bw[min(idx, len(pre.topology.bw) - 1)], pre.topology.lat[0]
-    else:
-        bw = min(pre.topology.bw[-1], dec.topology.bw[-1])
-        lat = max(pre.topology.lat[-1], dec.topology.lat[-1])
-    streams = max(min(devices_p, devices_d), 1)
-    return lat + size / (bw * streams)
-
 
 def slo_of(demand: Demand) -> dict:
     return {"ttft_p50": demand.ttft_p50, "ttft_p90": demand.ttft_p90, "tpot_p50": demand.tpot_p50,
@@ -554,9 +480,9 @@ def _kv_ok(spec, demand, p, d, machines, slo) -> tuple[bool, float]:
     key = (id(machines), spec.name, demand.input_len.p90, d["kvp"], p["system"], d["system"],
            p["devices_per_instance"], d["devices_per_instance"])
     if key not in _KV_CACHE:
-        _KV_CACHE[key] = _kv_transfer_s(spec, demand, d["kvp"], machines[p["system"]], machines[d["system"]],
-                                        p["system"] == d["system"], p["devices_per_instance"],
-                                        d["devices_per_instance"])
+        _KV_CACHE[key] = kv_transfer_time(spec, demand.input_len.p90, d["kvp"], machines[p["system"]],
+                                          machines[d["system"]], p["system"] == d["system"],
+                                          p["devices_per_instance"], d["devices_per_instance"])
     kv = _KV_CACHE[key]
     ok = (slo["ttft_p90"] is None or p["ttft90"] + kv <= slo["ttft_p90"]) and \
         (slo["ttft_p50"] is None or p["ttft50"] + kv <= slo["ttft_p50"])

@@ -9,23 +9,7 @@ from hypothesis import strategies as st
 
 from perfmodel.catalog import find_model
 from search.brute import brute_force_fleet
-from search.serve import (Demand, Lengths, ServeSearchOptions, _solve_fleet, erlang_c, pool_options, search_serving,
-                          slo_of, wait_quantile)
-
-
-def test_erlang_c_known_values():
-    assert erlang_c(1, 0.5) == pytest.approx(0.5)           # M/M/1: P(wait) = rho
-    assert erlang_c(2, 1.0) == pytest.approx(1 / 3)         # M/M/2 at a = 1
-    assert erlang_c(3, 5.0) == 1.0                          # unstable
-    big = erlang_c(np.array([1000.0, 100000.0]), np.array([900.0, 99000.0]))
-    assert np.all((big > 0) & (big < 0.01))
-
-
-def test_wait_quantile_mm1_closed_form():
-    # M/M/1, mu = 1, lambda = 0.5: P(W > t) = 0.5 exp(-0.5 t) -> t_90 = ln(5) / 0.5.
-    assert wait_quantile(1, 1.0, 0.5, 0.9) == pytest.approx(np.log(5) / 0.5)
-    assert wait_quantile(1, 1.0, 0.5, 0.4) == 0.0          # most arrivals do not wait
-    assert wait_quantile(2, 1.0, 3.0, 0.5) == np.inf        # unstable
+from search.serve import Demand, Lengths, ServeSearchOptions, _solve_fleet, pool_options, search_serving, slo_of
 
 
 SMALL = ServeSearchOptions(weight_precisions=("fp8",), activation_precisions=("a8",), kv_precisions=("fp8",),
