@@ -308,9 +308,18 @@ def user_dirs_from_env(environ: Mapping[str, str] = os.environ) -> list[str]:
 
 
 def check_file(path: os.PathLike | str) -> list[Entry]:
-    """Validate every entry of one YAML file on its own (no ``extends`` or cross-references)."""
+    """Validate every entry of one YAML file on its own: ``extends`` resolves within the file; an
+    entry extending one of another file, and cross-references, are load_database's to check."""
+    raw = _raw_entries(Path(path))
+    own = {(kind, e["name"]): e for kind, e in raw}
     out = []
-    for kind, entry in _raw_entries(Path(path)):
+    for kind, entry in raw:
+        parent = entry.get("extends")
+        if parent is not None:
+            if (kind, parent) not in own:
+                continue
+            inherited = {k: v for k, v in own[kind, parent].items() if k != "aliases"}  # aliases stay the parent's
+            entry = {**inherited, **{k: v for k, v in entry.items() if k != "extends"}}
         try:
             out.append(ENTRY_KINDS[kind].model_validate(entry))
         except ValidationError as exc:

@@ -48,6 +48,7 @@ class Case(BaseModel):
     model: Any
     system: str
     devices: int = Field(ge=1)
+    devices_per_unit: int = Field(1, ge=1)   # the published per-device figure counts this many devices
     plan: dict[str, Any]
     measured: Measured
     notes: str = ""
@@ -130,7 +131,7 @@ def _serve(case: Case, spec: TransformerSpec, db: Database) -> float:
              "ttft_s": r.ttft_s, "tpot_s": r.tpot_s}.get(metric)
     if value is None:
         raise SpecError(f"case {case.id}: metric {metric} does not apply to serving")
-    return float(value)
+    return float(value) * (case.devices_per_unit if metric.endswith("_per_device") else 1)
 
 
 def _memory(case: Case) -> float:

@@ -17,7 +17,7 @@ def test_the_set_is_broad_and_cited():
     assert len(cases) >= 25
     assert all(len(c.source) > 20 for c in cases)
     systems = {c.system for c in cases}
-    assert {"dgx-a100", "dgx-h100", "mi300x-8x", "cloudmatrix384"} <= systems
+    assert {"dgx-a100", "dgx-h100", "mi300x-8x", "cloudmatrix384-die"} <= systems
     assert {"training", "serving"} <= {c.kind for c in cases}
     calibration = [c for c in cases if c.calibration]
     assert len(calibration) == 10 and all("Table 1" in c.source for c in calibration)

@@ -25,7 +25,7 @@ SLOW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthChe
 
 positive = st.floats(min_value=1e-3, max_value=1e18, allow_nan=False, allow_infinity=False)
 rates = st.floats(min_value=1e6, max_value=1e18, allow_nan=False, allow_infinity=False)
-sizes = st.floats(min_value=0.0, max_value=1e12, allow_nan=False, allow_infinity=False)
+sizes = st.one_of(st.just(0.0), st.floats(min_value=1.0, max_value=1e12))   # bytes: none, or at least one
 group_sizes = st.integers(min_value=1, max_value=4096)
 bandwidths = st.floats(min_value=1e8, max_value=1e13, allow_nan=False)
 latencies = st.floats(min_value=0.0, max_value=1e-3, allow_nan=False)
