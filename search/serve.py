@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -177,14 +177,6 @@ def _precision_combos(machine: Machine, options: ServeSearchOptions):
             continue  # an fp8 cache needs fp8 arithmetic to read it
         combos.append((wp, ap, kvp))
     return combos
-
-
-@dataclass
-class _Configs:
-    """Evaluated instance configurations of one system (columns)."""
-
-    machine: Machine
-    cols: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearchOptions, counter: dict):
@@ -461,13 +453,6 @@ def _deployment(mode, parts, demand: Demand, kv_s: float = 0.0, counts: list[int
                       power_w=power, usd_per_hour=usd,
                       usd_per_million_tokens=None if usd is None else usd / tokens_per_hour * 1e6,
                       joules_per_token=power * 3600.0 / tokens_per_hour)
-
-
-def _within_limits(d: Deployment, options: ServeSearchOptions) -> bool:
-    return (d.devices <= (options.max_devices or np.inf)
-            and (options.power_cap_w is None or d.power_w <= options.power_cap_w)
-            and (options.budget_usd_per_hour is None
-                 or (d.usd_per_hour is not None and d.usd_per_hour <= options.budget_usd_per_hour)))
 
 
 _KV_CACHE: dict = {}
