@@ -34,6 +34,12 @@ plan_app = typer.Typer(help="Search for the best plan: the optimum, the Pareto f
 app.add_typer(plan_app, name="plan")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+Timing = Annotated[bool, typer.Option("--timing", help="Include seconds spent in --json.")]
+Routing = Annotated[Optional[str], typer.Option(
+    "--routing", help="Routing statistics file (.json, .csv or .npz; see README).")]
+Zipf = Annotated[Optional[float], typer.Option(help="Synthetic routing: Zipf exponent of expert popularity.")]
+Affinity = Annotated[float, typer.Option(help="Synthetic routing: share of tokens keeping their affine expert.")]
+Seed = Annotated[int, typer.Option(help="Synthetic routing: random seed.")]
 HardwareDb = Annotated[Optional[list[Path]], typer.Option(
     "--hardware-db", help="Directory of YAML entries added over the built-in database (repeatable; "
                           "also PERFMODEL_HARDWARE_DB).")]
@@ -225,7 +231,7 @@ def plan_train(
     offload: Annotated[bool, typer.Option("--offload/--no-offload", help="Consider offloading state.")] = True,
     top: Annotated[int, typer.Option(help="How many of the best plans to list.")] = 5,
     pareto: Annotated[bool, typer.Option("--pareto", help="Show the Pareto front over time, cost, energy.")] = False,
-    timing: Annotated[bool, typer.Option("--timing", help="Include seconds spent in --json.")] = False,
+    timing: Timing = False,
     routing: Routing = None,
     zipf: Zipf = None,
     affinity: Affinity = 0.5,
@@ -275,7 +281,7 @@ def plan_serve(
                                              help="Consider KV cache in host memory.")] = True,
     top: Annotated[int, typer.Option(help="How many of the best deployments to list.")] = 5,
     pareto: Annotated[bool, typer.Option("--pareto", help="Show the Pareto front over cost, latency, energy.")] = False,
-    timing: Annotated[bool, typer.Option("--timing", help="Include seconds spent in --json.")] = False,
+    timing: Timing = False,
     routing: Routing = None,
     zipf: Zipf = None,
     affinity: Affinity = 0.5,
@@ -294,11 +300,6 @@ def plan_serve(
 
 # --- place-experts ---------------------------------------------------------------------------
 
-Routing = Annotated[Optional[str], typer.Option(
-    "--routing", help="Routing statistics file (.json, .csv or .npz; see README).")]
-Zipf = Annotated[Optional[float], typer.Option(help="Synthetic routing: Zipf exponent of expert popularity.")]
-Affinity = Annotated[float, typer.Option(help="Synthetic routing: share of tokens keeping their affine expert.")]
-Seed = Annotated[int, typer.Option(help="Synthetic routing: random seed.")]
 
 
 @app.command("place-experts")

@@ -164,8 +164,11 @@ def _names(flag: str, text: str, allowed) -> tuple[str, ...]:
 def plan_serve_inputs(db, flags: dict[str, Any]):
     from perfmodel.catalog import load_model
     from perfmodel.machine import build_machine
+    from perfmodel.queueing import rate_from_concurrency
     from perfmodel.serving import ACTIVATION_PRECISIONS, KV_PRECISIONS, WEIGHT_PRECISIONS
     from search.serve import MODES, OBJECTIVES, Demand, ServeSearchOptions
+
+    from .routing_io import routing_for
 
     _positive(flags, "concurrency", "max_devices", "top")
     for name in ("rate", "budget_usd_per_hour", "power_cap_kw", "ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms",
@@ -190,7 +193,7 @@ def plan_serve_inputs(db, flags: dict[str, Any]):
         tpot = ms["tpot_p90_ms"] or ms["tpot_p50_ms"]
         if ttft is None or tpot is None:
             raise SpecError("--concurrency needs TTFT and TPOT targets (rate = users / (TTFT + output x TPOT))")
-        rate = flags["concurrency"] / (ttft + out.mean * tpot)
+        rate = rate_from_concurrency(flags["concurrency"], ttft, tpot, out.mean)
     demand = Demand(rate=rate, input_len=inp, output_len=out, ttft_p50=ms["ttft_p50_ms"], ttft_p90=ms["ttft_p90_ms"],
                     tpot_p50=ms["tpot_p50_ms"], tpot_p90=ms["tpot_p90_ms"])
     objective = flags["objective"]
@@ -207,14 +210,8 @@ def plan_serve_inputs(db, flags: dict[str, Any]):
         kv_offload=flags["kv_offload"], max_devices=flags["max_devices"],
         budget_usd_per_hour=flags["budget_usd_per_hour"],
         power_cap_w=flags["power_cap_kw"] * 1e3 if flags["power_cap_kw"] else None, top=flags["top"],
-        routing=_routing(spec, flags))
+        routing=routing_for(spec, flags))
     return spec, systems, demand, options
-
-
-def _routing(spec, flags):
-    from .routing_io import routing_for
-
-    return routing_for(spec, flags)
 
 
 def place_inputs(db, flags: dict[str, Any]):

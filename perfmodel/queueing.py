@@ -60,3 +60,10 @@ def pool_latencies(role: str, instances, rate: float, output_mean: float, batch,
             else np.zeros_like(np.asarray(prefill_s50, dtype=float)) for q in quantiles}
     in_flight = per_instance * output_mean * tpot50 * stretch_decode
     return ttft, tpot50 * stretch_decode, tpot90 * stretch_decode, decode_share + prefill_share, in_flight
+
+
+def rate_from_concurrency(users: float, ttft_s: float, tpot_s: float, output_tokens: float) -> float:
+    """Requests per second that ``users`` closed-loop users issue when each request takes the
+    latency targets (Little's law, lambda = N / W with W = TTFT + output x TPOT): a conservative
+    rate, since requests answered faster than their targets come back sooner."""
+    return users / (ttft_s + output_tokens * tpot_s)

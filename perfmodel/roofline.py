@@ -121,6 +121,8 @@ def layer_ops(spec: TransformerSpec, tokens, context, tp, sp, weight_bytes=2.0, 
     # function (gated: read gate and up, write product; plain: read and write) - memory bound.
     per_f = 3.0 if spec.mlp == "gated" else 2.0
     elementwise = (n * h * 8.0 / norm_shard + f_tokens * per_f) * act_bytes
+    # FLOPs: two RMS/LayerNorms (~4 per element each) and two residual adds (1 each) on h, and the
+    # activation (~4 per hidden unit: SiLU/GeLU and the gate product). Memory bound either way.
     ops.append(Op("norms and activations", 10.0 * n * h / norm_shard + 4.0 * f_tokens, elementwise, "vector"))
     return ops
 
@@ -133,5 +135,7 @@ def lm_head_ops(spec: TransformerSpec, tokens, tp, weight_bytes=2.0, act_bytes=2
     ops = [Op("lm head", 2.0 * n * params, params * weight_bytes + n * (spec.hidden_size + spec.vocab_size / t)
               * act_bytes, "gemm")]
     if with_loss:
+        # Softmax cross-entropy over fp32 logits: ~5 FLOP per logit (max, exp, sum, log, gradient);
+        # the logits are read, exponentiated and written back as gradients: 3 passes of 4 bytes.
         ops.append(Op("cross entropy", 5.0 * n * spec.vocab_size / t, 3.0 * 4.0 * n * spec.vocab_size / t, "vector"))
     return ops

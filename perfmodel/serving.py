@@ -212,6 +212,8 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
     # Prefill activations of one layer in flight, for at most the chunk a server prefills at once.
     in_flight = np.minimum(local_batch * s_in, np.maximum(s_in, machine.constants.get("prefill-tokens-in-flight",
                                                                                      np.inf)))
+    # bf16 activations, 4 hidden-size tensors live at once (layer input, norm output, attention
+    # output, MLP input), split by TP.
     workspace = in_flight * h * 2.0 * 4.0 / tp
     reserve = machine.constants.get("hbm-reserve-fraction", 0.0) * machine.hbm_bytes
     per_seq_kv = kv / local_batch

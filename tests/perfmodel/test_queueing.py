@@ -39,3 +39,10 @@ def test_colocated_time_sharing_stretches_both_phases():
     assert together[0][0.9][0] > alone_prefill[0][0.9][0]
     assert together[2][0] > alone_decode[2][0]
     assert together[3][0] == pytest.approx(alone_prefill[3][0] + alone_decode[3][0])
+
+
+def test_concurrency_converts_by_littles_law():
+    from perfmodel.queueing import rate_from_concurrency
+
+    # 100 users, each request taking 1 s + 500 x 20 ms = 11 s: 100 / 11 requests per second.
+    assert rate_from_concurrency(100, 1.0, 0.02, 500) == pytest.approx(100 / 11)
