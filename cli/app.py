@@ -140,7 +140,8 @@ def estimate_train(
     pp: Annotated[int, typer.Option(help="Pipeline stages.")] = 1,
     dp: Annotated[Optional[int], typer.Option(help="Data-parallel degree (default: fills the devices).")] = None,
     cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
-    ep: Annotated[int, typer.Option(help="Expert-parallel degree (MoE; carved out of dp x cp).")] = 1,
+    ep: Annotated[int, typer.Option(help="Expert-parallel degree (MoE; experts folded over tp x cp x dp).")] = 1,
+    etp: Annotated[Optional[int], typer.Option(help="Expert tensor-parallel degree (default: tp).")] = None,
     interleave: Annotated[int, typer.Option(help="Virtual pipeline stages per device.")] = 1,
     micro_batch: Annotated[int, typer.Option(help="Sequences per microbatch.")] = 1,
     zero: Annotated[int, typer.Option(help="ZeRO stage 0-3.")] = 1,
@@ -150,6 +151,10 @@ def estimate_train(
     offload_optimizer: Annotated[str, typer.Option(help="Where optimizer states live: hbm, ddr, cxl, pooled, nvme.")] = "hbm",
     offload_grads: Annotated[str, typer.Option(help="Where gradients live.")] = "hbm",
     offload_params: Annotated[str, typer.Option(help="Where parameters live.")] = "hbm",
+    attention: Annotated[str, typer.Option(help="flash (causal FlashAttention) or standard (s x s scores "
+                                                "written, as 2021 Megatron-LM).")] = "flash",
+    dp_overlap: Annotated[bool, typer.Option("--dp-overlap/--no-dp-overlap", help="Overlap the gradient "
+                                             "reduction with the backward pass.")] = True,
     global_batch: Annotated[int, typer.Option(help="Sequences per optimizer step.")] = 256,
     seq_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = 4096,
     tokens: Annotated[float, typer.Option(help="Training tokens of the run (for run time, energy, cost).")] = 0.0,
@@ -171,7 +176,8 @@ def estimate_serve(
     devices: Devices = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree per instance.")] = 8,
     pp: Annotated[int, typer.Option(help="Pipeline stages per instance.")] = 1,
-    ep: Annotated[int, typer.Option(help="Expert-parallel degree (MoE).")] = 1,
+    ep: Annotated[int, typer.Option(help="Expert-parallel degree (MoE; experts folded over tp x dp-attention "
+                                         "devices; above the expert count, redundant copies).")] = 1,
     dp_attention: Annotated[int, typer.Option(help="Attention data-parallel ranks (MLA models).")] = 1,
     batch: Annotated[int, typer.Option(help="Concurrent sequences per instance.")] = 32,
     input_len: Annotated[int, typer.Option(help="Prompt tokens.")] = 2048,
@@ -179,6 +185,8 @@ def estimate_serve(
     weight_precision: Annotated[str, typer.Option(help="bf16, fp8, int8, int4 or fp4.")] = "bf16",
     activation_precision: Annotated[str, typer.Option(help="a16 (bf16 math), a8 (W8A8) or a4 (W4A4).")] = "a16",
     kv_precision: Annotated[str, typer.Option(help="bf16, fp8 or int4.")] = "bf16",
+    mtp_draft_tokens: Annotated[int, typer.Option(help="Multi-token prediction: draft tokens per step.")] = 0,
+    mtp_acceptance: Annotated[float, typer.Option(help="Share of draft tokens accepted (0-1).")] = 0.0,
     json_out: JsonFlag = False,
 ) -> None:
     """Evaluate one serving instance: TTFT, TPOT, throughput, memory, energy and cost."""

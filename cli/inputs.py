@@ -19,52 +19,22 @@ def _choice(flags: dict[str, Any], name: str, allowed) -> None:
         raise UnknownNameError(f"--{name.replace('_', '-')} value", str(flags[name]), allowed)
 
 
-def train_inputs(db, flags: dict[str, Any]):
-    from perfmodel.catalog import load_model
-    from perfmodel.machine import build_machine
-    from perfmodel.memory import RECOMPUTE
-    from perfmodel.training import PLACES, TrainPlan, TrainWorkload
+def _request(cls, flags: dict[str, Any]):
+    from dataclasses import fields
 
-    _positive(flags, "devices", "tp", "pp", "dp", "cp", "ep", "interleave", "micro_batch", "global_batch", "seq_len")
-    _choice(flags, "recompute", RECOMPUTE)
-    _choice(flags, "precision", ("bf16", "fp16", "fp8"))
-    for name in ("offload_optimizer", "offload_grads", "offload_params"):
-        _choice(flags, name, PLACES)
-    if flags["zero"] not in (0, 1, 2, 3):
-        raise SpecError(f"--zero needs 0, 1, 2 or 3, has {flags['zero']}")
-    if not 0 <= flags["tokens"] < 1e18:
-        raise SpecError(f"--tokens needs 0 to 1e18, has {flags['tokens']:g}")
-    spec = load_model(flags["model"])
-    machine = build_machine(db, flags["system"], flags["devices"])
-    machine.flops(flags["precision"])  # unsupported precision: one clear error
-    for name in ("offload_optimizer", "offload_grads", "offload_params"):
-        if flags[name] != "hbm":
-            machine.tier(flags[name])      # a tier the system lacks: one clear error
-    tp, pp, cp = flags["tp"], flags["pp"], flags["cp"]
-    dp = flags["dp"] or max(machine.devices // (tp * pp * cp), 1)
-    plan = TrainPlan(tp=tp, pp=pp, dp=dp, cp=cp, ep=flags["ep"], interleave=flags["interleave"],
-                     micro_batch=flags["micro_batch"], zero=flags["zero"], recompute=flags["recompute"],
-                     sp=flags["sp"] and tp > 1, precision=flags["precision"],
-                     optimizer_place=flags["offload_optimizer"], grad_place=flags["offload_grads"],
-                     param_place=flags["offload_params"])
-    return spec, machine, plan, TrainWorkload(flags["global_batch"], flags["seq_len"], flags["tokens"])
+    return cls(**{f.name: flags[f.name] for f in fields(cls) if f.name in flags})
+
+
+def train_inputs(db, flags: dict[str, Any]):
+    from perfmodel.requests import TrainRequest
+
+    return _request(TrainRequest, flags).resolve(db)
 
 
 def serve_inputs(db, flags: dict[str, Any]):
-    from perfmodel.catalog import load_model
-    from perfmodel.machine import build_machine
-    from perfmodel.serving import ACTIVATION_PRECISIONS, KV_PRECISIONS, WEIGHT_PRECISIONS, ServePlan, ServeWorkload
+    from perfmodel.requests import ServeRequest
 
-    _positive(flags, "devices", "tp", "pp", "ep", "dp_attention", "batch", "input_len", "output_len")
-    _choice(flags, "weight_precision", WEIGHT_PRECISIONS)
-    _choice(flags, "activation_precision", ACTIVATION_PRECISIONS)
-    _choice(flags, "kv_precision", KV_PRECISIONS)
-    spec = load_model(flags["model"])
-    machine = build_machine(db, flags["system"], flags["devices"])
-    plan = ServePlan(tp=flags["tp"], pp=flags["pp"], ep=flags["ep"], dp_attention=flags["dp_attention"],
-                     batch=flags["batch"], weight_precision=flags["weight_precision"],
-                     activation_precision=flags["activation_precision"], kv_precision=flags["kv_precision"])
-    return spec, machine, plan, ServeWorkload(flags["input_len"], flags["output_len"])
+    return _request(ServeRequest, flags).resolve(db)
 
 
 def device_candidates(db, systems: list[str], devices: list[int] | None, max_devices: int | None):

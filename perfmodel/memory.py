@@ -21,8 +21,8 @@ from __future__ import annotations
 import numpy as np
 
 from .model import TransformerSpec
+from .plan import RECOMPUTE, Recompute  # noqa: F401  (RECOMPUTE re-exported for callers)
 
-RECOMPUTE = ("none", "selective", "full")  # plan code = index
 
 # Bytes per parameter of mixed-precision Adam (ZeRO paper, Sec. 3.1).
 WEIGHT_BYTES, GRAD_BYTES, ADAM_STATE_BYTES = 2.0, 2.0, 12.0
@@ -41,15 +41,21 @@ def model_state_bytes(params, dp, zero, weight_bytes=WEIGHT_BYTES, grad_bytes=GR
     return weights, grads, optim
 
 
-def activation_coefficients(spec: TransformerSpec, moe_layer: bool):
+def activation_coefficients(spec: TransformerSpec, moe_layer: bool, gemm_input_bytes=2.0):
     """Per-layer activation bytes in units of s*b*h, split as Korthikanti et al. Table 2 does:
     (replicated under TP unless SP, sharded by TP, attention-core multiplier of a*s/h).
 
-    For GPT (plain 4h MLP, MHA) this gives (10, 24, 5), the paper's numbers. Other shapes scale
-    the same stored tensors: Q and the context by the query width, K and V by the KV width, the
-    MLP by its hidden width (a gated MLP stores gate, up and their product: 3 x 2 bytes x f).
+    The stored tensors, per token: the two norm inputs (bf16) and the two norm outputs that feed
+    the QKV and first MLP GEMMs; Q, K and V; the attention output; the MLP's first GEMM outputs
+    (gate and up for a gated MLP) and the input of its last GEMM; one-byte dropout masks after
+    attention and MLP when the model trains with dropout. GEMM inputs are kept at
+    ``gemm_input_bytes``: Transformer Engine's fp8 recipe saves the fp8 cast of each GEMM input
+    for the backward pass (1 byte), and the attention output then has an fp8 copy beside the bf16
+    one the attention kernel keeps. For GPT (plain 4h MLP, MHA, dropout, bf16) this gives
+    (10, 24, 5), the paper's numbers.
     """
     h = spec.hidden_size
+    g = np.asarray(gemm_input_bytes, dtype=float)
     if spec.mla:
         m = spec.mla
         q_w = spec.num_heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) / h
@@ -58,43 +64,67 @@ def activation_coefficients(spec: TransformerSpec, moe_layer: bool):
     else:
         q_w = ctx_w = spec.num_heads * spec.dim_head / h
         kv_w = spec.kv_heads * spec.dim_head / h
-    attention = 2 * q_w + 2 * kv_w + 2 * kv_w + 2 * ctx_w  # Q, K, V, input of the output projection
-    per_f = 6.0 if spec.mlp == "gated" else 4.0            # bytes per MLP hidden unit per token
+    # Q, K, V and the attention output in bf16; an fp8 copy of the output as the projection's input.
+    attention = 2 * q_w + 4 * kv_w + 2 * ctx_w + np.where(g < 2, g * ctx_w, 0.0)
+    per_f = (4.0 if spec.mlp == "gated" else 2.0) + g    # first GEMM's outputs (bf16) + last GEMM's input
     if moe_layer and spec.moe:
         f = spec.moe.expert_ffn_hidden_size * (spec.moe.top_k + spec.moe.num_shared_experts)
-        mlp = per_f * f / h + 2.0 * spec.moe.top_k        # + the dispatched copies of the tokens
+        mlp = per_f * f / h + g * spec.moe.top_k        # + the dispatched copies of the tokens
     else:
         mlp = per_f * spec.ffn_hidden_size / h
-    replicated = 10.0   # two norm inputs (4), attention and MLP inputs (4), two dropout masks (2)
-    return replicated, attention + mlp, 5.0 * spec.num_heads / h
+    dropout = 1.0 if spec.dropout else 0.0
+    replicated = 2.0 + g + 2.0 + g + 2.0 * dropout      # norm inputs, GEMM inputs, dropout masks
+    core = (5.0 if spec.dropout else 2.0) * spec.num_heads / h   # softmax output (+ mask and dropout output)
+    return replicated, attention + mlp, core
 
 
 def activation_bytes_per_layer(spec: TransformerSpec, seq, micro_batch, tp, sp, recompute, flash=True,
-                               moe_layer=False):
+                               moe_layer=False, gemm_input_bytes=2.0):
     """Activation bytes one layer keeps for one microbatch on one device (Korthikanti et al. Eq. 1-2).
 
-    ``recompute`` is a code of RECOMPUTE; ``sp`` sequence parallelism (0/1); ``flash`` drops the
+    ``recompute`` is a ``Recompute`` code; ``sp`` sequence parallelism (0/1); ``flash`` drops the
     s^2 attention matrices, which FlashAttention never stores (Dao et al. 2022, Sec. 3.1).
     """
     seq = np.asarray(seq, dtype=float)
     sbh = seq * np.asarray(micro_batch, dtype=float) * spec.hidden_size
     t = np.maximum(np.asarray(tp, dtype=float), 1.0)
-    rep, shard, core = activation_coefficients(spec, moe_layer)
+    sp = np.asarray(sp, dtype=bool)
+    rep, shard, core = activation_coefficients(spec, moe_layer, gemm_input_bytes)
     core_term = np.where(np.asarray(flash, dtype=bool), 0.0, core * seq / t)
-    replicated = np.where(np.asarray(sp, dtype=bool), rep / t, rep)
+    replicated = np.where(sp, rep / t, rep)
     recompute = np.asarray(recompute)
-    kept = np.where(recompute == 0, replicated + shard / t + core_term,
-                    np.where(recompute == 1, replicated + shard / t, 2.0 / np.where(np.asarray(sp, bool), t, 1.0)))
+    kept = np.where(recompute == Recompute.NONE, replicated + shard / t + core_term,
+                    np.where(recompute == Recompute.SELECTIVE, replicated + shard / t,
+                             2.0 / np.where(sp, t, 1.0)))
     return sbh * kept
 
 
-def in_flight_microbatches(pp, num_micro, interleave):
-    """Microbatches whose activations the first stage holds under 1F1B, with the interleaved
-    schedule's extra (1 + (p-1)/(p v)) (Korthikanti et al. Sec. 4.2.3; Narayanan et al. 2021 Sec. 2.2)."""
+def stage_layers(num_layers: int, pp):
+    """(q, r): L = q x pp + r; the last r stages hold q + 1 layers, the first pp - r hold q.
+
+    Shorter stages go first, where 1F1B keeps the most microbatches in flight (Llama 3 did this,
+    Dubey et al. 2024 Sec. 3.3.2; Megatron-Core's --decoder-first-pipeline-num-layers).
+    """
+    p = np.maximum(np.asarray(pp, dtype=float), 1.0)
+    q = np.floor(num_layers / p)
+    return q, num_layers - q * p
+
+
+def in_flight_layers(layers, stage, pp, num_micro, interleave):
+    """Layer-microbatches of activations stage ``stage`` holds at its peak.
+
+    1F1B: stage i warms up with p - i microbatches (Narayanan et al. 2021 Sec. 2.2). Interleaved
+    (v model chunks of layers / v each): (p - i - 1) x 2 + (v - 1) x p warm-up chunks plus the one
+    in progress, as Megatron-LM schedules them; for stage 0 this is Korthikanti et al.'s
+    L (1 + (p-1)/(p v)) (Sec. 4.2.3). Never more than the microbatches (chunks) there are.
+    """
     p = np.maximum(np.asarray(pp, dtype=float), 1.0)
     v = np.maximum(np.asarray(interleave, dtype=float), 1.0)
-    held = np.minimum(p, np.asarray(num_micro, dtype=float))
-    return held * np.where(v > 1, 1 + (p - 1) / (p * v), 1.0)
+    m = np.maximum(np.asarray(num_micro, dtype=float), 1.0)
+    i = np.asarray(stage, dtype=float)
+    plain = np.minimum(p - i, m) * layers
+    chunks = np.minimum(2.0 * (p - i - 1.0) + (v - 1.0) * p + 1.0, m * v)
+    return np.where(v > 1, chunks * layers / v, plain)
 
 
 def kv_cache_bytes_per_device(spec: TransformerSpec, tokens, kv_bytes_per_element, tp, pp):

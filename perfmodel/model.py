@@ -93,6 +93,7 @@ class TransformerSpec(_Frozen):
     sliding_window: Positive | None = None
     sliding_window_every: Positive | None = None
     attention_sinks: bool = False
+    dropout: bool = False             # GPT-2/3 and Megatron's GPTs train with dropout; Llama and later do not
     mla: MlaSpec | None = None
     moe: MoeSpec | None = None
     mtp_layers: NonNegative = 0
@@ -236,11 +237,14 @@ class TransformerSpec(_Frozen):
         """Weights one token multiplies: active parameters less the input-embedding lookup.
 
         The LM head is a GEMM and counts (a tied embedding counts once, as the head); learned
-        positions are a lookup and do not. Norm weights and biases (< 0.1%) are counted as weights.
+        positions are a lookup and do not; nor do the norm weights (two per layer and the final
+        one: an elementwise scale, not a multiply-accumulate). Biases count as weights (< 0.1%).
+        So this is exactly the weights of the GEMMs the cost model times.
         """
         lookup = self.input_embedding_params \
             + self.max_seq_len * self.hidden_size * (self.position_embedding == "learned")
-        return self.active_params - lookup
+        norms = (2 * self.num_layers + 1) * self._norm_params
+        return self.active_params - lookup - norms
 
     @property
     def attention_width(self) -> float:

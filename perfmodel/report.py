@@ -14,7 +14,8 @@ from hardware_db.errors import InfeasibleError
 
 from .machine import Machine
 from .serving import ServeResult
-from .training import PLACES, TrainResult
+from .plan import PLACES
+from .training import TrainResult
 
 
 def _f(x) -> float | None:
@@ -59,7 +60,7 @@ def _cost_status(machine: Machine) -> str:
 def train_report(result: TrainResult, machine: Machine) -> dict[str, Any]:
     times = {k: _f(v) for k, v in result.components.items()}
     ops = {k: {"seconds": _f(v), "bound": "compute" if _b(result.bounds[k]) else "memory"}
-           for k, v in result.extra["operator_times"].items()}
+           for k, v in result.operator_times.items()}
     memory = {k: _f(v) for k, v in result.memory.items()}
     tiers = {"hbm": {"used_bytes": _f(result.hbm_used_bytes), "capacity_bytes": machine.hbm_bytes}}
     for t in machine.memory_tiers:
@@ -68,7 +69,7 @@ def train_report(result: TrainResult, machine: Machine) -> dict[str, Any]:
         entry["capacity_bytes"] += t.bytes_per_device
     return {
         "step_time_s": _f(result.step_time_s), "tokens_per_s": _f(result.tokens_per_s), "mfu": _f(result.mfu),
-        "hfu": _f(result.hfu), "microbatches": _f(result.extra["num_microbatches"]),
+        "hfu": _f(result.hfu), "microbatches": _f(result.num_microbatches),
         "time_components_s": times, "operators_s": ops, "memory_per_device_bytes": memory, "memory_tiers": tiers,
         "power_per_device_w": _f(result.power_w), "energy_per_token_j": _f(result.energy_per_token_j),
         "cost_per_hour_usd": _f(result.cost_per_hour_usd),
@@ -88,12 +89,13 @@ def serve_report(result: ServeResult, machine: Machine) -> dict[str, Any]:
         "decode_components_s": {k: _f(v) for k, v in result.decode_components.items()},
         "operators_s": {
             **{f"prefill {k}": {"seconds": _f(v), "bound": "compute" if _b(result.bounds[f'prefill {k}']) else "memory"}
-               for k, v in result.extra["prefill_operator_times"].items()},
+               for k, v in result.prefill_operator_times.items()},
             **{f"decode {k}": {"seconds": _f(v), "bound": "compute" if _b(result.bounds[f'decode {k}']) else "memory"}
-               for k, v in result.extra["decode_operator_times"].items()}},
+               for k, v in result.decode_operator_times.items()}},
         "memory_per_device_bytes": {k: _f(v) for k, v in result.memory.items()},
         "memory_tiers": {"hbm": {"used_bytes": _f(result.hbm_used_bytes), "capacity_bytes": machine.hbm_bytes}},
-        "precisions": result.extra["precisions"],
+        "precisions": {"weights": result.quant.weight, "activations": result.quant.activation,
+                       "kv": result.quant.kv},
         "power_per_device_w": _f(result.power_w), "energy_per_token_j": _f(result.energy_per_token_j),
         "cost_per_million_tokens_usd": _f(result.cost_per_million_tokens_usd), "cost_basis": _cost_status(machine),
     }

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .layout import Layout
 from .model import TransformerSpec
 
 
@@ -38,10 +39,59 @@ class Op:
     flops: np.ndarray
     bytes: np.ndarray
     unit: str
+    balanced_flops: np.ndarray | None = None   # with balanced routing (the experts on the busiest device differ)
 
     @property
     def gemm(self) -> bool:
         return self.unit != "vector"
+
+    @property
+    def mean_flops(self) -> np.ndarray:
+        """FLOPs of the average device (what sums to the model's FLOPs over devices)."""
+        return self.flops if self.balanced_flops is None else self.balanced_flops
+
+
+@dataclass(frozen=True)
+class OpTimes:
+    """Roofline time of a list of operators on one device, per operator and in total (seconds)."""
+
+    total: np.ndarray
+    seconds: dict[str, np.ndarray]
+    compute_bound: dict[str, np.ndarray]
+    flops: dict[str, np.ndarray]        # on this (the busiest) device
+    mean_flops: np.ndarray              # the average device's GEMM and attention FLOPs
+
+    def scaled(self, k) -> "OpTimes":
+        """The same operators run ``k`` times (layers, microbatches)."""
+        return OpTimes(self.total * k, {n: t * k for n, t in self.seconds.items()}, self.compute_bound,
+                       {n: f * k for n, f in self.flops.items()}, self.mean_flops * k)
+
+
+def ops_time(ops: list[Op], rates: dict, bytes_per_s: float) -> OpTimes:
+    """Each operator's roofline time on one device, and their sum (one op after another).
+
+    ``rates`` maps an operator's unit ("gemm", "attention", "vector") to achievable FLOP/s.
+    """
+    seconds, bound, flops = {}, {}, {}
+    total, mean = 0.0, 0.0
+    for op in ops:
+        t, cb = roofline(op.flops, op.bytes, rates[op.unit], bytes_per_s)
+        seconds[op.name], bound[op.name], flops[op.name] = t, cb, op.flops
+        total = total + t
+        if op.gemm:
+            mean = mean + op.mean_flops
+    return OpTimes(total, seconds, bound, flops, mean)
+
+
+def merge(*parts: OpTimes) -> OpTimes:
+    """Operator times of several op lists on one device, summed by operator name."""
+    seconds, bound, flops = {}, {}, {}
+    for part in parts:
+        for k, v in part.seconds.items():
+            seconds[k] = seconds.get(k, 0.0) + v
+            flops[k] = flops.get(k, 0.0) + part.flops[k]
+            bound[k] = part.compute_bound[k]
+    return OpTimes(sum(p.total for p in parts), seconds, bound, flops, sum(p.mean_flops for p in parts))
 
 
 def kv_width_per_device(spec: TransformerSpec, tp):
@@ -56,21 +106,21 @@ def kv_width_per_device(spec: TransformerSpec, tp):
     return 2.0 * spec.dim_head * np.maximum(spec.kv_heads / t, 1.0)
 
 
-def layer_ops(spec: TransformerSpec, tokens, context, tp, sp, weight_bytes=2.0, act_bytes=2.0,
-              moe_layer=False, expert_tokens_scale=1.0, flash=True, experts_read=None, ep=1,
-              decode=False, kv_bytes=2.0):
+def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight_bytes=2.0, act_bytes=2.0,
+              moe_layer=False, imbalance=1.0, flash=True, experts_read=None, decode=False, kv_bytes=2.0):
     """Forward operators of one layer on one device.
 
     ``tokens`` are the tokens this device's TP group processes (b * s / cp in training, the batch
-    in decode); ``context`` the mean number of keys each query attends to; ``tp`` shards GEMMs and
-    heads; ``sp`` shards norms and residuals. In ``decode`` every token reads its sequence's
-    cached K and V (``kv_bytes`` per element) and MLA runs in its absorbed form (DeepSeek-V2,
-    Sec. 2.1.2: scores and values over the latent, kv_lora_rank wide). ``experts_read`` is the
-    number of routed experts whose weights this device reads (default: all it holds, E / ep);
-    ``expert_tokens_scale`` multiplies the routed tokens a device computes (load imbalance).
+    in decode); ``context`` the mean number of keys each query attends to; the ``layout``'s tp
+    shards GEMMs and heads, its expert grid (etp x ep) the routed experts; ``sp`` shards norms and
+    residuals. In ``decode`` every token reads its sequence's cached K and V (``kv_bytes`` per
+    element) and MLA runs in its absorbed form (DeepSeek-V2, Sec. 2.1.2: scores and values over
+    the latent, kv_lora_rank wide). ``experts_read`` is the number of routed experts whose
+    weights this device reads (default: all it holds); ``imbalance`` multiplies the routed rows
+    of the busiest device (its load over the mean).
     """
     h = spec.hidden_size
-    t = np.maximum(np.asarray(tp, dtype=float), 1.0)
+    t = layout.tp
     n = np.asarray(tokens, dtype=float)
     ctx = np.asarray(context, dtype=float)
     norm_shard = np.where(np.asarray(sp, dtype=bool), t, 1.0)
@@ -103,17 +153,21 @@ def layer_ops(spec: TransformerSpec, tokens, context, tp, sp, weight_bytes=2.0, 
     gemm("output projection", proj_params, n, out_w / t, h)
     if moe_layer and spec.moe:
         m = spec.moe
-        ops.append(Op("router", 2.0 * n * h * m.num_experts, h * m.num_experts * weight_bytes + n * h * act_bytes,
-                      "gemm"))
-        held = m.num_experts / np.maximum(np.asarray(ep, dtype=float), 1.0)
+        # The router runs on each rank's sequence shard (Megatron-Core runs MoE with TP sequence-parallel).
+        ops.append(Op("router", 2.0 * n / t * spec.router_params, spec.router_params * weight_bytes
+                      + n / t * h * act_bytes, "gemm"))
+        held = layout.expert_slots(spec)
         read = held if experts_read is None else np.minimum(experts_read, held)
-        routed_tokens = n * m.top_k / np.maximum(np.asarray(ep, dtype=float), 1.0) * expert_tokens_scale
-        per_expert = spec.expert_params / t
-        flops = 2.0 * routed_tokens * per_expert + 2.0 * n * m.num_shared_experts * per_expert
-        moved = (read + m.num_shared_experts) * per_expert * weight_bytes \
-            + (routed_tokens + n * m.num_shared_experts) * 2 * h * act_bytes
-        ops.append(Op("experts", flops, moved, "gemm"))
-        f_tokens = (routed_tokens + n * m.num_shared_experts) * m.expert_ffn_hidden_size / t
+        rows = layout.expert_rows(n, m.top_k)                 # balanced routing
+        busiest = rows * imbalance
+        routed_params = spec.expert_params / layout.etp       # each row meets 1/etp of its expert
+        shared_params = spec.shared_expert_params / t         # shared experts follow attention's TP
+        flops = 2.0 * busiest * routed_params + 2.0 * n * shared_params
+        moved = (read * routed_params + shared_params) * weight_bytes \
+            + (busiest + n * m.num_shared_experts) * 2 * h * act_bytes
+        ops.append(Op("experts", flops, moved, "gemm", 2.0 * rows * routed_params + 2.0 * n * shared_params))
+        f_tokens = busiest * m.expert_ffn_hidden_size / layout.etp \
+            + n * m.num_shared_experts * m.expert_ffn_hidden_size / t
     else:
         gemm("mlp", spec.dense_mlp_params / t, n, h, h)
         f_tokens = n * spec.ffn_hidden_size / t

@@ -1,8 +1,9 @@
 """Serving: prefill (time to first token) and decode (time per output token) of one instance.
 
-An instance is tp x pp x ep devices (ep carved out of the attention data-parallel ranks, as in
-DeepSeek-V3 deployments: attention runs data-parallel over ``dp_attention`` ranks, experts over
-``ep`` ranks). All plan fields broadcast over numpy arrays.
+An instance is tp x dp_attention x pp devices (``layout.Layout``): each stage's tp x dp_attention
+devices run attention as dp_attention TP groups, and the same devices run the routed experts as
+an ep x etp grid, etp = tp x dp_attention / ep (as DeepSeek-V3 deployments and SGLang fold
+them: attention data-parallel, experts expert-parallel). All plan fields broadcast over arrays.
 
 Decode reads every weight the batch touches once per step and each sequence's KV cache; for an MoE
 layer the expected number of distinct routed experts a batch of B tokens hits, with top-k of E
@@ -23,16 +24,13 @@ import numpy as np
 
 from hardware_db.schema import BYTES_PER_ELEMENT
 
+from .layout import Layout
 from .machine import Machine
 from .memory import kv_cache_bytes_per_device
 from .model import TransformerSpec
+from .plan import ACTIVATION_PRECISIONS, KV_PRECISIONS, WEIGHT_PRECISIONS, QuantScheme  # noqa: F401
 from .power import device_power_w, run_cost
-from .roofline import Op, layer_ops, lm_head_ops, roofline
-
-WEIGHT_PRECISIONS = ("bf16", "fp8", "int8", "int4", "fp4")
-KV_PRECISIONS = ("bf16", "fp8", "int4")
-# Activation (GEMM input) precision: "a16" keeps bf16 math; "a8" and "a4" run at the weight's rate.
-ACTIVATION_PRECISIONS = ("a16", "a8", "a4")
+from .roofline import layer_ops, lm_head_ops, merge, ops_time
 
 
 @dataclass(frozen=True)
@@ -77,7 +75,9 @@ class ServeResult:
     feasible: np.ndarray
     binding: np.ndarray
     shortfall: np.ndarray
-    extra: dict = field(default_factory=dict)
+    prefill_operator_times: dict[str, np.ndarray] = field(default_factory=dict)
+    decode_operator_times: dict[str, np.ndarray] = field(default_factory=dict)
+    quant: QuantScheme = QuantScheme()
 
 
 def distinct_experts(num_experts: int, top_k: int, tokens):
@@ -86,52 +86,21 @@ def distinct_experts(num_experts: int, top_k: int, tokens):
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
 
 
-def _gemm_rate(machine: Machine, weight_precision: str, activation: str) -> float:
-    """Achievable GEMM FLOP/s: bf16 math unless activations are quantized to the weights' width."""
-    if activation == "a16":
-        return machine.flops("bf16")
-    rate = {("a8", "fp8"): "fp8", ("a8", "int8"): "int8", ("a4", "int4"): "int4", ("a4", "fp4"): "fp4"}.get(
-        (activation, weight_precision))
-    if rate is None:
-        from hardware_db.errors import SpecError
-
-        raise SpecError(f"activation precision {activation} needs weights of the same width "
-                        f"(W8A8: fp8 or int8; W4A4: int4 or fp4), has {weight_precision}")
-    return machine.flops(rate)
-
-
-def _ops_time(ops: list[Op], machine: Machine, rates: dict, times: dict, bounds: dict, scale, prefix: str):
-    total = 0.0
-    for op in ops:
-        t, cb = roofline(op.flops, op.bytes, rates[op.unit], machine.hbm_bytes_per_s)
-        times[prefix + op.name] = times.get(prefix + op.name, 0.0) + t * scale
-        bounds[prefix + op.name] = cb
-        total = total + t * scale
-    return total
-
-
 def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, work: ServeWorkload) -> ServeResult:
     """TTFT, TPOT, memory, throughput, energy and cost of one instance configuration.
 
     Precisions are scalars per call (the search loops over the few precision combinations);
     parallel degrees and batch broadcast as arrays.
     """
-    wp, ap, kvp = str(plan.weight_precision), str(plan.activation_precision), str(plan.kv_precision)
-    for value, allowed, what in ((wp, WEIGHT_PRECISIONS, "weight"), (ap, ACTIVATION_PRECISIONS, "activation"),
-                                 (kvp, KV_PRECISIONS, "KV-cache")):
-        if value not in allowed:
-            from hardware_db.errors import UnknownNameError
-
-            raise UnknownNameError(f"{what} precision", value, allowed)
-    # Attention (QK^T, PV) runs in bf16, or fp8 with an fp8 KV cache where the device has fp8.
-    attention = "fp8" if kvp == "fp8" and machine.supports("fp8") else "bf16"
-    rates = {"gemm": _gemm_rate(machine, wp, ap), "attention": machine.flops(attention), "vector": np.inf}
-    w_bytes, kv_bytes = BYTES_PER_ELEMENT[wp], BYTES_PER_ELEMENT[kvp]
-    act_bytes = 1.0 if ap == "a8" else 0.5 if ap == "a4" else 2.0
+    quant = QuantScheme(str(plan.weight_precision), str(plan.activation_precision), str(plan.kv_precision))
+    rates = {"gemm": machine.flops(quant.gemm_precision),
+             "attention": machine.flops(quant.attention_precision(machine.supports)), "vector": np.inf}
+    w_bytes, kv_bytes, act_bytes = quant.weight_bytes, quant.kv_bytes, quant.activation_bytes
     tp, pp, ep, dpa = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (plan.tp, plan.pp, plan.ep,
                                                                           plan.dp_attention))
+    layout = Layout(tp=tp, dp=dpa, pp=pp, ep=ep, etp=tp * dpa / ep)
     batch = np.maximum(np.asarray(plan.batch, dtype=float), 1.0)
-    devices = tp * pp * dpa
+    devices = layout.devices
     s_in, s_out = float(work.input_len), float(work.output_len)
     L = spec.num_layers
     layers = np.ceil(L / pp)
@@ -143,50 +112,51 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
     imbalance = np.where(given > 0, given, machine.constants.get("moe-load-imbalance", 1.0)) if moe else 1.0
     # Each attention DP rank serves batch / dp_attention sequences; experts see every rank's tokens.
     local_batch = batch / dpa
-
     overlap = bool(plan.overlap_comm)
-    # Experts per device: E / ep rounded up (a deployment with redundant experts fills the remainder).
-    held = np.ceil(spec.moe.num_experts / ep) if moe else 0.0
+    slots = layout.expert_slots(spec)
 
-    def phase(tokens_local, context, decode, prefix, times, bounds):
-        experts_tokens = tokens_local * dpa  # tokens the EP group routes per step
-        # Each of a device's experts is hit with the same probability as any expert.
-        read = held * distinct_experts(spec.moe.num_experts, spec.moe.top_k, experts_tokens) \
+    def phase(tokens_local, context, decode):
+        # Each of an EP rank's experts is hit with the same probability as any expert, by the
+        # tokens of its expert data-parallel share of the stage.
+        read = slots * distinct_experts(spec.moe.num_experts, spec.moe.top_k, tokens_local * dpa / layout.edp) \
             / spec.moe.num_experts if moe else None
-        dense = _ops_time(layer_ops(spec, tokens_local, context, tp, True, w_bytes, act_bytes, flash=True,
-                                    decode=decode, kv_bytes=kv_bytes), machine, rates, times, bounds,
-                          layers * (1 - moe_frac), prefix)
-        total = dense
+        kw = dict(sp=True, weight_bytes=w_bytes, act_bytes=act_bytes, flash=True, decode=decode, kv_bytes=kv_bytes)
+        dense = ops_time(layer_ops(spec, tokens_local, context, layout, **kw), rates, machine.hbm_bytes_per_s)
+        parts = [dense.scaled(layers * (1 - moe_frac))]
         if moe:
-            total = total + _ops_time(layer_ops(spec, tokens_local, context, tp, True, w_bytes, act_bytes,
-                                                moe_layer=True, ep=ep, experts_read=read, decode=decode,
-                                                kv_bytes=kv_bytes, expert_tokens_scale=imbalance * dpa),
-                                      machine, rates, times, bounds, layers * moe_frac, prefix)
-        head_tokens = local_batch if decode else local_batch  # logits of the last position only
-        total = total + _ops_time(lm_head_ops(spec, head_tokens, tp, w_bytes, act_bytes, with_loss=False),
-                                  machine, rates, times, bounds, 1.0 / pp, prefix)
+            parts.append(ops_time(layer_ops(spec, tokens_local, context, layout, moe_layer=True, imbalance=imbalance,
+                                            experts_read=read, **kw), rates, machine.hbm_bytes_per_s)
+                         .scaled(layers * moe_frac))
+        # Logits of the last position only, on the last stage.
+        head = ops_time(lm_head_ops(spec, local_batch, tp, w_bytes, act_bytes, with_loss=False), rates,
+                        machine.hbm_bytes_per_s).scaled(1.0 / pp)
+        times = merge(*parts, head)
         act = tokens_local * h * 2.0
-        comm_tp = layers * 2.0 * topo.all_reduce(act, 1, tp)
-        # Dispatch at the GEMM input width (fp8 with W8A8), combine in bf16.
-        token_bytes = tokens_local * h * imbalance
-        comm_ep = layers * moe_frac * (topo.moe_all_to_all(token_bytes * act_bytes, spec.moe.top_k, tp, ep)
-                                       + topo.moe_all_to_all(token_bytes * 2.0, spec.moe.top_k, tp, ep)) if moe else 0.0
-        if overlap:
-            # DeepSeek-V3 Sec. 3.4 / SGLang two-batch overlap: one micro-batch's all-to-all runs
-            # under the other's compute, so only the excess is exposed.
-            comm_ep = np.maximum(comm_ep - total, 0.0)
-        comm_pp = (pp - 1) / pp * topo.p2p(act / tp, tp * dpa) * (pp > 1)
-        return total, comm_tp, comm_ep, comm_pp
+        comm_tp = layers * 2.0 * topo.all_reduce(act, layout.tp_group.stride, layout.tp_group.size)
+        comm_ep = 0.0
+        if moe:
+            # Each device dispatches the rows it holds at the GEMM input width (fp8 with W8A8) and
+            # receives the combine in bf16.
+            token_bytes = layout.expert_rows(tokens_local, 1) * h * imbalance
+            g = layout.ep_group
+            comm_ep = layers * moe_frac * (topo.moe_all_to_all(token_bytes * act_bytes, spec.moe.top_k, g.stride, g.size)
+                                           + topo.moe_all_to_all(token_bytes * 2.0, spec.moe.top_k, g.stride, g.size))
+            if overlap:
+                # DeepSeek-V3 Sec. 3.4 / SGLang two-batch overlap: one micro-batch's all-to-all runs
+                # under the other's compute, so only the excess is exposed.
+                comm_ep = np.maximum(comm_ep - times.total, 0.0)
+        comm_pp = (pp - 1) / pp * topo.p2p(act / tp, layout.pp_neighbour_stride) * (pp > 1)
+        return times, comm_tp, comm_ep, comm_pp
 
-    pre_t, pre_b = {}, {}
-    prefill_compute, p_tp, p_ep, p_pp = phase(local_batch * s_in, s_in / 2.0, False, "", pre_t, pre_b)
+    prefill, p_tp, p_ep, p_pp = phase(local_batch * s_in, s_in / 2.0, False)
+    prefill_compute = prefill.total
     # Pipeline: a prompt batch passes the pp stages in turn; each stage computes 1/pp of the layers.
     ttft = pp * (prefill_compute + p_tp + p_ep + p_pp)
-    dec_t, dec_b = {}, {}
     context = s_in + s_out / 2.0
     draft = np.asarray(plan.mtp_draft_tokens, dtype=float)
     per_step = 1.0 + draft * np.asarray(plan.mtp_acceptance, dtype=float)   # tokens emitted per sequence per step
-    decode_compute, d_tp, d_ep, d_pp = phase(local_batch / pp * (1.0 + draft), context, True, "", dec_t, dec_b)
+    decode, d_tp, d_ep, d_pp = phase(local_batch / pp * (1.0 + draft), context, True)
+    decode_compute = decode.total
     # Decode: pp microbatches of batch/pp in flight; each token passes all pp stages per step.
     # With multi-token prediction a step checks 1 + draft tokens and emits per_step of them
     # (DeepSeek-V3 Technical Report, Sec. 2.2 and 5.4.3).
@@ -202,9 +172,8 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
     tpot = step_time / per_step
 
     # --- memory ------------------------------------------------------------------------------------
-    dense_params = (spec.total_params - spec.expert_weight_params - spec.embedding_params) / (tp * pp) \
-        + spec.embedding_params / tp / np.where(pp > 1, 2.0, 1.0)
-    expert_params = spec.expert_weight_params * held / spec.moe.num_experts / (tp * pp) if moe else 0.0
+    # The last stage: the most layers (ceil(L / pp)) and the LM head.
+    dense_params, expert_params = layout.params_per_device(spec, layers, pp == 1, True)
     weights = (dense_params + expert_params) * w_bytes
     kv = kv_cache_bytes_per_device(spec, local_batch * (s_in + s_out), kv_bytes, tp, pp)
     if spec.sliding_window:
@@ -237,8 +206,10 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
     violate(spec.num_heads % tp != 0, "tp divides heads", tp)
     violate(pp > L, "pp at most the layers", pp)   # uneven splits allowed: the largest stage sets the pace
     if moe:
-        violate(ep > spec.moe.num_experts, "ep at most the experts", ep)
+        # ep above the expert count holds redundant copies of hot experts (one slot per rank).
         violate((tp * dpa) % ep != 0, "ep divides the instance's tp x dp_attention ranks", ep)
+        violate(spec.moe.expert_ffn_hidden_size % layout.etp != 0,
+                "expert tp (tp x dp_attention / ep) divides the expert hidden size", layout.etp)
     else:
         violate(ep > 1, "ep needs an MoE model", ep)
     violate(batch % dpa != 0, "dp_attention divides batch", batch)
@@ -259,14 +230,15 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
                             "ep all-to-all": pp * p_ep, "pp point-to-point": pp * p_pp},
         decode_components={"compute and memory": pp * decode_compute, "tp communication": pp * d_tp,
                            "ep all-to-all": pp * d_ep, "pp point-to-point": pp * d_pp},
-        bounds={**{f"prefill {k}": v for k, v in pre_b.items()}, **{f"decode {k}": v for k, v in dec_b.items()}},
+        bounds={**{f"prefill {k}": v for k, v in prefill.compute_bound.items()},
+                **{f"decode {k}": v for k, v in decode.compute_bound.items()}},
         memory={"weights": weights, "kv cache": hbm_kv, "activations": workspace, "reserve": np.full_like(used, reserve),
                 **({f"kv cache in {kv_place}": kv} if kv_tier is not None else {})},
         devices_per_instance=devices, max_batch=max_batch, prefill_tokens_per_s_per_device=prefill_tps,
         decode_tokens_per_s_per_device=decode_tps, power_w=power, energy_per_token_j=energy,
         cost_per_million_tokens_usd=cost, hbm_used_bytes=used, feasible=feasible, binding=binding,
-        shortfall=shortfall, extra={"prefill_operator_times": pre_t, "decode_operator_times": dec_t,
-               "precisions": {"weights": wp, "activations": ap, "kv": kvp}})
+        shortfall=shortfall, prefill_operator_times=prefill.seconds, decode_operator_times=decode.seconds,
+        quant=quant)
 
 
 def kv_transfer_time(spec: TransformerSpec, prompt_tokens: float, kv_precision: str, prefill: Machine,

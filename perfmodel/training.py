@@ -1,9 +1,10 @@
 """Training step time, memory, energy and cost of plans, vectorized over plan columns.
 
 One call evaluates one plan or a million: every plan field may be a numpy array and all of them
-broadcast. Ranks are laid out TP innermost, then CP, then DP (EP carved out of DP x CP), then PP
-(Megatron-LM's default order), so each parallel group's stride decides which topology level it
-crosses and which bandwidth it pays.
+broadcast. The plan's device layout (``layout.Layout``: TP innermost, then CP, DP and PP, with
+the experts folded over each stage's devices) decides each group's topology level and each
+device's share. The estimate is a sequence of named terms, each a small frozen dataclass:
+compute, communication, gradient reduction, optimizer, memory, feasibility.
 
 References
 ----------
@@ -32,25 +33,28 @@ import numpy as np
 
 from hardware_db.schema import PRECISIONS
 
+from .layout import Layout
 from .machine import Machine
-from .memory import (ADAM_STATE_BYTES, GRAD_BYTES, RECOMPUTE, WEIGHT_BYTES, activation_bytes_per_layer,
-                     in_flight_microbatches, model_state_bytes)
+from .memory import (ADAM_STATE_BYTES, GRAD_BYTES, WEIGHT_BYTES, activation_bytes_per_layer, in_flight_layers,
+                     model_state_bytes, stage_layers)
 from .model import TransformerSpec
+from .plan import PLACES, RECOMPUTE, Place, Recompute
 from .power import device_power_w, run_cost
-from .roofline import Op, lm_head_ops, layer_ops, roofline
+from .roofline import OpTimes, layer_ops, lm_head_ops, merge, ops_time
 
-PLACES = ("hbm", "ddr", "cxl", "pooled", "nvme")  # where offloadable state lives (plan code = index)
+ATTENTION = ("flash", "standard")   # fused causal FlashAttention, or the 2021 kernels writing the s x s scores
 
 
 @dataclass(frozen=True)
 class TrainPlan:
-    """Plan columns (scalars or equal-length arrays). Precision and recompute are names or codes."""
+    """Plan columns (scalars or equal-length arrays). Precision, recompute and places are names or codes."""
 
     tp: object = 1
     pp: object = 1
     dp: object = 1
     cp: object = 1
     ep: object = 1
+    etp: object = 0                   # expert tensor parallelism; 0: the same as tp
     interleave: object = 1
     micro_batch: object = 1
     zero: object = 0
@@ -60,7 +64,7 @@ class TrainPlan:
     optimizer_place: object = "hbm"
     grad_place: object = "hbm"
     param_place: object = "hbm"
-    flash: object = True
+    flash: object = True              # see ATTENTION
     overlap_dp: object = True         # bucketed gradient reduction overlapped with backward
     moe_imbalance: object = 0.0       # busiest over mean EP device load; 0: the named constant
 
@@ -111,29 +115,18 @@ class TrainResult:
     binding_code: np.ndarray      # 0 when feasible, else 1 + index into constraint_names
     shortfall: np.ndarray         # by how much (bytes, or the ratio for divisibility), 0 when feasible
     constraint_names: tuple[str, ...] = ()
-    extra: dict[str, np.ndarray] = field(default_factory=dict)
+    num_microbatches: np.ndarray = 0.0
+    operator_times: dict[str, np.ndarray] = field(default_factory=dict)   # per step, busiest device
+    operator_flops: dict[str, np.ndarray] = field(default_factory=dict)   # per step, busiest device (fwd+bwd)
+    busy_fraction: np.ndarray = 0.0
+    model_flops_per_step: np.ndarray = 0.0       # the model's FLOPs (causal when the kernel is), all devices
+    executed_flops_per_step: np.ndarray = 0.0    # summed over devices, with recompute
+    memory_stage: np.ndarray = 0                 # the pipeline stage whose memory is reported (the fullest)
 
     @property
     def binding(self) -> np.ndarray:
         """Name of the violated constraint of each plan ("" when feasible)."""
         return np.asarray(("",) + self.constraint_names, dtype=object)[self.binding_code]
-
-
-def _layers_per_stage(spec: TransformerSpec, pp):
-    return np.ceil(spec.num_layers / np.maximum(pp, 1))
-
-
-def _sum_ops(ops: list[Op], machine: Machine, flops_per_s, prefix: str, times: dict, bounds: dict, scale):
-    # Attention runs in bf16 even in fp8 training (Transformer Engine keeps the core in bf16).
-    rates = {"gemm": flops_per_s, "attention": machine.flops("bf16"), "vector": np.inf}
-    total = 0.0
-    for op in ops:
-        t, compute_bound = roofline(op.flops, op.bytes, rates[op.unit], machine.hbm_bytes_per_s)
-        key = f"{prefix}{op.name}"
-        times[key] = times.get(key, 0.0) + t * scale
-        bounds[key] = compute_bound
-        total = total + t * scale
-    return total
 
 
 # Rows evaluated per pass: blocks of this size keep each temporary array in the CPU cache (several
@@ -178,132 +171,246 @@ def _join(values: list, n: int):
                            for i, v in enumerate(values)])
 
 
-def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray], work: TrainWorkload) -> TrainResult:
-    """One block of plans (see estimate_training)."""
-    tp, pp, dp, cp, ep = (np.maximum(c[k].astype(float), 1.0) for k in ("tp", "pp", "dp", "cp", "ep"))
-    v = np.maximum(c["interleave"].astype(float), 1.0)
-    mb = np.maximum(c["micro_batch"].astype(float), 1.0)
-    zero, recompute, sp, flash = c["zero"], c["recompute"], c["sp"].astype(bool), c["flash"].astype(bool)
-    flops_per_s = machine.flops_table()[c["precision"]]
-    if np.isnan(flops_per_s).any():
-        bad = PRECISIONS[int(np.asarray(c["precision"]).flat[int(np.argmax(np.isnan(np.atleast_1d(flops_per_s))))])]
-        machine.flops(bad)  # raises with the precisions the device lists
-    act_bytes = np.where(np.isin(c["precision"], [PRECISIONS.index("fp8")]), 1.0, 2.0)  # fp8 GEMM inputs
-    gb, s = float(work.global_batch), float(work.seq_len)
-    num_micro = np.maximum(gb / (mb * dp), 1.0)
-    topo = machine.topology
-    h, L = spec.hidden_size, spec.num_layers
+@dataclass(frozen=True)
+class Shape:
+    """What a plan makes of the workload: microbatches, tokens per TP group, attended keys."""
+
+    layout: Layout
+    num_micro: np.ndarray          # microbatches per step per pipeline
+    tokens: np.ndarray             # tokens of one microbatch on one TP group: b s / cp
+    context: np.ndarray            # mean keys a query attends to (causal with flash)
+    layers: np.ndarray             # layers of the busiest (last) stage: ceil(L / pp)
+    moe_frac: float                # share of layers with routed experts
+    imbalance: object              # busiest over mean expert load
+    gemm_input_bytes: np.ndarray   # 1 for fp8 GEMMs (inputs cast and kept in fp8), else 2
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Per microbatch on the busiest stage (s), and the FLOPs of the whole step."""
+
+    forward: OpTimes               # one forward pass of the stage's layers and the LM head
+    recompute_s: np.ndarray
+    per_micro_s: np.ndarray        # forward + backward (2 x forward) + recompute
+    model_flops: np.ndarray        # per step, all devices, the model's FLOPs as the kernels compute them
+    executed_flops: np.ndarray     # the same plus what recompute executes again
+
+
+@dataclass(frozen=True)
+class Communication:
+    """Per microbatch on the busiest stage (s): each collective's time and what stays exposed."""
+
+    tp: np.ndarray
+    ep: np.ndarray
+    cp_exposed: np.ndarray
+    pp: np.ndarray
+    zero3_exposed: np.ndarray
+    param_offload_exposed: np.ndarray
+
+
+@dataclass(frozen=True)
+class StepTail:
+    """Once per step (s): the exposed gradient reduction, gradient offload and the optimizer step."""
+
+    dp_exposed: np.ndarray
+    grad_offload_exposed: np.ndarray
+    optimizer: np.ndarray
+    optimizer_on_device: np.ndarray
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes per device of the fullest pipeline stage, by part and by tier."""
+
+    parts: dict[str, np.ndarray]
+    hbm_used: np.ndarray           # with the reserve
+    tier_bytes: dict[str, np.ndarray]
+    stage: np.ndarray
+
+
+def _shape(spec: TransformerSpec, machine: Machine, c: dict, work: TrainWorkload) -> Shape:
+    layout = Layout(c["tp"], c["cp"], c["dp"], c["pp"], c["ep"], c["etp"])
+    s = float(work.seq_len)
+    flash = c["flash"].astype(bool)
     moe = spec.moe is not None
-    # Expert load imbalance: the plan's own factor (from a placement of real routing) or the constant.
-    imbalance = np.where(c["moe_imbalance"] > 0, c["moe_imbalance"],
-                         machine.constants.get("moe-load-imbalance", 1.0)) if moe else 1.0
+    q, r = stage_layers(spec.num_layers, layout.pp)
+    return Shape(
+        layout=layout,
+        num_micro=np.maximum(work.global_batch / (np.maximum(c["micro_batch"], 1) * layout.dp), 1.0),
+        tokens=np.maximum(c["micro_batch"], 1) * s / layout.cp,
+        # Causal kernels skip the masked half (and windowed layers attend to their window); the
+        # 2021 kernels computed every score.
+        context=np.where(flash, spec.attended_context(s, causal=True), spec.attended_context(s)),
+        layers=q + (r > 0),
+        moe_frac=spec.moe_layers / spec.num_layers if moe else 0.0,
+        imbalance=np.where(c["moe_imbalance"] > 0, c["moe_imbalance"],
+                           machine.constants.get("moe-load-imbalance", 1.0)) if moe else 1.0,
+        gemm_input_bytes=np.where(c["precision"] == PRECISIONS.index("fp8"), 1.0, 2.0))
 
-    # --- compute per microbatch per stage -------------------------------------------------------
-    tokens = mb * s / cp                         # tokens of one microbatch on one device's TP group
-    context = np.where(flash, s / 2.0, s)        # causal flash skips masked blocks; 2021 kernels did not
-    layers = _layers_per_stage(spec, pp)
-    moe_frac = spec.moe_layers / L if moe else 0.0
-    times: dict[str, np.ndarray] = {}
-    bounds: dict[str, np.ndarray] = {}
-    dense_ops = layer_ops(spec, tokens, context, tp, sp, act_bytes=act_bytes, flash=flash)
-    fwd = _sum_ops(dense_ops, machine, flops_per_s, "", times, bounds, layers * (1 - moe_frac))
-    if moe:
-        moe_ops = layer_ops(spec, tokens, context, tp, sp, act_bytes=act_bytes, flash=flash, moe_layer=True, ep=ep,
-                            expert_tokens_scale=imbalance)
-        fwd = fwd + _sum_ops(moe_ops, machine, flops_per_s, "", times, bounds, layers * moe_frac)
-    head = _sum_ops(lm_head_ops(spec, tokens, tp, act_bytes=act_bytes), machine, flops_per_s, "", times, bounds,
-                    np.ones_like(layers))
-    fwd = fwd + head
-    attention_fwd = times["attention core"]
-    recompute_time = np.where(recompute == 2, fwd - head, np.where(recompute == 1, attention_fwd, 0.0))
-    compute_mb = 3.0 * fwd + recompute_time      # backward = 2 x forward (Narayanan et al. Sec. 5.1)
 
-    # --- communication per microbatch per stage ----------------------------------------------------
-    act = tokens * h * 2.0                       # one layer's activation, bf16, per TP group
-    tp_passes = 4.0 + 2.0 * (recompute == 2)     # 2 forward + 2 backward (+2 in the recomputed forward)
-    tp_comm = layers * tp_passes * topo.all_reduce(act, 1, tp)
-    ep_comm = 0.0
-    if moe:
-        token_bytes = tokens * h * 2.0 * imbalance
-        ep_comm = layers * moe_frac * (4.0 + 2.0 * (recompute == 2)) * topo.moe_all_to_all(
-            token_bytes, spec.moe.top_k, tp * cp, ep)
+def _rates(machine: Machine, precision_code) -> dict:
+    """Achievable FLOP/s per operator unit. GEMMs run at the plan's precision; attention at the
+    16-bit format of the plan (fp16 plans in fp16, bf16 and fp8 plans in bf16: Transformer
+    Engine keeps the attention core in 16 bits), or fp16 on a device without bf16."""
+    gemm = machine.flops_table()[precision_code]
+    sixteen = "bf16" if machine.supports("bf16") else "fp16"
+    attention_table = np.array([machine.achievable_flops.get("fp16" if p == "fp16" else sixteen, np.nan)
+                                for p in PRECISIONS])
+    attention = attention_table[precision_code]
+    for rate in (gemm, attention):
+        if np.isnan(rate).any():
+            bad = PRECISIONS[int(np.asarray(precision_code).flat[int(np.argmax(np.isnan(np.atleast_1d(rate))))])]
+            machine.flops(bad if np.isnan(gemm).any() else sixteen)  # raises with the precisions the device lists
+    return {"gemm": gemm, "attention": attention, "vector": np.inf}
+
+
+def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: TrainWorkload) -> Compute:
+    """Forward, backward (2 x forward; Narayanan et al. 2021 Sec. 5.1) and recompute of one
+    microbatch on the busiest stage, and the step's FLOPs summed over every device."""
+    lay, sp, flash = sh.layout, c["sp"].astype(bool), c["flash"].astype(bool)
+    rates, bw = _rates(machine, c["precision"]), machine.hbm_bytes_per_s
+    kw = dict(sp=sp, act_bytes=sh.gemm_input_bytes, flash=flash)
+    dense = ops_time(layer_ops(spec, sh.tokens, sh.context, lay, **kw), rates, bw)
+    parts = [dense.scaled(sh.layers * (1 - sh.moe_frac))]
+    moe = None
+    if spec.moe:
+        moe = ops_time(layer_ops(spec, sh.tokens, sh.context, lay, moe_layer=True, imbalance=sh.imbalance, **kw),
+                       rates, bw)
+        parts.append(moe.scaled(sh.layers * sh.moe_frac))
+    head = ops_time(lm_head_ops(spec, sh.tokens, lay.tp, act_bytes=sh.gemm_input_bytes), rates, bw)
+    forward = merge(*parts, head)
+    recompute = c["recompute"]
+    recompute_s = np.where(recompute == Recompute.FULL, forward.total - head.total,
+                           np.where(recompute == Recompute.SELECTIVE, forward.seconds["attention core"], 0.0))
+    # Summed over devices: each stage's tp x cp x dp devices, every layer once over the stages.
+    layer_flops = dense.mean_flops * spec.dense_layers + (moe.mean_flops * spec.moe_layers if moe else 0.0)
+    attention_flops = dense.flops["attention core"] * spec.num_layers
+    per_micro = lay.stage_devices * sh.num_micro
+    model_flops = per_micro * 3.0 * (layer_flops + head.mean_flops)
+    again = np.where(recompute == Recompute.FULL, layer_flops,
+                     np.where(recompute == Recompute.SELECTIVE, attention_flops, 0.0))
+    return Compute(forward, recompute_s, 3.0 * forward.total + recompute_s, model_flops,
+                   model_flops + per_micro * again)
+
+
+def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, comp: Compute,
+                   stage_params: tuple) -> Communication:
+    """Collectives of one microbatch on the busiest stage (Narayanan et al. 2021 Sec. 3.2 and 4.1;
+    Korthikanti et al. 2022 Sec. 4; GShard / DeepSpeed-MoE; Ring Attention; ZeRO-3 and
+    ZeRO-Infinity), each over its layout group's slowest link."""
+    lay, topo, h = sh.layout, machine.topology, spec.hidden_size
+    full = c["recompute"] == Recompute.FULL
+    act = sh.tokens * h * 2.0                    # one layer's activation, bf16, per TP group
+    passes = 4.0 + 2.0 * full                    # 2 forward + 2 backward (+2 in the recomputed forward)
+    tp = sh.layers * passes * topo.all_reduce(act, lay.tp_group.stride, lay.tp_group.size)
+    ep = 0.0
+    if spec.moe:
+        # Each device dispatches the rows it holds (tokens x etp / tp) to top-k experts, busiest load.
+        token_bytes = lay.expert_rows(sh.tokens, 1) * h * 2.0 * sh.imbalance
+        ep = sh.layers * sh.moe_frac * passes * topo.moe_all_to_all(token_bytes, spec.moe.top_k,
+                                                                    lay.ep_group.stride, lay.ep_group.size)
     kv_w = 2.0 * (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim if spec.mla else spec.kv_heads * spec.dim_head)
-    cp_step = topo.p2p(tokens * kv_w / tp * 2.0, tp)
-    cp_comm_raw = (cp - 1) * cp_step * 3.0       # K, V forward; K, V and their gradients backward
-    cp_comm = layers * np.maximum(cp_comm_raw - 3.0 * attention_fwd / np.maximum(layers, 1), 0.0) * (cp > 1)
-    pp_msg = act / tp   # scatter-gather: each TP rank sends 1/t, then an all-gather (Narayanan et al. Sec. 4.1)
-    pp_comm = 2.0 * v * topo.p2p(pp_msg, tp * cp * dp) * (pp > 1)
+    cp_step = topo.p2p(sh.tokens * kv_w / lay.tp * 2.0, lay.cp_group.stride)
+    cp_raw = (lay.cp - 1) * cp_step * 3.0        # K, V forward; K, V and their gradients backward
+    attention_fwd = comp.forward.seconds["attention core"]
+    cp_exposed = sh.layers * np.maximum(cp_raw - 3.0 * attention_fwd / np.maximum(sh.layers, 1), 0.0) * (lay.cp > 1)
+    # Scatter-gather: each TP rank sends 1/t, then an all-gather (Narayanan et al. Sec. 4.1).
+    pp = 2.0 * np.maximum(c["interleave"], 1) * topo.p2p(act / lay.tp, lay.pp_neighbour_stride) * (lay.pp > 1)
 
-    # --- ZeRO-3 gathers and parameter offload, per microbatch ----------------------------------------
-    params_dense, params_expert = _params_per_device(spec, tp, pp, ep)
-    shard_dp = dp * cp                            # ranks holding the same weights
-    expert_dp = np.maximum(shard_dp / ep, 1.0)
-    stage_param_bytes = (params_dense + params_expert) * WEIGHT_BYTES
-    gathers = (2.0 + (recompute == 2)) * topo.all_gather(stage_param_bytes, tp, shard_dp)
-    zero3_exposed = np.where(zero >= 3, np.maximum(gathers - compute_mb, 0.0), 0.0)
-    param_tier_bw = _tier_bandwidth(machine, c["param_place"], "read")
-    param_fetch = (2.0 + (recompute == 2)) * stage_param_bytes / np.maximum(shard_dp * (zero >= 3), 1.0) / param_tier_bw
-    param_exposed = np.where(c["param_place"] > 0, np.maximum(param_fetch - compute_mb, 0.0), 0.0)
+    dense, expert = stage_params
+    zero3 = c["zero"] >= 3
+    gathers = (2.0 + full) * (topo.all_gather(dense * WEIGHT_BYTES, lay.replica_group.stride, lay.replica_group.size)
+                              + topo.all_gather(expert * WEIGHT_BYTES, lay.edp_group.stride, lay.edp_group.size))
+    zero3_exposed = np.where(zero3, np.maximum(gathers - comp.per_micro_s, 0.0), 0.0)
+    fetch_bytes = (dense / np.where(zero3, lay.dense_replicas, 1.0) + expert / np.where(zero3, lay.edp, 1.0)) \
+        * WEIGHT_BYTES * (2.0 + full)
+    fetch = fetch_bytes / _tier_bandwidth(machine, c["param_place"], "read")
+    param_exposed = np.where(c["param_place"] > 0, np.maximum(fetch - comp.per_micro_s, 0.0), 0.0)
+    return Communication(tp, ep, cp_exposed, pp, zero3_exposed, param_exposed)
 
-    per_micro = compute_mb + tp_comm + ep_comm + cp_comm + zero3_exposed + param_exposed
-    pipeline = (num_micro + (pp - 1) / v) * per_micro + num_micro * pp_comm
-    bubble = (pp - 1) / v * per_micro
 
-    # --- data-parallel gradient reduction, overlapped with the last backward --------------------
-    grad_bytes = params_dense * GRAD_BYTES
-    dp_comm = np.where(zero >= 2, topo.reduce_scatter(grad_bytes, tp, shard_dp) * np.where(zero >= 3, num_micro, 1.0)
-                       + np.where(zero == 2, topo.all_gather(params_dense * WEIGHT_BYTES, tp, shard_dp), 0.0),
-                       topo.all_reduce(grad_bytes, tp, shard_dp))
-    if moe:
-        dp_comm = dp_comm + topo.all_reduce(params_expert * GRAD_BYTES, tp * cp, expert_dp)
-    overlap = machine.constants.get("dp-overlap-fraction", 0.0) * 2.0 * fwd * np.where(zero >= 3, num_micro, 1.0) \
-        * c["overlap_dp"].astype(bool)
-    dp_exposed = np.maximum(dp_comm - overlap, 0.0) * (shard_dp > 1)
+def _step_tail(machine: Machine, c: dict, sh: Shape, comp: Compute, stage_params: tuple) -> StepTail:
+    """Gradient reduction overlapped with the last backward, gradient offload (ZeRO-Offload, Ren et
+    al. 2021 Sec. 4.1) and the Adam step on the device or on the CPU over the states' tier."""
+    lay, topo = sh.layout, machine.topology
+    dense, expert = stage_params
+    zero = c["zero"]
+    rep, edp = lay.replica_group, lay.edp_group
+    grad_bytes = dense * GRAD_BYTES
+    dp_comm = np.where(zero >= 2, topo.reduce_scatter(grad_bytes, rep.stride, rep.size)
+                       * np.where(zero >= 3, sh.num_micro, 1.0)
+                       + np.where(zero == 2, topo.all_gather(dense * WEIGHT_BYTES, rep.stride, rep.size), 0.0),
+                       topo.all_reduce(grad_bytes, rep.stride, rep.size))
+    dp_comm = dp_comm + topo.all_reduce(expert * GRAD_BYTES, edp.stride, edp.size)
+    forward = comp.forward.total
+    overlap = machine.constants.get("dp-overlap-fraction", 0.0) * 2.0 * forward \
+        * np.where(zero >= 3, sh.num_micro, 1.0) * c["overlap_dp"].astype(bool)
+    dp_exposed = np.maximum(dp_comm - overlap, 0.0) * ((rep.size > 1) | (edp.size > 1))
 
-    # --- optimizer step: on the device, or on the CPU over the tier holding the states ----------
-    opt_params = params_dense / np.where(zero >= 1, shard_dp, 1.0) + params_expert / np.where(zero >= 1, expert_dp, 1.0)
+    opt_params = dense / np.where(zero >= 1, lay.dense_replicas, 1.0) + expert / np.where(zero >= 1, lay.edp, 1.0)
     adam_bytes = opt_params * (ADAM_STATE_BYTES * 2 + GRAD_BYTES + WEIGHT_BYTES * 2)
-    on_gpu = c["optimizer_place"] == 0
-    tier_rw = _tier_bandwidth(machine, c["optimizer_place"], "read")
+    on_device = c["optimizer_place"] == Place.HBM
     host_link = machine.host_bytes_per_s or np.inf
     transfers = opt_params * (GRAD_BYTES + WEIGHT_BYTES) / host_link   # grads out, updated weights back
-    optimizer = np.where(on_gpu, adam_bytes / machine.hbm_bytes_per_s,
-                         adam_bytes / tier_rw + np.maximum(transfers - 2.0 * fwd, 0.0))
-    # Offloaded gradients: each rank's reduced partition goes to the tier during the last backward
-    # (ZeRO-Offload, Ren et al. 2021, Sec. 4.1), so only what outlasts that backward is exposed.
-    grad_partition = (params_dense / shard_dp + params_expert / expert_dp) * GRAD_BYTES
+    optimizer = np.where(on_device, adam_bytes / machine.hbm_bytes_per_s,
+                         adam_bytes / _tier_bandwidth(machine, c["optimizer_place"], "read")
+                         + np.maximum(transfers - 2.0 * forward, 0.0))
+    grad_partition = (dense / lay.dense_replicas + expert / lay.edp) * GRAD_BYTES
     grad_offload = np.where(c["grad_place"] > 0,
                             np.maximum(grad_partition / _tier_bandwidth(machine, c["grad_place"], "write")
-                                       - 2.0 * fwd, 0.0), 0.0)
+                                       - 2.0 * forward, 0.0), 0.0)
+    return StepTail(dp_exposed, grad_offload, optimizer, on_device)
 
-    step = pipeline + dp_exposed + optimizer + grad_offload
 
-    # --- memory per device --------------------------------------------------------------------------
-    weights_d, grads_d, optim_d = model_state_bytes(params_dense, shard_dp, zero)
-    weights_e, grads_e, optim_e = model_state_bytes(params_expert, expert_dp, zero)
-    weights, grads, optim = weights_d + weights_e, grads_d + grads_e, optim_d + optim_e
-    per_layer = activation_bytes_per_layer(spec, s / cp, mb, tp, sp, recompute, flash=flash)
-    if moe:
-        per_layer = per_layer * (1 - moe_frac) + moe_frac * activation_bytes_per_layer(
-            spec, s / cp, mb, tp, sp, recompute, flash=flash, moe_layer=True)
-    activations = per_layer * layers * in_flight_microbatches(pp, num_micro, v)
-    logits = 4.0 * tokens * spec.vocab_size / tp * (pp == 1)   # fp32 logits (last stage; with pp=1 it is also first)
-    activations = activations + logits
-    memory = {"weights": weights, "gradients": grads, "optimizer states": optim, "activations": activations}
-    hbm = activations.copy()
-    tier_bytes = {p: np.zeros_like(activations) for p in PLACES[1:]}
-    for part, place in (("weights", c["param_place"]), ("gradients", c["grad_place"]),
-                        ("optimizer states", c["optimizer_place"])):
-        hbm = hbm + np.where(place == 0, memory[part], 0.0)
-        for code, name in enumerate(PLACES[1:], start=1):
-            tier_bytes[name] = tier_bytes[name] + np.where(place == code, memory[part], 0.0)
+def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: TrainWorkload) -> Memory:
+    """Memory per device of the fullest pipeline stage: the first (embedding, most microbatches in
+    flight), the first of the longer stages, or the last (LM head, fp32 logits); model states by
+    ZeRO stage (Rajbhandari et al. 2020), activations by Korthikanti et al. 2022 Eq. 1-2."""
+    lay = sh.layout
+    zero, sp, flash, recompute = c["zero"], c["sp"].astype(bool), c["flash"].astype(bool), c["recompute"]
+    s = float(work.seq_len)
+    mb = np.maximum(c["micro_batch"], 1)
+    per_layer = activation_bytes_per_layer(spec, s / lay.cp, mb, lay.tp, sp, recompute, flash=flash,
+                                           gemm_input_bytes=sh.gemm_input_bytes)
+    if spec.moe:
+        per_layer = per_layer * (1 - sh.moe_frac) + sh.moe_frac * activation_bytes_per_layer(
+            spec, s / lay.cp, mb, lay.tp, sp, recompute, flash=flash, moe_layer=True,
+            gemm_input_bytes=sh.gemm_input_bytes)
+    q, r = stage_layers(spec.num_layers, lay.pp)
+    last = lay.pp - 1
+    candidates = ((0.0, q), (lay.pp - r, q + (r > 0)), (last, q + (r > 0)))
     reserve = machine.constants.get("hbm-reserve-fraction", 0.0) * machine.hbm_bytes
-    hbm_used = hbm + reserve
-    memory["reserve"] = np.full_like(hbm, reserve)
+    stages = []
+    for stage, layers in candidates:
+        dense, expert = lay.params_per_device(spec, layers, stage == 0, stage == last)
+        w_d, g_d, o_d = model_state_bytes(dense, lay.dense_replicas, zero)
+        w_e, g_e, o_e = model_state_bytes(expert, lay.edp, zero)
+        acts = per_layer * in_flight_layers(layers, stage, lay.pp, sh.num_micro, c["interleave"])
+        acts = acts + np.where(stage == last, 4.0 * sh.tokens * spec.vocab_size / lay.tp, 0.0)  # fp32 logits
+        parts = {"weights": w_d + w_e, "gradients": g_d + g_e, "optimizer states": o_d + o_e, "activations": acts}
+        hbm = acts + sum(np.where(c[place] == Place.HBM, parts[part], 0.0) for place, part in _OFFLOADABLE)
+        stages.append((parts, hbm))
+    fullest = np.argmax(np.stack(np.broadcast_arrays(*[hbm for _, hbm in stages])), axis=0)
+    pick = lambda values: np.choose(fullest, np.broadcast_arrays(*values))  # noqa: E731
+    parts = {k: pick([p[k] for p, _ in stages]) for k in stages[0][0]}
+    hbm = pick([hbm for _, hbm in stages])
+    tier_bytes = {name: sum(np.where(c[place] == code, parts[part], 0.0) for place, part in _OFFLOADABLE)
+                  for code, name in enumerate(PLACES) if code > 0}
+    parts["reserve"] = np.full(np.shape(hbm), reserve)
+    stage = pick([np.broadcast_to(st, np.shape(hbm)) for st, _ in candidates])
+    return Memory(parts, hbm + reserve, tier_bytes, stage)
 
-    # --- feasibility, in the order a planner reads it -------------------------------------------
-    code = np.zeros(np.shape(step), dtype=np.int8)     # 0 = feasible, else 1 + index into names
-    shortfall = np.zeros(np.shape(step))
+
+_OFFLOADABLE = (("param_place", "weights"), ("grad_place", "gradients"), ("optimizer_place", "optimizer states"))
+
+
+def _feasibility(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, mem: Memory, work: TrainWorkload):
+    """(code, shortfall, names): the first rule each plan breaks, in the order a planner reads them."""
+    lay = sh.layout
+    gb, s = float(work.global_batch), float(work.seq_len)
+    mb, v = np.maximum(c["micro_batch"], 1), np.maximum(c["interleave"], 1)
+    code = np.zeros(np.shape(mem.hbm_used), dtype=np.int8)     # 0 = feasible, else 1 + index into names
+    shortfall = np.zeros(np.shape(mem.hbm_used))
     names: list[str] = []
 
     def violate(mask, name, amount):
@@ -313,90 +420,89 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
         code = np.where(new, len(names), code)
         shortfall = np.where(new, amount, shortfall)
 
-    devices_used = tp * pp * dp * cp
-    violate(devices_used != machine.devices, "devices", devices_used - machine.devices)
-    violate(gb % (mb * dp) != 0, f"global batch ({gb:g}) divisible by micro batch x dp", mb * dp)
-    violate(spec.num_heads % tp != 0, "tp divides heads", tp)
-    violate((ep > 1) & (not moe), "ep needs an MoE model", ep)
-    if moe:
-        violate(spec.moe.num_experts % ep != 0, "ep divides experts", ep)
-    violate((dp * cp) % ep != 0, "ep divides dp x cp", ep)
-    violate(s % cp != 0, "cp divides sequence", cp)
-    # Uneven splits are allowed (the largest stage holds ceil(L / pp) layers and sets the pace).
-    violate(pp * v > spec.num_layers, "pp x interleave at most layers", pp * v)
-    violate((v > 1) & (num_micro % pp != 0), "interleaving needs microbatches divisible by pp", num_micro)
+    violate(lay.devices != machine.devices, "devices", lay.devices - machine.devices)
+    violate(gb % (mb * lay.dp) != 0, f"global batch ({gb:g}) divisible by micro batch x dp", mb * lay.dp)
+    violate(spec.num_heads % lay.tp != 0, "tp divides heads", lay.tp)
+    violate((lay.ep > 1) & (spec.moe is None), "ep needs an MoE model", lay.ep)
+    if spec.moe:
+        violate(spec.moe.num_experts % lay.ep != 0, "ep divides experts", lay.ep)
+        violate(spec.moe.expert_ffn_hidden_size % lay.etp != 0, "etp divides the expert hidden size", lay.etp)
+    violate(~lay.folds, "ep x etp divides tp x cp x dp", lay.ep * lay.etp)
+    violate(s % lay.cp != 0, "cp divides sequence", lay.cp)
+    # Uneven splits are allowed (the longest stage holds ceil(L / pp) layers and sets the pace).
+    violate(lay.pp * v > spec.num_layers, "pp x interleave at most layers", lay.pp * v)
+    violate((v > 1) & (sh.num_micro % lay.pp != 0), "interleaving needs microbatches divisible by pp", sh.num_micro)
     # Offload follows DeepSpeed: optimizer states with ZeRO >= 1 (ZeRO-Offload), gradients with
     # ZeRO >= 2 (partitioned before they leave), parameters with ZeRO-3 (ZeRO-Infinity).
+    zero = c["zero"]
     violate((c["optimizer_place"] > 0) & (zero < 1), "optimizer offload needs zero >= 1", zero)
     violate((c["grad_place"] > 0) & (zero < 2), "gradient offload needs zero >= 2", zero)
     violate((c["param_place"] > 0) & (zero < 3), "parameter offload needs zero 3", zero)
-    violate(hbm_used > machine.hbm_bytes, "hbm", hbm_used - machine.hbm_bytes)
+    violate(mem.hbm_used > machine.hbm_bytes, "hbm", mem.hbm_used - machine.hbm_bytes)
     for name in PLACES[1:]:
         capacity = _tier_capacity(machine, name)
-        violate(tier_bytes[name] > capacity, name, tier_bytes[name] - capacity)
-    feasible = code == 0
+        violate(mem.tier_bytes[name] > capacity, name, mem.tier_bytes[name] - capacity)
+    return code, shortfall, tuple(names)
+
+
+def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray], work: TrainWorkload) -> TrainResult:
+    """One block of plans (see estimate_training)."""
+    sh = _shape(spec, machine, c, work)
+    lay = sh.layout
+    comp = _compute(spec, machine, c, sh, work)
+    last_stage = lay.params_per_device(spec, sh.layers, lay.pp == 1, True)
+    comm = _communication(spec, machine, c, sh, comp, last_stage)
+    tail = _step_tail(machine, c, sh, comp, last_stage)
+    mem = _memory(spec, machine, c, sh, work)
+    code, shortfall, names = _feasibility(spec, machine, c, sh, mem, work)
+
+    per_micro = comp.per_micro_s + comm.tp + comm.ep + comm.cp_exposed + comm.zero3_exposed \
+        + comm.param_offload_exposed
+    v = np.maximum(c["interleave"], 1)
+    bubble = (lay.pp - 1) / v * per_micro                        # (p - 1) / v (Narayanan et al. Sec. 2.2)
+    pipeline = sh.num_micro * per_micro + bubble + sh.num_micro * comm.pp
+    step = pipeline + tail.dp_exposed + tail.optimizer + tail.grad_offload_exposed
 
     # --- rates, utilization, energy and cost ------------------------------------------------------
-    tokens_per_step = gb * s
+    tokens_per_step = float(work.global_batch) * work.seq_len
     tokens_per_s = tokens_per_step / step
-    model_flops = spec.training_flops_per_token(s) * tokens_per_step
-    # Utilization against the dense peak of the precision the GEMMs run at (fp8 plans against fp8).
+    # Utilization against the dense peak of the precision the GEMMs run at (fp8 plans against fp8),
+    # with the FLOPs the kernels compute (causal attention with FlashAttention; PaLM App. B).
     peak = np.array([machine.peak_flops.get(p, np.nan) for p in PRECISIONS])[c["precision"]]
-    mfu = model_flops / (step * machine.devices * peak)
-    # Hardware FLOPs add what recompute re-executes: the whole forward (full) or the attention
-    # core's forward (selective; Korthikanti et al. 2022 Sec. 5, 4 x layers x s x width per token).
-    attention_fwd_flops = 4.0 * L * spec.attended_context(s) * spec.attention_width * tokens_per_step
-    hw_flops = model_flops + np.where(recompute == 2, model_flops / 3.0,
-                                      np.where(recompute == 1, attention_fwd_flops, 0.0))
-    hfu = hw_flops / (step * machine.devices * peak)
-    busy = np.clip((num_micro * compute_mb + optimizer * on_gpu) / step, 0.0, 1.0)
+    mfu = comp.model_flops / (step * machine.devices * peak)
+    hfu = comp.executed_flops / (step * machine.devices * peak)
+    busy = np.clip((sh.num_micro * comp.per_micro_s + tail.optimizer * tail.optimizer_on_device) / step, 0.0, 1.0)
     power = device_power_w(machine, busy) + machine.overhead_w_per_device
     energy_per_token = power * machine.devices * machine.constants.get("pue", 1.0) / tokens_per_s
     cost_hour = run_cost(machine, power) * machine.devices
     cost_mtok = cost_hour / 3600.0 / tokens_per_s * 1e6
     run_time = work.tokens / tokens_per_s if work.tokens else np.zeros_like(step)
+    m = sh.num_micro
     components = {
-        "compute (fwd+bwd+recompute)": num_micro * compute_mb,
+        "compute (fwd+bwd+recompute)": m * comp.per_micro_s,
         "pipeline bubble": bubble,
-        "tp communication": num_micro * tp_comm,
-        "ep all-to-all": num_micro * ep_comm,
-        "cp ring exchange (exposed)": num_micro * cp_comm,
-        "pp point-to-point": num_micro * pp_comm,
-        "zero-3 gathers (exposed)": num_micro * zero3_exposed,
-        "parameter offload (exposed)": num_micro * param_exposed,
-        "dp gradient reduction (exposed)": dp_exposed,
-        "gradient offload (exposed)": grad_offload,
-        "optimizer step": optimizer,
+        "tp communication": m * comm.tp,
+        "ep all-to-all": m * comm.ep,
+        "cp ring exchange (exposed)": m * comm.cp_exposed,
+        "pp point-to-point": m * comm.pp,
+        "zero-3 gathers (exposed)": m * comm.zero3_exposed,
+        "parameter offload (exposed)": m * comm.param_offload_exposed,
+        "dp gradient reduction (exposed)": tail.dp_exposed,
+        "gradient offload (exposed)": tail.grad_offload_exposed,
+        "optimizer step": tail.optimizer,
     }
-    op_times = {k: num_micro * 3.0 * v_ for k, v_ in times.items()}
+    fwd = comp.forward
     return TrainResult(
-        step_time_s=step, components=components, bounds={k: bounds[k] for k in times}, memory=memory,
-        tier_bytes=tier_bytes, tokens_per_s=tokens_per_s, mfu=mfu, hfu=hfu, power_w=power,
+        step_time_s=step, components=components, bounds=dict(fwd.compute_bound), memory=mem.parts,
+        tier_bytes=mem.tier_bytes, tokens_per_s=tokens_per_s, mfu=mfu, hfu=hfu, power_w=power,
         energy_per_token_j=energy_per_token, cost_per_hour_usd=cost_hour, cost_per_million_tokens_usd=cost_mtok,
         run_time_s=run_time, run_energy_kwh=energy_per_token * work.tokens / 3.6e6,
-        run_cost_usd=cost_hour * run_time / 3600.0, feasible=feasible, binding_code=code, shortfall=shortfall,
-        constraint_names=tuple(names),
-        hbm_used_bytes=hbm_used,
-        extra={"num_microbatches": num_micro, "operator_times": op_times,
-               "busy_fraction": busy, "model_flops_per_step": np.broadcast_to(model_flops, np.shape(step))})
-
-
-def _params_per_device(spec: TransformerSpec, tp, pp, ep):
-    """(dense, routed-expert) parameters one device holds: the largest pipeline stage's share.
-
-    Dense weights split by TP; a stage holds ceil(L/pp) layers, and the first stage also the
-    embedding and the last the LM head (each split by TP).
-    """
-    layers = _layers_per_stage(spec, pp)
-    per_layer_common = spec.attention_params + 2 * spec.hidden_size * (2 if spec.norm == "layernorm" else 1)
-    moe_frac = spec.moe_layers / spec.num_layers if spec.moe else 0.0
-    dense_layer = per_layer_common + (1 - moe_frac) * spec.dense_mlp_params + moe_frac * (
-        spec.router_params + spec.shared_expert_params)
-    embed = spec.vocab_size * spec.hidden_size
-    ends = np.where(pp > 1, embed, spec.embedding_params)
-    dense = (layers * dense_layer + ends) / tp
-    expert = layers * moe_frac * (spec.moe.num_experts * spec.expert_params if spec.moe else 0.0) / (tp * ep)
-    return dense, expert
+        run_cost_usd=cost_hour * run_time / 3600.0, feasible=code == 0, binding_code=code, shortfall=shortfall,
+        constraint_names=names, hbm_used_bytes=mem.hbm_used, num_microbatches=sh.num_micro,
+        operator_times={k: m * 3.0 * t for k, t in fwd.seconds.items()},
+        operator_flops={k: m * 3.0 * f for k, f in fwd.flops.items()},
+        busy_fraction=busy, model_flops_per_step=np.broadcast_to(comp.model_flops, np.shape(step)),
+        executed_flops_per_step=np.broadcast_to(comp.executed_flops, np.shape(step)), memory_stage=mem.stage)
 
 
 def _tier_bandwidth(machine: Machine, place_code, direction: str):

@@ -19,11 +19,12 @@ from hardware_db.errors import SpecError
 from hardware_db.loader import Database, format_validation_error, read_yaml
 
 from .catalog import find_model
-from .machine import build_machine
-from .memory import RECOMPUTE, activation_bytes_per_layer, model_state_bytes
+from .memory import activation_bytes_per_layer, model_state_bytes
 from .model import TransformerSpec
-from .serving import ServePlan, ServeWorkload, estimate_serving
-from .training import TrainPlan, TrainWorkload, estimate_training
+from .plan import RECOMPUTE
+from .requests import ServeRequest, TrainRequest
+from .serving import estimate_serving
+from .training import estimate_training
 
 CASES_DIR = Path(__file__).parent / "validation"
 
@@ -76,55 +77,72 @@ def _spec(case: Case) -> TransformerSpec:
     return TransformerSpec.model_validate(case.model)
 
 
-def _flops_convention(case: Case) -> str:
-    """Narayanan et al. 2021 count hardware FLOPs with the recompute forward (their Eq. 3);
-    everyone else reports model FLOPs (6N plus attention, PaLM App. B)."""
-    return "narayanan" if case.id.startswith("megatron-") else "model"
+def _published_flops(case: Case, spec: TransformerSpec) -> float:
+    """FLOPs per step as the source counts them when it reports FLOP/s or MFU.
+
+    Narayanan et al. 2021 count hardware FLOPs with the recompute forward (their Eq. 3); everyone
+    else reports model FLOPs as PaLM defines them (App. B: 6N plus 12 x layers x width x sequence
+    per token, every query against the whole sequence, causal or not). perfmodel's own MFU counts
+    the causal half its kernels compute, so published figures are converted, never compared raw.
+    """
+    p = case.plan
+    s, batch = p["seq_len"], p["global_batch"]
+    if case.id.startswith("megatron-"):
+        layers, h, v = spec.num_layers, spec.hidden_size, spec.vocab_size
+        return 96 * batch * s * layers * h**2 * (1 + s / (6 * h) + v / (16 * layers * h))
+    return spec.training_flops_per_token(s, causal=False) * batch * s
+
+
+def _model_name(case: Case) -> str:
+    return case.model if isinstance(case.model, str) else f"{case.id}.yaml"
+
+
+def train_request(case: Case) -> TrainRequest:
+    """The ``estimate train`` request a case's published plan is (every field a CLI flag)."""
+    p = case.plan
+    return TrainRequest(
+        model=_model_name(case), system=case.system, devices=case.devices, tp=p.get("tp", 1), pp=p.get("pp", 1),
+        dp=p.get("dp", 1), cp=p.get("cp", 1), ep=p.get("ep", 1), interleave=p.get("interleave", 1),
+        micro_batch=p.get("microbatch", 1), zero=p.get("zero", 0), recompute=p.get("recompute", "selective"),
+        sp=bool(p.get("sequence_parallel", True)), precision=p.get("precision", "bf16"),
+        attention=p.get("attention", "flash"), dp_overlap=p.get("dp_overlap", True),
+        global_batch=p["global_batch"], seq_len=p["seq_len"])
+
+
+def serve_request(case: Case) -> ServeRequest:
+    """The ``estimate serve`` request of a case: ``batch`` is per attention data-parallel rank in
+    the sources, ``dp_attention: true`` makes every device such a rank."""
+    p = case.plan
+    tp, pp = p.get("tp", 1), p.get("pp", 1)
+    dpa = case.devices // (tp * pp) if p.get("dp_attention") is True else int(p.get("dp_attention", 1))
+    act = {"int8": "a8", "fp8": "a8", "int4": "a4", "fp4": "a4"}.get(p.get("activation_precision", ""), "a16")
+    return ServeRequest(
+        model=_model_name(case), system=case.system, devices=case.devices, tp=tp, pp=pp, ep=p.get("ep", 1),
+        dp_attention=dpa, batch=p.get("batch", 1) * dpa, input_len=p["input_len"],
+        output_len=p.get("output_len", 1), weight_precision=p.get("weight_precision", "bf16"),
+        activation_precision=p.get("activation_precision_code", act), kv_precision=p.get("kv_precision", "bf16"),
+        mtp_draft_tokens=p.get("mtp_draft_tokens", 0), mtp_acceptance=p.get("mtp_acceptance", 0.0))
 
 
 def _train(case: Case, spec: TransformerSpec, db: Database) -> float:
-    p = case.plan
-    machine = build_machine(db, case.system, case.devices)
-    precision = "bf16" if p.get("precision", "bf16") == "fp16" and not machine.supports("fp16") else \
-        p.get("precision", "bf16")
-    # 2021-era Megatron (Narayanan, Korthikanti) had no FlashAttention and did not overlap the
-    # data-parallel reduction with the backward pass.
-    era_2021 = case.id.startswith(("megatron-", "korthikanti-"))
-    plan = TrainPlan(tp=p.get("tp", 1), pp=p.get("pp", 1), dp=p.get("dp", 1), cp=p.get("cp", 1), ep=p.get("ep", 1),
-                     interleave=p.get("interleave", 1), micro_batch=p.get("microbatch", 1), zero=p.get("zero", 0),
-                     recompute=p.get("recompute", "selective" if not era_2021 else "full"),
-                     sp=bool(p.get("sequence_parallel", not era_2021)), precision=precision, flash=not era_2021,
-                     overlap_dp=not era_2021)
-    work = TrainWorkload(global_batch=p["global_batch"], seq_len=p["seq_len"])
+    _, machine, plan, work = train_request(case).resolve(db, spec)
     r = estimate_training(spec, machine, plan, work)
     metric = case.measured.metric
     if metric == "step_time_s":
         return float(r.step_time_s)
-    if metric == "mfu":
-        return float(r.mfu)
     if metric == "tokens_per_s_per_device":
         return float(r.tokens_per_s) / case.devices
+    flops_per_s = _published_flops(case, spec) / float(r.step_time_s) / case.devices
+    if metric == "mfu":
+        return flops_per_s / machine.peak_flops[plan.precision]
     if metric == "tflops_per_device":
-        flops = float(r.extra["model_flops_per_step"])
-        if _flops_convention(case) == "narayanan":
-            s, layers, h, v = p["seq_len"], spec.num_layers, spec.hidden_size, spec.vocab_size
-            flops = 96 * p["global_batch"] * s * layers * h**2 * (1 + s / (6 * h) + v / (16 * layers * h))
-        return flops / float(r.step_time_s) / case.devices / 1e12
+        return flops_per_s / 1e12
     raise SpecError(f"case {case.id}: metric {metric} does not apply to training")
 
 
 def _serve(case: Case, spec: TransformerSpec, db: Database) -> float:
-    p = case.plan
-    machine = build_machine(db, case.system, case.devices)
-    tp = p.get("tp", 1)
-    dpa = case.devices // (tp * p.get("pp", 1)) if p.get("dp_attention") is True else int(p.get("dp_attention", 1))
-    act = {"int8": "a8", "fp8": "a8", "int4": "a4", "fp4": "a4"}.get(p.get("activation_precision", ""), "a16")
-    plan = ServePlan(tp=tp, pp=p.get("pp", 1), ep=p.get("ep", 1), dp_attention=dpa,
-                     batch=p.get("batch", 1) * dpa, weight_precision=p.get("weight_precision", "bf16"),
-                     activation_precision=p.get("activation_precision_code", act),
-                     kv_precision=p.get("kv_precision", "bf16"), mtp_draft_tokens=p.get("mtp_draft_tokens", 0),
-                     mtp_acceptance=p.get("mtp_acceptance", 0.0))
-    r = estimate_serving(spec, machine, plan, ServeWorkload(p["input_len"], p.get("output_len", 1)))
+    _, machine, plan, work = serve_request(case).resolve(db, spec)
+    r = estimate_serving(spec, machine, plan, work)
     metric = case.measured.metric
     value = {"prefill_tokens_per_s_per_device": r.prefill_tokens_per_s_per_device,
              "decode_tokens_per_s_per_device": r.decode_tokens_per_s_per_device,

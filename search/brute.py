@@ -12,7 +12,8 @@ import numpy as np
 
 from perfmodel.machine import Machine
 from perfmodel.model import TransformerSpec
-from perfmodel.training import PLACES, TrainPlan, TrainWorkload, estimate_training
+from perfmodel.plan import PLACES
+from perfmodel.training import TrainPlan, TrainWorkload, estimate_training
 
 from .space import SpaceOptions, build_space
 from .train import PLAN_FIELDS

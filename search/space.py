@@ -14,9 +14,10 @@ import numpy as np
 
 from hardware_db.schema import PRECISIONS
 from perfmodel.machine import Machine
-from perfmodel.memory import RECOMPUTE
+from perfmodel.plan import RECOMPUTE
 from perfmodel.model import TransformerSpec
-from perfmodel.training import PLACES, TrainWorkload
+from perfmodel.plan import PLACES
+from perfmodel.training import TrainWorkload
 
 RULES = (
     "tp x pp x dp x cp = devices",

@@ -29,9 +29,10 @@ from hardware_db.errors import InfeasibleError, SpecError
 from hardware_db.loader import Database
 from hardware_db.schema import PRECISIONS
 from perfmodel.machine import Machine, build_machine
-from perfmodel.memory import RECOMPUTE
+from perfmodel.plan import RECOMPUTE
 from perfmodel.model import TransformerSpec
-from perfmodel.training import PLACES, TrainPlan, TrainWorkload, estimate_training
+from perfmodel.plan import PLACES
+from perfmodel.training import TrainPlan, TrainWorkload, estimate_training
 
 from .pareto import pareto_front
 from .placement import imbalance_table

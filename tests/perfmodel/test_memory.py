@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfmodel.memory import (activation_bytes_per_layer, in_flight_microbatches, kv_cache_bytes_per_device,
-                              model_state_bytes)
+from perfmodel.memory import (activation_bytes_per_layer, in_flight_layers, kv_cache_bytes_per_device,
+                              model_state_bytes, stage_layers)
 from perfmodel.model import TransformerSpec
 from perfmodel.catalog import find_model
 
 # GPT-3 175B as in Korthikanti et al. (a = 96 heads, h = 12288, s = 2048, b = 1, t = 8).
 GPT = TransformerSpec(name="gpt", hidden_size=12288, num_layers=96, num_heads=96, ffn_hidden_size=4 * 12288,
                       mlp="plain", vocab_size=51200, position_embedding="learned", max_seq_len=2048,
-                      norm="layernorm", linear_bias=True, tied_embeddings=True)
+                      norm="layernorm", linear_bias=True, tied_embeddings=True, dropout=True)
 s, b, h, a, t = 2048, 1, 12288, 96, 8
 
 
@@ -48,10 +48,30 @@ def test_flash_attention_drops_the_score_matrices():
     assert activation_bytes_per_layer(GPT, s, b, t, True, 0, flash=True) == pytest.approx(s * b * h * 34 / t)
 
 
-def test_in_flight_microbatches():
-    assert in_flight_microbatches(8, 64, 1) == 8
-    assert in_flight_microbatches(8, 4, 1) == 4
-    assert in_flight_microbatches(8, 64, 2) == pytest.approx(8 * (1 + 7 / 16))
+def test_in_flight_layers_follow_1f1b_and_the_interleaved_schedule():
+    # 1F1B: stage i holds p - i microbatches of its layers (at most the microbatches there are).
+    assert in_flight_layers(10, 0, 8, 64, 1) == 80
+    assert in_flight_layers(10, 3, 8, 64, 1) == 50
+    assert in_flight_layers(10, 0, 8, 4, 1) == 40
+    # Interleaved, stage 0: Korthikanti et al. Sec. 4.2.3, L (1 + (p - 1) / (p v)) layer-microbatches.
+    p, v, L = 8, 2, 80
+    assert in_flight_layers(L / p, 0, p, 64, v) == pytest.approx(L * (1 + (p - 1) / (p * v)))
+
+
+def test_uneven_stages_put_the_shorter_ones_first():
+    q, r = stage_layers(126, 16)          # Llama 3 405B on 16 stages: 2 of 7 layers, then 14 of 8
+    assert (q, r) == (7, 14)
+
+
+def test_no_dropout_and_fp8_inputs_keep_less():
+    llama = find_model("llama-3.1-70b")
+    bf16 = float(activation_bytes_per_layer(llama, 8192, 1, 4, True, 0))
+    fp8 = float(activation_bytes_per_layer(llama, 8192, 1, 4, True, 0, gemm_input_bytes=1.0))
+    # Llama, bf16: norm inputs and GEMM inputs 8, Q/K/V/O 2(1 + 2/8) + 2 = 4.5, MLP (4 + 2) x 3.5 = 21.
+    assert bf16 == pytest.approx(8192 * 8192 * (8 + 4.5 + 21) / 4)
+    # fp8 GEMM inputs: 6, attention 4.5 + an fp8 copy of O (1), MLP (4 + 1) x 3.5 = 17.5.
+    assert fp8 == pytest.approx(8192 * 8192 * (6 + 5.5 + 17.5) / 4)
+
 
 
 def test_kv_cache_shards_heads_but_not_below_one():

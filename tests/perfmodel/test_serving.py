@@ -68,4 +68,4 @@ def test_moe_decode_reads_only_the_experts_hit(db):
     big = estimate_serving(spec, machine, ServePlan(tp=1, ep=16, dp_attention=16, batch=16 * 64,
                                                     weight_precision="fp8", activation_precision="a8"),
                            ServeWorkload(1024, 128))
-    assert float(small.extra["decode_operator_times"]["experts"]) < float(big.extra["decode_operator_times"]["experts"])
+    assert float(small.decode_operator_times["experts"]) < float(big.decode_operator_times["experts"])

@@ -166,8 +166,8 @@ def test_flops_are_linear_in_tokens(db, name, batch, k, seq):
     machine = build_machine(db, "dgx-h100", 8)
     one = estimate_training(spec, machine, TrainPlan(dp=8), TrainWorkload(8 * batch, seq))
     more = estimate_training(spec, machine, TrainPlan(dp=8), TrainWorkload(8 * batch * k, seq))
-    assert float(more.extra["model_flops_per_step"]) == pytest.approx(k * float(one.extra["model_flops_per_step"]))
-    assert float(one.extra["model_flops_per_step"]) == pytest.approx(spec.training_flops_per_token(seq) * 8 * batch * seq)
+    assert float(more.model_flops_per_step) == pytest.approx(k * float(one.model_flops_per_step))
+    assert float(one.model_flops_per_step) == pytest.approx(spec.training_flops_per_token(seq, causal=True) * 8 * batch * seq)
 
 
 @SLOW
@@ -179,7 +179,7 @@ def test_step_time_at_least_compute_over_devices_times_peak(db, name, tp, pp, re
     r = estimate_training(spec, machine, TrainPlan(tp=tp, pp=pp, dp=64 // (tp * pp), recompute=recompute,
                                                    precision=precision, zero=1), TrainWorkload(128, 2048))
     peak = machine.peak_flops[precision] * 64
-    assert float(r.step_time_s) >= float(r.extra["model_flops_per_step"]) / peak
+    assert float(r.step_time_s) >= float(r.model_flops_per_step) / peak
 
 
 @SLOW

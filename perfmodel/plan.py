@@ -1,0 +1,103 @@
+"""Value objects for the choices a plan makes: recompute, where a state lives, and quantization.
+
+Plans are columns of numbers (so a million of them evaluate in one call); these enums give the
+numbers their names, and ``QuantScheme`` owns the one rule that pairs weight, activation and KV
+formats with the rate their GEMMs run at.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+
+from hardware_db.errors import SpecError, UnknownNameError
+from hardware_db.schema import BYTES_PER_ELEMENT
+
+
+class Recompute(IntEnum):
+    """Activation recomputation (Korthikanti et al. 2022, Sec. 5): nothing, the attention core, or
+    every layer from its input."""
+
+    NONE = 0
+    SELECTIVE = 1
+    FULL = 2
+
+
+class Place(IntEnum):
+    """Where an offloadable state (optimizer states, gradients, parameters, KV cache) lives."""
+
+    HBM = 0
+    DDR = 1
+    CXL = 2
+    POOLED = 3
+    NVME = 4
+
+
+RECOMPUTE = tuple(r.name.lower() for r in Recompute)
+PLACES = tuple(p.name.lower() for p in Place)
+
+WEIGHT_PRECISIONS = ("bf16", "fp8", "int8", "int4", "fp4")
+KV_PRECISIONS = ("bf16", "fp8", "int4")
+# Activation (GEMM input) precision: "a16" keeps bf16 math; "a8" and "a4" run at the weight's rate.
+ACTIVATION_PRECISIONS = ("a16", "a8", "a4")
+# The only weight formats each activation width pairs with (W8A8: fp8 or int8; W4A4: int4 or fp4).
+_GEMM_RATE = {("a8", "fp8"): "fp8", ("a8", "int8"): "int8", ("a4", "int4"): "int4", ("a4", "fp4"): "fp4"}
+_ACTIVATION_BYTES = {"a16": 2.0, "a8": 1.0, "a4": 0.5}
+
+
+@dataclass(frozen=True)
+class QuantScheme:
+    """Weight, activation and KV-cache formats of a serving instance, and what follows from them.
+
+    W16A16 and weight-only formats (W8A16, W4A16) run bf16 GEMMs with the weights dequantized in
+    the kernel; W8A8 and W4A4 run at the integer or fp8/fp4 rate the device lists (never derived).
+    """
+
+    weight: str = "bf16"
+    activation: str = "a16"
+    kv: str = "bf16"
+
+    def __post_init__(self):
+        for value, allowed, what in ((self.weight, WEIGHT_PRECISIONS, "weight"),
+                                     (self.activation, ACTIVATION_PRECISIONS, "activation"),
+                                     (self.kv, KV_PRECISIONS, "KV-cache")):
+            if value not in allowed:
+                raise UnknownNameError(f"{what} precision", value, allowed)
+        if self.activation != "a16" and (self.activation, self.weight) not in _GEMM_RATE:
+            raise SpecError(f"activation precision {self.activation} needs weights of the same width "
+                            f"(W8A8: fp8 or int8; W4A4: int4 or fp4), has {self.weight}")
+
+    @classmethod
+    def for_weights(cls, weight: str, kv: str = "bf16", quantized_activations: bool = True) -> "QuantScheme":
+        """The scheme a deployment of ``weight`` weights runs: W8A8 / W4A4 when it quantizes its
+        activations to the weights' width, else weight-only (bf16 math)."""
+        act = {"fp8": "a8", "int8": "a8", "int4": "a4", "fp4": "a4"}.get(weight, "a16")
+        return cls(weight, act if quantized_activations else "a16", kv)
+
+    @property
+    def gemm_precision(self) -> str:
+        """The precision the weight GEMMs run at."""
+        return _GEMM_RATE.get((self.activation, self.weight), "bf16")
+
+    @property
+    def weight_bytes(self) -> float:
+        return BYTES_PER_ELEMENT[self.weight]
+
+    @property
+    def activation_bytes(self) -> float:
+        return _ACTIVATION_BYTES[self.activation]
+
+    @property
+    def kv_bytes(self) -> float:
+        return BYTES_PER_ELEMENT[self.kv]
+
+    def attention_precision(self, supports) -> str:
+        """Attention (QK^T, PV) runs in bf16, or fp8 over an fp8 KV cache where the device has fp8."""
+        return "fp8" if self.kv == "fp8" and supports("fp8") else "bf16"
+
+    def runs_on(self, supports) -> bool:
+        """Whether a device (``supports(precision) -> bool``) lists every rate this scheme needs."""
+        return supports(self.gemm_precision) and (self.kv != "fp8" or supports("fp8"))
+
+    def label(self) -> str:
+        return f"W:{self.weight} A:{self.activation} KV:{self.kv}"
