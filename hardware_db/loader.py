@@ -194,16 +194,19 @@ class Database:
             levels.append(Level(tier.name, link.name, max(size, 1), bandwidth, latency))
         return tuple(levels)
 
-    def memory_tiers(self, system: System) -> tuple[MemoryTier, ...]:
-        """Memory below HBM as one device sees it when every device streams at once.
+    def memory_tiers(self, system: System, devices: int | None = None) -> tuple[MemoryTier, ...]:
+        """Memory below HBM as one device sees it when every device of the job streams at once.
 
         A device's share of a tier is capacity / sharers and bandwidth / sharers, the bandwidth
-        further capped by the path (a PCIe link, the scale-up fabric) between it and the tier.
+        further capped by the path (a PCIe link, the scale-up fabric) between it and the tier. A
+        job of ``devices`` fewer than a node's shares the node's memory among its own devices only
+        (one GPU of a DGX A100 sees all 2 TB of host memory, over its own PCIe link).
         """
         tiers = []
+        in_node = min(devices or system.devices_per_node, system.devices_per_node)
         for m in system.memory_tiers:
             mem, path = self.memory_entry(m.memory), self.link(m.path)
-            sharers = m.shared_by or system.devices_per_node / m.count_per_node
+            sharers = m.shared_by or in_node / m.count_per_node
             tiers.append(MemoryTier(
                 name=mem.name, kind=mem.kind, bytes_per_device=mem.capacity_bytes / sharers,
                 read_bytes_per_s=min(mem.read_bytes_per_s / sharers, path.bytes_per_s),

@@ -143,18 +143,19 @@ class Layout:
         """(dense, routed-expert) parameters one device of a pipeline stage of ``layers`` layers holds.
 
         Dense weights split by TP; each EP rank holds its expert slots, each split by etp. The
-        first stage also holds the token embedding (and learned positions), the last the LM
-        head; with one stage a tied embedding counts once, with several the last stage keeps its
+        first stage also holds the token embedding (and learned positions), the last the final
+        norm and the LM head; with one stage a tied embedding counts once, with several the last stage keeps its
         own copy as the head (as Megatron-LM does).
         """
         moe_frac = spec.moe_layers / spec.num_layers if spec.moe else 0.0
-        per_layer_common = spec.attention_params + 2 * spec.hidden_size * (2 if spec.norm == "layernorm" else 1)
+        norm = spec.hidden_size * (2 if spec.norm == "layernorm" else 1)
+        per_layer_common = spec.attention_params + 2 * norm
         dense_layer = per_layer_common + (1 - moe_frac) * spec.dense_mlp_params + moe_frac * (
             spec.router_params + spec.shared_expert_params)
         table = spec.vocab_size * spec.hidden_size
         positions = spec.embedding_params - table * (1 if spec.tied_embeddings else 2)
-        ends = np.where(self.pp == 1, spec.embedding_params,
-                        np.where(first, table + positions, 0.0) + np.where(last, table, 0.0))
+        ends = np.where(self.pp == 1, spec.embedding_params + norm,
+                        np.where(first, table + positions, 0.0) + np.where(last, table + norm, 0.0))
         dense = (layers * dense_layer + ends) / self.tp
         expert = layers * moe_frac * self.expert_slots(spec) * spec.expert_params / self.etp
         return dense, expert

@@ -108,7 +108,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None) ->
         price = None
     return Machine(
         system=system, accelerator=acc, devices=int(devices), topology=topology,
-        memory_tiers=db.memory_tiers(system), peak_flops=dict(acc.peak_flops), achievable_flops=achievable,
+        memory_tiers=db.memory_tiers(system, int(devices)), peak_flops=dict(acc.peak_flops), achievable_flops=achievable,
         hbm_bytes=acc.hbm_bytes, hbm_bytes_per_s=acc.hbm_bytes_per_s * (cal.hbm_fraction or 1.0),
         host_bytes_per_s=host_link, tdp_w=acc.tdp_w, idle_w=idle, overhead_w_per_device=overhead,
         price_usd_per_device=price, cloud_usd_per_hour=acc.cloud_usd_per_hour, constants=constants,

@@ -306,8 +306,12 @@ def model_summary(spec: TransformerSpec, seq_len: float) -> dict:
         "total_params": float(spec.total_params),
         "active_params": float(spec.active_params),
         "seq_len": float(seq_len),
-        "forward_flops_per_token": spec.forward_flops_per_token(seq_len),
-        "training_flops_per_token": spec.training_flops_per_token(seq_len),
+        # Both attention counts: every key (PaLM App. B, how papers report MFU) and the causal
+        # half a causal kernel computes (what perfmodel times and its MFU counts).
+        "forward_flops_per_token": {"all keys": spec.forward_flops_per_token(seq_len),
+                                    "causal": spec.forward_flops_per_token(seq_len, causal=True)},
+        "training_flops_per_token": {"all keys": spec.training_flops_per_token(seq_len),
+                                     "causal": spec.training_flops_per_token(seq_len, causal=True)},
         "kv_bytes_per_token": {p: spec.kv_bytes_per_token(p) for p in KV_PRECISIONS},
         "kv_bytes_per_sequence_at_seq_len": {p: spec.kv_cache_bytes(seq_len, p) for p in KV_PRECISIONS},
     }

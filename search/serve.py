@@ -26,6 +26,7 @@ from hardware_db.errors import InfeasibleError, SpecError, UnknownNameError
 from hardware_db.loader import Database
 from perfmodel.machine import Machine, build_machine
 from perfmodel.model import TransformerSpec
+from perfmodel.plan import QuantScheme
 from perfmodel.queueing import pool_latencies
 from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving, kv_transfer_time
 
@@ -159,23 +160,25 @@ def _layouts(spec: TransformerSpec, machine: Machine, max_devices: int):
                 dpa = d // (tp * pp)
                 if dpa > 1 and not spec.mla:      # attention data parallelism: MLA deployments
                     continue
-                eps = [1] if not spec.moe else sorted({tp * dpa, tp} & {e for e in sizes if e <= spec.moe.num_experts})
+                # Experts fold over the stage's tp x dp_attention devices: all of them TP-split
+                # (ep 1), expert-parallel across the TP group, or across every device.
+                eps = [1] if not spec.moe else sorted({1, tp, tp * dpa} & {e for e in sizes if e <= spec.moe.num_experts})
                 for ep in eps:
                     out.append((tp, pp, dpa, ep))
     return out
 
 
 def _precision_combos(machine: Machine, options: ServeSearchOptions):
+    """(weight, activation, KV) formats the options allow and the device can run (QuantScheme's rules)."""
     combos = []
     for wp, ap, kvp in itertools.product(options.weight_precisions, options.activation_precisions,
                                          options.kv_precisions):
-        if ap == "a8" and not ({"fp8": "fp8", "int8": "int8"}.get(wp) and machine.supports(wp)):
-            continue
-        if ap == "a4" and not (wp in ("int4", "fp4") and machine.supports(wp)):
-            continue
-        if kvp == "fp8" and not machine.supports("fp8"):
-            continue  # an fp8 cache needs fp8 arithmetic to read it
-        combos.append((wp, ap, kvp))
+        try:
+            scheme = QuantScheme(wp, ap, kvp)
+        except SpecError:
+            continue      # a pairing no kernel runs (e.g. W:bf16 with A:a8)
+        if scheme.runs_on(machine.supports):
+            combos.append((wp, ap, kvp))
     return combos
 
 

@@ -49,7 +49,11 @@ def test_models_list_and_show_json(capsys):
     derived = shown["derived"]
     assert abs(derived["total_params_error"]) < 0.01
     assert derived["kv_bytes_per_token"]["bf16"] == 2 * 80 * 8 * 128 * 2
-    assert derived["training_flops_per_token"] == 3 * derived["forward_flops_per_token"]
+    for count in ("all keys", "causal"):
+        assert derived["training_flops_per_token"][count] == 3 * derived["forward_flops_per_token"][count]
+    # Causal attention computes half the scores: 4 x layers x (s/2) x width less per token.
+    fwd = derived["forward_flops_per_token"]
+    assert fwd["all keys"] - fwd["causal"] == 4 * 80 * 4096 * 8192
 
 
 def test_models_show_reads_a_config_json(capsys, request):
