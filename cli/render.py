@@ -369,13 +369,15 @@ def estimate_serve(spec, machine, plan, work, json_out: bool) -> None:
 # --- validate --------------------------------------------------------------------------------
 
 def validate(db, calibrate: bool, json_out: bool) -> None:
-    from perfmodel.validation import calibrate as fit, summarize, validate as run
+    from perfmodel.validation import calibrate as fit, command, summarize, validate as run
 
     outcomes = run(db)
     summary = summarize(outcomes)
     rows = [{"id": o.case.id, "kind": o.case.kind, "calibration": o.case.calibration, "system": o.case.system,
              "metric": o.case.measured.metric, "published": o.case.measured.value, "predicted": o.predicted,
-             "error": o.error, "status": o.status, "source": o.case.source} for o in outcomes]
+             "error": o.error, "status": o.status, "source": o.case.source, "command": command(o.case),
+             "infeasible_in_model": o.binding or None}
+            for o in outcomes]
     fitted = fit(db) if calibrate else None
     if json_out:
         emit_json({"cases": rows, "summary": summary, **({"calibration_fit": fitted} if fitted else {})})
@@ -386,6 +388,8 @@ def validate(db, calibrate: bool, json_out: bool) -> None:
         table.add_column(col, justify=justify)
     for r in rows:
         err = "-" if r["error"] is None else f"{r['error']:+.1%}"
+        if r["infeasible_in_model"]:
+            err += f" (model: {r['infeasible_in_model']} binds)"
         name = r["id"] + (" (calibration)" if r["calibration"] else "")
         table.add_row(name, r["system"], r["metric"], fmt(r["published"]), fmt(r["predicted"]),
                       err if r["status"] == "ok" else r["status"])

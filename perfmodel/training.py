@@ -319,8 +319,10 @@ def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, 
 
     dense, expert = stage_params
     zero3 = c["zero"] >= 3
-    gathers = (2.0 + full) * (topo.all_gather(dense * WEIGHT_BYTES, lay.replica_group.stride, lay.replica_group.size)
-                              + topo.all_gather(expert * WEIGHT_BYTES, lay.edp_group.stride, lay.edp_group.size))
+    gathers = topo.all_gather(dense * WEIGHT_BYTES, lay.replica_group.stride, lay.replica_group.size)
+    if spec.moe:
+        gathers = gathers + topo.all_gather(expert * WEIGHT_BYTES, lay.edp_group.stride, lay.edp_group.size)
+    gathers = (2.0 + full) * gathers
     zero3_exposed = np.where(zero3, np.maximum(gathers - comp.per_micro_s, 0.0), 0.0)
     fetch_bytes = (dense / np.where(zero3, lay.dense_replicas, 1.0) + expert / np.where(zero3, lay.edp, 1.0)) \
         * WEIGHT_BYTES * (2.0 + full)
@@ -329,7 +331,8 @@ def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, 
     return Communication(tp, ep, cp_exposed, pp, zero3_exposed, param_exposed)
 
 
-def _step_tail(machine: Machine, c: dict, sh: Shape, comp: Compute, stage_params: tuple) -> StepTail:
+def _step_tail(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, comp: Compute,
+               stage_params: tuple) -> StepTail:
     """Gradient reduction overlapped with the last backward, gradient offload (ZeRO-Offload, Ren et
     al. 2021 Sec. 4.1) and the Adam step on the device or on the CPU over the states' tier."""
     lay, topo = sh.layout, machine.topology
@@ -341,7 +344,8 @@ def _step_tail(machine: Machine, c: dict, sh: Shape, comp: Compute, stage_params
                        * np.where(zero >= 3, sh.num_micro, 1.0)
                        + np.where(zero == 2, topo.all_gather(dense * WEIGHT_BYTES, rep.stride, rep.size), 0.0),
                        topo.all_reduce(grad_bytes, rep.stride, rep.size))
-    dp_comm = dp_comm + topo.all_reduce(expert * GRAD_BYTES, edp.stride, edp.size)
+    if spec.moe:
+        dp_comm = dp_comm + topo.all_reduce(expert * GRAD_BYTES, edp.stride, edp.size)
     forward = comp.forward.total
     overlap = machine.constants.get("dp-overlap-fraction", 0.0) * 2.0 * forward \
         * np.where(zero >= 3, sh.num_micro, 1.0) * c["overlap_dp"].astype(bool)
@@ -384,7 +388,7 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
     for stage, layers in candidates:
         dense, expert = lay.params_per_device(spec, layers, stage == 0, stage == last)
         w_d, g_d, o_d = model_state_bytes(dense, lay.dense_replicas, zero)
-        w_e, g_e, o_e = model_state_bytes(expert, lay.edp, zero)
+        w_e, g_e, o_e = model_state_bytes(expert, lay.edp, zero) if spec.moe else (0.0, 0.0, 0.0)
         acts = per_layer * in_flight_layers(layers, stage, lay.pp, sh.num_micro, c["interleave"])
         acts = acts + np.where(stage == last, 4.0 * sh.tokens * spec.vocab_size / lay.tp, 0.0)  # fp32 logits
         parts = {"weights": w_d + w_e, "gradients": g_d + g_e, "optimizer states": o_d + o_e, "activations": acts}
@@ -452,7 +456,7 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     comp = _compute(spec, machine, c, sh, work)
     last_stage = lay.params_per_device(spec, sh.layers, lay.pp == 1, True)
     comm = _communication(spec, machine, c, sh, comp, last_stage)
-    tail = _step_tail(machine, c, sh, comp, last_stage)
+    tail = _step_tail(spec, machine, c, sh, comp, last_stage)
     mem = _memory(spec, machine, c, sh, work)
     code, shortfall, names = _feasibility(spec, machine, c, sh, mem, work)
 

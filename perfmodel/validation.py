@@ -77,7 +77,7 @@ def _spec(case: Case) -> TransformerSpec:
     return TransformerSpec.model_validate(case.model)
 
 
-def _published_flops(case: Case, spec: TransformerSpec) -> float:
+def published_flops(case: Case, spec: TransformerSpec) -> float:
     """FLOPs per step as the source counts them when it reports FLOP/s or MFU.
 
     Narayanan et al. 2021 count hardware FLOPs with the recompute forward (their Eq. 3); everyone
@@ -95,6 +95,15 @@ def _published_flops(case: Case, spec: TransformerSpec) -> float:
 
 def _model_name(case: Case) -> str:
     return case.model if isinstance(case.model, str) else f"{case.id}.yaml"
+
+
+def command(case: Case) -> str | None:
+    """The ``perfmodel estimate`` command that reproduces a training or serving case's prediction
+    (its model written to ``<id>.yaml`` when the case gives the spec inline)."""
+    request = {"training": train_request, "serving": serve_request}.get(case.kind)
+    if request is None or (case.kind == "serving" and "input_len" not in case.plan):
+        return None
+    return " ".join(["perfmodel", *request(case).cli_args()])
 
 
 def train_request(case: Case) -> TrainRequest:
@@ -124,15 +133,19 @@ def serve_request(case: Case) -> ServeRequest:
         mtp_draft_tokens=p.get("mtp_draft_tokens", 0), mtp_acceptance=p.get("mtp_acceptance", 0.0))
 
 
-def _train(case: Case, spec: TransformerSpec, db: Database) -> float:
+def _train(case: Case, spec: TransformerSpec, db: Database) -> tuple[float, str]:
     _, machine, plan, work = train_request(case).resolve(db, spec)
     r = estimate_training(spec, machine, plan, work)
+    return _train_metric(case, spec, machine, plan, r), str(r.binding)
+
+
+def _train_metric(case, spec, machine, plan, r) -> float:
     metric = case.measured.metric
     if metric == "step_time_s":
         return float(r.step_time_s)
     if metric == "tokens_per_s_per_device":
         return float(r.tokens_per_s) / case.devices
-    flops_per_s = _published_flops(case, spec) / float(r.step_time_s) / case.devices
+    flops_per_s = published_flops(case, spec) / float(r.step_time_s) / case.devices
     if metric == "mfu":
         return flops_per_s / machine.peak_flops[plan.precision]
     if metric == "tflops_per_device":
@@ -140,9 +153,13 @@ def _train(case: Case, spec: TransformerSpec, db: Database) -> float:
     raise SpecError(f"case {case.id}: metric {metric} does not apply to training")
 
 
-def _serve(case: Case, spec: TransformerSpec, db: Database) -> float:
+def _serve(case: Case, spec: TransformerSpec, db: Database) -> tuple[float, str]:
     _, machine, plan, work = serve_request(case).resolve(db, spec)
     r = estimate_serving(spec, machine, plan, work)
+    return _serve_metric(case, r), str(r.binding)
+
+
+def _serve_metric(case: Case, r) -> float:
     metric = case.measured.metric
     value = {"prefill_tokens_per_s_per_device": r.prefill_tokens_per_s_per_device,
              "decode_tokens_per_s_per_device": r.decode_tokens_per_s_per_device,
@@ -171,28 +188,30 @@ class Outcome:
     predicted: float | None
     error: float | None      # predicted / measured - 1
     status: str              # "ok", or why the case could not be predicted
+    binding: str = ""        # a constraint the model says the published plan breaks ("" when it fits)
 
 
 def predict(case: Case, db: Database) -> Outcome:
     """Predict one case; a case whose plan lacks what the model needs is reported, not guessed."""
+    fits = ""
     try:
         if case.kind == "memory":
             value = _memory(case)
         elif case.kind == "activation":
             value = _activation(case, _spec(case))
         elif case.kind == "training":
-            value = _train(case, _spec(case), db)
+            value, fits = _train(case, _spec(case), db)
         elif case.kind == "serving":
             if "input_len" not in case.plan:
                 return Outcome(case, None, None, "skipped: the source gives no input length for this plan")
-            value = _serve(case, _spec(case), db)
+            value, fits = _serve(case, _spec(case), db)
         else:
             raise SpecError(f"case {case.id}: unknown kind {case.kind}")
     except KeyError as exc:
         return Outcome(case, None, None, f"skipped: plan lacks {exc.args[0]}")
     if not np.isfinite(value):
         return Outcome(case, None, None, "skipped: no finite prediction")
-    return Outcome(case, value, value / case.measured.value - 1.0, "ok")
+    return Outcome(case, value, value / case.measured.value - 1.0, "ok", fits)
 
 
 def validate(db: Database, cases: list[Case] | None = None) -> list[Outcome]:

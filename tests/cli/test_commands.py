@@ -303,3 +303,34 @@ def test_plan_train_with_skewed_routing(capsys):
     data = run_json(capsys, "plan", "train", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--devices", "16",
                     "--global-batch", "64", "--seq-len", "4096", "--zipf", "1.5", "--no-offload")
     assert data["best"]["plan"]["moe_imbalance"] >= 1.0
+
+
+@pytest.mark.parametrize("case_id", ["llama3-405b-8k-16384gpu", "megatron-t1-1008b", "cloudmatrix-decode-50ms"])
+def test_validation_cases_give_the_same_number_at_the_cli(capsys, tmp_path, db, case_id):
+    # `validate` predicts each case through the request its flags make; typing them gives the same number.
+    import shlex
+
+    import yaml
+
+    from perfmodel.model import TransformerSpec
+    from perfmodel.validation import command, load_cases, predict, published_flops
+
+    case = next(c for c in load_cases() if c.id == case_id)
+    argv = shlex.split(command(case))[1:]
+    if not isinstance(case.model, str):       # an inline spec: written where the command names it
+        path = tmp_path / f"{case.id}.yaml"
+        path.write_text(yaml.safe_dump(TransformerSpec.model_validate(case.model).model_dump(mode="json")))
+        argv[argv.index("--model") + 1] = str(path)
+    result = run_json(capsys, *argv)["result"]
+    predicted = predict(case, db).predicted
+    if case.kind == "training":
+        spec = TransformerSpec.model_validate(case.model) if not isinstance(case.model, str) else None
+        from perfmodel.catalog import find_model
+
+        flops = published_flops(case, spec or find_model(case.model))
+        per_device = flops / result["step_time_s"] / case.devices
+        got = per_device / 1e12 if case.measured.metric == "tflops_per_device" else \
+            per_device / db.accelerator(db.system(case.system).accelerator).peak(case.plan.get("precision", "bf16"))
+    else:
+        got = result["decode_tokens_per_s_per_device"] * case.devices_per_unit
+    assert got == pytest.approx(predicted, rel=1e-9)
