@@ -30,7 +30,7 @@ from .memory import kv_cache_bytes_per_device
 from .model import TransformerSpec
 from .plan import ACTIVATION_PRECISIONS, KV_PRECISIONS, WEIGHT_PRECISIONS, QuantScheme  # noqa: F401
 from .power import device_power_w, run_cost
-from .roofline import layer_ops, lm_head_ops, merge, ops_time
+from .roofline import OpTimes, layer_ops, lm_head_ops, merge, ops_time
 
 
 @dataclass(frozen=True)
@@ -86,115 +86,133 @@ def distinct_experts(num_experts: int, top_k: int, tokens):
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
 
 
-def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, work: ServeWorkload) -> ServeResult:
-    """TTFT, TPOT, memory, throughput, energy and cost of one instance configuration.
+@dataclass(frozen=True)
+class Instance:
+    """What a serving plan makes of its devices: layout, formats, rates and per-rank batch."""
 
-    Precisions are scalars per call (the search loops over the few precision combinations);
-    parallel degrees and batch broadcast as arrays.
-    """
+    layout: Layout
+    quant: QuantScheme
+    rates: dict
+    batch: np.ndarray              # sequences per instance
+    local_batch: np.ndarray        # sequences per attention data-parallel rank
+    layers: np.ndarray             # layers of the last (fullest) stage: ceil(L / pp)
+    moe_frac: float
+    imbalance: object
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One pass of the last stage over its layers (s): operators, and each collective as exposed."""
+
+    ops: OpTimes
+    tp: np.ndarray
+    ep: np.ndarray                 # after two-batch overlap, when the plan overlaps
+    pp: np.ndarray
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.ops.total + self.tp + self.ep + self.pp
+
+
+@dataclass(frozen=True)
+class ServeMemory:
+    """Bytes per device of the last stage, and the largest batch its KV cache allows."""
+
+    weights: np.ndarray
+    kv: np.ndarray                 # wherever it lives
+    hbm_kv: np.ndarray
+    workspace: np.ndarray
+    reserve: float
+    used: np.ndarray               # HBM, with the reserve
+    max_batch: np.ndarray
+
+
+def _instance(spec: TransformerSpec, machine: Machine, plan: ServePlan) -> Instance:
     quant = QuantScheme(str(plan.weight_precision), str(plan.activation_precision), str(plan.kv_precision))
     rates = {"gemm": machine.flops(quant.gemm_precision),
              "attention": machine.flops(quant.attention_precision(machine.supports)), "vector": np.inf}
-    w_bytes, kv_bytes, act_bytes = quant.weight_bytes, quant.kv_bytes, quant.activation_bytes
     tp, pp, ep, dpa = (np.maximum(np.asarray(x, dtype=float), 1.0) for x in (plan.tp, plan.pp, plan.ep,
                                                                           plan.dp_attention))
-    layout = Layout(tp=tp, dp=dpa, pp=pp, ep=ep, etp=tp * dpa / ep)
     batch = np.maximum(np.asarray(plan.batch, dtype=float), 1.0)
-    devices = layout.devices
-    s_in, s_out = float(work.input_len), float(work.output_len)
-    L = spec.num_layers
-    layers = np.ceil(L / pp)
-    moe = spec.moe is not None
-    moe_frac = spec.moe_layers / L if moe else 0.0
-    topo = machine.topology
-    h = spec.hidden_size
     given = np.asarray(plan.moe_imbalance, dtype=float)
-    imbalance = np.where(given > 0, given, machine.constants.get("moe-load-imbalance", 1.0)) if moe else 1.0
-    # Each attention DP rank serves batch / dp_attention sequences; experts see every rank's tokens.
-    local_batch = batch / dpa
-    overlap = bool(plan.overlap_comm)
-    slots = layout.expert_slots(spec)
+    return Instance(
+        layout=Layout(tp=tp, dp=dpa, pp=pp, ep=ep, etp=tp * dpa / ep), quant=quant, rates=rates, batch=batch,
+        # Each attention DP rank serves batch / dp_attention sequences; experts see every rank's tokens.
+        local_batch=batch / dpa, layers=np.ceil(spec.num_layers / pp),
+        moe_frac=spec.moe_layers / spec.num_layers if spec.moe else 0.0,
+        imbalance=np.where(given > 0, given, machine.constants.get("moe-load-imbalance", 1.0)) if spec.moe else 1.0)
 
-    def phase(tokens_local, context, decode):
+
+def _phase(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local, context, decode: bool,
+           overlap: bool) -> Phase:
+    """Prefill (``decode`` False) or one decode step of the last stage's layers, with its TP
+    all-reduces (Pope et al. 2023 Sec. 3), EP dispatch and combine, and the PP hand-over."""
+    lay, q, topo, h = inst.layout, inst.quant, machine.topology, spec.hidden_size
+    bw = machine.hbm_bytes_per_s
+    kw = dict(sp=True, weight_bytes=q.weight_bytes, act_bytes=q.activation_bytes, flash=True, decode=decode,
+              kv_bytes=q.kv_bytes)
+    parts = [ops_time(layer_ops(spec, tokens_local, context, lay, **kw), inst.rates, bw)
+             .scaled(inst.layers * (1 - inst.moe_frac))]
+    if spec.moe:
         # Each of an EP rank's experts is hit with the same probability as any expert, by the
         # tokens of its expert data-parallel share of the stage.
-        read = slots * distinct_experts(spec.moe.num_experts, spec.moe.top_k, tokens_local * dpa / layout.edp) \
-            / spec.moe.num_experts if moe else None
-        kw = dict(sp=True, weight_bytes=w_bytes, act_bytes=act_bytes, flash=True, decode=decode, kv_bytes=kv_bytes)
-        dense = ops_time(layer_ops(spec, tokens_local, context, layout, **kw), rates, machine.hbm_bytes_per_s)
-        parts = [dense.scaled(layers * (1 - moe_frac))]
-        if moe:
-            parts.append(ops_time(layer_ops(spec, tokens_local, context, layout, moe_layer=True, imbalance=imbalance,
-                                            experts_read=read, **kw), rates, machine.hbm_bytes_per_s)
-                         .scaled(layers * moe_frac))
-        # Logits of the last position only, on the last stage.
-        head = ops_time(lm_head_ops(spec, local_batch, tp, w_bytes, act_bytes, with_loss=False), rates,
-                        machine.hbm_bytes_per_s).scaled(1.0 / pp)
-        times = merge(*parts, head)
-        act = tokens_local * h * 2.0
-        comm_tp = layers * 2.0 * topo.all_reduce(act, layout.tp_group.stride, layout.tp_group.size)
-        comm_ep = 0.0
-        if moe:
-            # Each device dispatches the rows it holds at the GEMM input width (fp8 with W8A8) and
-            # receives the combine in bf16.
-            token_bytes = layout.expert_rows(tokens_local, 1) * h * imbalance
-            g = layout.ep_group
-            comm_ep = layers * moe_frac * (topo.moe_all_to_all(token_bytes * act_bytes, spec.moe.top_k, g.stride, g.size)
-                                           + topo.moe_all_to_all(token_bytes * 2.0, spec.moe.top_k, g.stride, g.size))
-            if overlap:
-                # DeepSeek-V3 Sec. 3.4 / SGLang two-batch overlap: one micro-batch's all-to-all runs
-                # under the other's compute, so only the excess is exposed.
-                comm_ep = np.maximum(comm_ep - times.total, 0.0)
-        comm_pp = (pp - 1) / pp * topo.p2p(act / tp, layout.pp_neighbour_stride) * (pp > 1)
-        return times, comm_tp, comm_ep, comm_pp
+        read = lay.expert_slots(spec) * distinct_experts(spec.moe.num_experts, spec.moe.top_k,
+                                                          tokens_local * lay.dp / lay.edp) / spec.moe.num_experts
+        parts.append(ops_time(layer_ops(spec, tokens_local, context, lay, moe_layer=True, imbalance=inst.imbalance,
+                                        experts_read=read, **kw), inst.rates, bw).scaled(inst.layers * inst.moe_frac))
+    # Logits of the last position only, on the last stage.
+    head = ops_time(lm_head_ops(spec, inst.local_batch, lay.tp, q.weight_bytes, q.activation_bytes,
+                                with_loss=False), inst.rates, bw).scaled(1.0 / lay.pp)
+    ops = merge(*parts, head)
+    act = tokens_local * h * 2.0
+    tp = inst.layers * 2.0 * topo.all_reduce(act, lay.tp_group.stride, lay.tp_group.size)
+    ep = 0.0
+    if spec.moe:
+        # Each device dispatches the rows it holds at the GEMM input width (fp8 with W8A8) and
+        # receives the combine in bf16.
+        token_bytes = lay.expert_rows(tokens_local, 1) * h * inst.imbalance
+        g = lay.ep_group
+        ep = inst.layers * inst.moe_frac * (
+            topo.moe_all_to_all(token_bytes * q.activation_bytes, spec.moe.top_k, g.stride, g.size)
+            + topo.moe_all_to_all(token_bytes * 2.0, spec.moe.top_k, g.stride, g.size))
+        if overlap:
+            # DeepSeek-V3 Sec. 3.4 / SGLang two-batch overlap: one micro-batch's all-to-all runs
+            # under the other's compute, so only the excess is exposed.
+            ep = np.maximum(ep - ops.total, 0.0)
+    pp = (lay.pp - 1) / lay.pp * topo.p2p(act / lay.tp, lay.pp_neighbour_stride) * (lay.pp > 1)
+    return Phase(ops, tp, ep, pp)
 
-    prefill, p_tp, p_ep, p_pp = phase(local_batch * s_in, s_in / 2.0, False)
-    prefill_compute = prefill.total
-    # Pipeline: a prompt batch passes the pp stages in turn; each stage computes 1/pp of the layers.
-    ttft = pp * (prefill_compute + p_tp + p_ep + p_pp)
-    context = s_in + s_out / 2.0
-    draft = np.asarray(plan.mtp_draft_tokens, dtype=float)
-    per_step = 1.0 + draft * np.asarray(plan.mtp_acceptance, dtype=float)   # tokens emitted per sequence per step
-    decode, d_tp, d_ep, d_pp = phase(local_batch / pp * (1.0 + draft), context, True)
-    decode_compute = decode.total
-    # Decode: pp microbatches of batch/pp in flight; each token passes all pp stages per step.
-    # With multi-token prediction a step checks 1 + draft tokens and emits per_step of them
-    # (DeepSeek-V3 Technical Report, Sec. 2.2 and 5.4.3).
-    step_time = pp * (decode_compute + d_tp + d_ep + d_pp)
-    kv_place = str(plan.kv_place)
-    kv_tier = None if kv_place == "hbm" else machine.tier(kv_place)
-    if kv_tier is not None:
-        # KV blocks live in host memory and stream to HBM for each step, prefetched layer by layer
-        # under compute (FlexGen, Sheng et al., ICML 2023, Sec. 4.2): the slower of the two sets
-        # the step.
-        kv_step_bytes = kv_cache_bytes_per_device(spec, local_batch * context, kv_bytes, tp, pp) * pp
-        step_time = np.maximum(step_time, kv_step_bytes / kv_tier.read_bytes_per_s)
-    tpot = step_time / per_step
 
-    # --- memory ------------------------------------------------------------------------------------
-    # The last stage: the most layers (ceil(L / pp)) and the LM head.
-    dense_params, expert_params = layout.params_per_device(spec, layers, pp == 1, True)
-    weights = (dense_params + expert_params) * w_bytes
-    kv = kv_cache_bytes_per_device(spec, local_batch * (s_in + s_out), kv_bytes, tp, pp)
+def _memory(spec: TransformerSpec, machine: Machine, inst: Instance, work: ServeWorkload, kv_tier) -> ServeMemory:
+    """Weights of the last stage (the most layers and the LM head), each sequence's KV cache, the
+    prefill workspace and the reserve; the largest batch is what the KV room holds."""
+    lay, q = inst.layout, inst.quant
+    s_in, s_out = float(work.input_len), float(work.output_len)
+    dense, expert = lay.params_per_device(spec, inst.layers, lay.pp == 1, True)
+    weights = (dense + expert) * q.weight_bytes
+    kv = kv_cache_bytes_per_device(spec, inst.local_batch * (s_in + s_out), q.kv_bytes, lay.tp, lay.pp)
     if spec.sliding_window:
         kv = kv * spec.kv_cache_bytes(s_in + s_out) / (spec.kv_bytes_per_token() * (s_in + s_out))
-    # Prefill activations of one layer in flight, for at most the chunk a server prefills at once.
-    in_flight = np.minimum(local_batch * s_in, np.maximum(s_in, machine.constants.get("prefill-tokens-in-flight",
-                                                                                     np.inf)))
-    # bf16 activations, 4 hidden-size tensors live at once (layer input, norm output, attention
-    # output, MLP input), split by TP.
-    workspace = in_flight * h * 2.0 * 4.0 / tp
+    # Prefill activations of one layer in flight, for at most the chunk a server prefills at once;
+    # bf16, 4 hidden-size tensors live at once (layer input, norm output, attention output, MLP
+    # input), split by TP.
+    in_flight = np.minimum(inst.local_batch * s_in,
+                           np.maximum(s_in, machine.constants.get("prefill-tokens-in-flight", np.inf)))
+    workspace = in_flight * spec.hidden_size * 2.0 * 4.0 / lay.tp
     reserve = machine.constants.get("hbm-reserve-fraction", 0.0) * machine.hbm_bytes
-    per_seq_kv = kv / local_batch
+    per_seq_kv = kv / inst.local_batch
     hbm_kv = kv if kv_tier is None else np.zeros_like(kv)
-    used = weights + hbm_kv + workspace + reserve
-    if kv_tier is None:
-        max_batch = np.floor(np.maximum(machine.hbm_bytes - weights - workspace - reserve, 0.0) / per_seq_kv) * dpa
-    else:
-        max_batch = np.floor(kv_tier.bytes_per_device / per_seq_kv) * dpa
+    room = np.maximum(machine.hbm_bytes - weights - workspace - reserve, 0.0) if kv_tier is None \
+        else kv_tier.bytes_per_device
+    return ServeMemory(weights, kv, hbm_kv, workspace, reserve, weights + hbm_kv + workspace + reserve,
+                       np.floor(room / per_seq_kv) * lay.dp)
 
-    binding = np.full(np.shape(used), "", dtype=object)
-    shortfall = np.zeros(np.shape(used))
+
+def _feasibility(spec: TransformerSpec, machine: Machine, inst: Instance, mem: ServeMemory, kv_place: str, kv_tier):
+    """(binding, shortfall): the first rule each configuration breaks ("" when it fits)."""
+    lay = inst.layout
+    binding = np.full(np.shape(mem.used), "", dtype=object)
+    shortfall = np.zeros(np.shape(mem.used))
 
     def violate(mask, name, amount):
         nonlocal binding, shortfall
@@ -202,43 +220,80 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
         binding = np.where(new, name, binding)
         shortfall = np.where(new, amount, shortfall)
 
-    violate(devices > machine.devices, "devices", devices - machine.devices)
-    violate(spec.num_heads % tp != 0, "tp divides heads", tp)
-    violate(pp > L, "pp at most the layers", pp)   # uneven splits allowed: the largest stage sets the pace
-    if moe:
+    violate(lay.devices > machine.devices, "devices", lay.devices - machine.devices)
+    violate(spec.num_heads % lay.tp != 0, "tp divides heads", lay.tp)
+    violate(lay.pp > spec.num_layers, "pp at most the layers", lay.pp)   # uneven splits: the largest stage sets the pace
+    if spec.moe:
         # ep above the expert count holds redundant copies of hot experts (one slot per rank).
-        violate((tp * dpa) % ep != 0, "ep divides the instance's tp x dp_attention ranks", ep)
-        violate(spec.moe.expert_ffn_hidden_size % layout.etp != 0,
-                "expert tp (tp x dp_attention / ep) divides the expert hidden size", layout.etp)
+        violate((lay.tp * lay.dp) % lay.ep != 0, "ep divides the instance's tp x dp_attention ranks", lay.ep)
+        violate(spec.moe.expert_ffn_hidden_size % lay.etp != 0,
+                "expert tp (tp x dp_attention / ep) divides the expert hidden size", lay.etp)
     else:
-        violate(ep > 1, "ep needs an MoE model", ep)
-    violate(batch % dpa != 0, "dp_attention divides batch", batch)
-    violate(used > machine.hbm_bytes, "hbm", used - machine.hbm_bytes)
+        violate(lay.ep > 1, "ep needs an MoE model", lay.ep)
+    violate(inst.batch % lay.dp != 0, "dp_attention divides batch", inst.batch)
+    violate(mem.used > machine.hbm_bytes, "hbm", mem.used - machine.hbm_bytes)
     if kv_tier is not None:
-        violate(kv > kv_tier.bytes_per_device, kv_place, kv - kv_tier.bytes_per_device)
-    feasible = binding == ""
+        violate(mem.kv > kv_tier.bytes_per_device, kv_place, mem.kv - kv_tier.bytes_per_device)
+    return binding, shortfall
 
-    prefill_tps = batch * s_in / ttft / devices
-    decode_tps = batch / tpot / devices
-    busy = np.clip((decode_compute * pp) / step_time, 0.0, 1.0)
+
+def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, work: ServeWorkload) -> ServeResult:
+    """TTFT, TPOT, memory, throughput, energy and cost of one instance configuration.
+
+    Precisions are scalars per call (the search loops over the few precision combinations);
+    parallel degrees and batch broadcast as arrays.
+    """
+    inst = _instance(spec, machine, plan)
+    lay, pp = inst.layout, inst.layout.pp
+    s_in, s_out = float(work.input_len), float(work.output_len)
+    overlap = bool(plan.overlap_comm)
+    prefill = _phase(spec, machine, inst, inst.local_batch * s_in, s_in / 2.0, False, overlap)
+    # Pipeline: a prompt batch passes the pp stages in turn; each stage computes 1/pp of the layers.
+    ttft = pp * prefill.total
+    context = s_in + s_out / 2.0
+    draft = np.asarray(plan.mtp_draft_tokens, dtype=float)
+    per_step = 1.0 + draft * np.asarray(plan.mtp_acceptance, dtype=float)   # tokens emitted per sequence per step
+    # Decode: pp microbatches of batch/pp in flight; each token passes all pp stages per step.
+    # With multi-token prediction a step checks 1 + draft tokens and emits per_step of them
+    # (DeepSeek-V3 Technical Report, Sec. 2.2 and 5.4.3).
+    decode = _phase(spec, machine, inst, inst.local_batch / pp * (1.0 + draft), context, True, overlap)
+    step_time = pp * decode.total
+    kv_place = str(plan.kv_place)
+    kv_tier = None if kv_place == "hbm" else machine.tier(kv_place)
+    if kv_tier is not None:
+        # KV blocks live in host memory and stream to HBM for each step, prefetched layer by layer
+        # under compute (FlexGen, Sheng et al., ICML 2023, Sec. 4.2): the slower of the two sets
+        # the step.
+        kv_step_bytes = kv_cache_bytes_per_device(spec, inst.local_batch * context, inst.quant.kv_bytes,
+                                                  lay.tp, pp) * pp
+        step_time = np.maximum(step_time, kv_step_bytes / kv_tier.read_bytes_per_s)
+    tpot = step_time / per_step
+    mem = _memory(spec, machine, inst, work, kv_tier)
+    binding, shortfall = _feasibility(spec, machine, inst, mem, kv_place, kv_tier)
+
+    devices = lay.devices
+    prefill_tps = inst.batch * s_in / ttft / devices
+    decode_tps = inst.batch / tpot / devices
+    busy = np.clip((decode.ops.total * pp) / step_time, 0.0, 1.0)
     power = device_power_w(machine, busy) + machine.overhead_w_per_device
     energy = power * machine.constants.get("pue", 1.0) / decode_tps
     cost = run_cost(machine, power) / 3600.0 / decode_tps * 1e6
     return ServeResult(
         ttft_s=ttft, tpot_s=tpot,
-        prefill_components={"compute": pp * prefill_compute, "tp communication": pp * p_tp,
-                            "ep all-to-all": pp * p_ep, "pp point-to-point": pp * p_pp},
-        decode_components={"compute and memory": pp * decode_compute, "tp communication": pp * d_tp,
-                           "ep all-to-all": pp * d_ep, "pp point-to-point": pp * d_pp},
-        bounds={**{f"prefill {k}": v for k, v in prefill.compute_bound.items()},
-                **{f"decode {k}": v for k, v in decode.compute_bound.items()}},
-        memory={"weights": weights, "kv cache": hbm_kv, "activations": workspace, "reserve": np.full_like(used, reserve),
-                **({f"kv cache in {kv_place}": kv} if kv_tier is not None else {})},
-        devices_per_instance=devices, max_batch=max_batch, prefill_tokens_per_s_per_device=prefill_tps,
+        prefill_components={"compute": pp * prefill.ops.total, "tp communication": pp * prefill.tp,
+                            "ep all-to-all": pp * prefill.ep, "pp point-to-point": pp * prefill.pp},
+        decode_components={"compute and memory": pp * decode.ops.total, "tp communication": pp * decode.tp,
+                           "ep all-to-all": pp * decode.ep, "pp point-to-point": pp * decode.pp},
+        bounds={**{f"prefill {k}": v for k, v in prefill.ops.compute_bound.items()},
+                **{f"decode {k}": v for k, v in decode.ops.compute_bound.items()}},
+        memory={"weights": mem.weights, "kv cache": mem.hbm_kv, "activations": mem.workspace,
+                "reserve": np.full_like(mem.used, mem.reserve),
+                **({f"kv cache in {kv_place}": mem.kv} if kv_tier is not None else {})},
+        devices_per_instance=devices, max_batch=mem.max_batch, prefill_tokens_per_s_per_device=prefill_tps,
         decode_tokens_per_s_per_device=decode_tps, power_w=power, energy_per_token_j=energy,
-        cost_per_million_tokens_usd=cost, hbm_used_bytes=used, feasible=feasible, binding=binding,
-        shortfall=shortfall, prefill_operator_times=prefill.seconds, decode_operator_times=decode.seconds,
-        quant=quant)
+        cost_per_million_tokens_usd=cost, hbm_used_bytes=mem.used, feasible=binding == "", binding=binding,
+        shortfall=shortfall, prefill_operator_times=prefill.ops.seconds, decode_operator_times=decode.ops.seconds,
+        quant=inst.quant)
 
 
 def kv_transfer_time(spec: TransformerSpec, prompt_tokens: float, kv_precision: str, prefill: Machine,

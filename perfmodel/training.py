@@ -202,9 +202,12 @@ class Communication:
 
     tp: np.ndarray
     ep: np.ndarray
-    cp_exposed: np.ndarray
+    cp_link: np.ndarray            # the ring exchange's time on its link ...
+    cp_exposed: np.ndarray         # ... and what the attention it overlaps leaves exposed
     pp: np.ndarray
+    zero3_link: np.ndarray
     zero3_exposed: np.ndarray
+    param_offload_link: np.ndarray
     param_offload_exposed: np.ndarray
 
 
@@ -328,7 +331,8 @@ def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, 
         * WEIGHT_BYTES * (2.0 + full)
     fetch = fetch_bytes / _tier_bandwidth(machine, c["param_place"], "read")
     param_exposed = np.where(c["param_place"] > 0, np.maximum(fetch - comp.per_micro_s, 0.0), 0.0)
-    return Communication(tp, ep, cp_exposed, pp, zero3_exposed, param_exposed)
+    return Communication(tp, ep, sh.layers * cp_raw * (lay.cp > 1), cp_exposed, pp, np.where(zero3, gathers, 0.0),
+                         zero3_exposed, np.where(c["param_place"] > 0, fetch, 0.0), param_exposed)
 
 
 def _step_tail(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, comp: Compute,

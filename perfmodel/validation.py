@@ -21,7 +21,7 @@ from hardware_db.loader import Database, format_validation_error, read_yaml
 from .catalog import find_model
 from .memory import activation_bytes_per_layer, model_state_bytes
 from .model import TransformerSpec
-from .plan import RECOMPUTE
+from .plan import RECOMPUTE, QuantScheme
 from .requests import ServeRequest, TrainRequest
 from .serving import estimate_serving
 from .training import estimate_training
@@ -124,12 +124,14 @@ def serve_request(case: Case) -> ServeRequest:
     p = case.plan
     tp, pp = p.get("tp", 1), p.get("pp", 1)
     dpa = case.devices // (tp * pp) if p.get("dp_attention") is True else int(p.get("dp_attention", 1))
-    act = {"int8": "a8", "fp8": "a8", "int4": "a4", "fp4": "a4"}.get(p.get("activation_precision", ""), "a16")
+    # A case names its activation format as the source does (int8, fp8, ...), or none for weight-only.
+    weights, kv = p.get("weight_precision", "bf16"), p.get("kv_precision", "bf16")
+    quant = QuantScheme.for_weights(weights, kv, quantized_activations="activation_precision" in p)
     return ServeRequest(
         model=_model_name(case), system=case.system, devices=case.devices, tp=tp, pp=pp, ep=p.get("ep", 1),
         dp_attention=dpa, batch=p.get("batch", 1) * dpa, input_len=p["input_len"],
-        output_len=p.get("output_len", 1), weight_precision=p.get("weight_precision", "bf16"),
-        activation_precision=p.get("activation_precision_code", act), kv_precision=p.get("kv_precision", "bf16"),
+        output_len=p.get("output_len", 1), weight_precision=quant.weight,
+        activation_precision=p.get("activation_precision_code", quant.activation), kv_precision=quant.kv,
         mtp_draft_tokens=p.get("mtp_draft_tokens", 0), mtp_acceptance=p.get("mtp_acceptance", 0.0))
 
 
