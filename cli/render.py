@@ -441,7 +441,8 @@ class _LateProgress:
 
 def _plan_text(q: dict) -> str:
     """A plan in one line: tp, pp x interleave, dp, cp, ep, micro-batch, zero, recompute, sp, precision, offload."""
-    text = (f"tp{q['tp']} pp{q['pp']}x{q['interleave']} dp{q['dp']} cp{q['cp']} ep{q['ep']} mb{q['micro_batch']} "
+    expert_tp = f" etp{q['etp']}" if q.get("etp") else ""
+    text = (f"tp{q['tp']} pp{q['pp']}x{q['interleave']} dp{q['dp']} cp{q['cp']} ep{q['ep']}{expert_tp} mb{q['micro_batch']} "
             f"zero{q['zero']} {q['recompute']} {'sp ' if q['sp'] else ''}{q['precision']}")
     places = [f"{name}:{q[key]}" for key, name in (("optimizer_place", "opt"), ("grad_place", "grad"),
                                                     ("param_place", "param")) if q[key] != "hbm"]

@@ -24,7 +24,8 @@ RULES = (
     "tp within the scale-up domain, dividing the heads, and dividing or divided by the KV heads",
     "pp x interleave at most the layers (uneven splits allowed); interleave > 1 only with pp > 1 and "
     "microbatches divisible by pp",
-    "ep divides the routed experts and dp x cp (MoE models only)",
+    "ep divides the routed experts; experts fold over each stage's tp x cp x dp devices with expert tensor "
+    "parallelism etp = tp (ep divides dp x cp) or etp = 1 (ep divides tp x cp x dp) (MoE models only)",
     "cp divides the sequence length",
     "global batch divisible by micro-batch x dp",
     "sequence parallelism only with tp > 1",
@@ -61,7 +62,9 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     pps = [p for p in _divisors(n) if p <= spec.num_layers]
     eps = [e for e in _divisors(n) if spec.moe and spec.moe.num_experts % e == 0] if spec.moe else [1]
     precisions = [p for p in options.precisions if machine.supports(p)]
-    declared = {"tp": len(tps), "pp": len(pps), "cp": len(cps), "ep": len(eps), "interleave": len(options.interleaves),
+    etps = (0, 1) if spec.moe else (0,)          # 0: expert TP = tp (Megatron's default); 1: experts unsplit
+    declared = {"tp": len(tps), "pp": len(pps), "cp": len(cps), "ep": len(eps), "etp": len(etps),
+                "interleave": len(options.interleaves),
                 "micro_batch": len(options.micro_batches), "zero": len(options.zero_stages),
                 "recompute": len(options.recomputes), "sp": 2, "precision": len(precisions),
                 "offload (optimizer x gradients x parameters)": len(options.offload_places) ** 3}
@@ -79,10 +82,10 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
                     continue
                 if pp * v > spec.num_layers:
                     continue
-                for ep in eps:
-                    if (dp * cp) % ep:
+                for ep, etp in itertools.product(eps, etps):
+                    if (etp == 0 and (dp * cp) % ep) or (etp == 1 and (tp == 1 or (tp * dp * cp) % ep)):
                         continue
-                    rows.append((tp, pp, dp, cp, ep, v, mb))
+                    rows.append((tp, pp, dp, cp, ep, etp, v, mb))
     if not rows:
         return {}, declared
     base = np.array(rows, dtype=np.int64)
@@ -91,7 +94,8 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     cheap_arr = np.array(cheap, dtype=np.int64)
     rep_base = np.repeat(base, len(cheap_arr), axis=0)
     rep_cheap = np.tile(cheap_arr, (len(base), 1))
-    cols = {name: rep_base[:, i] for i, name in enumerate(("tp", "pp", "dp", "cp", "ep", "interleave", "micro_batch"))}
+    cols = {name: rep_base[:, i] for i, name in enumerate(("tp", "pp", "dp", "cp", "ep", "etp", "interleave",
+                                                             "micro_batch"))}
     cols.update(zero=rep_cheap[:, 0], recompute=rep_cheap[:, 1], sp=rep_cheap[:, 2].astype(bool),
                 precision=rep_cheap[:, 3])
     keep = ~(cols["sp"] & (cols["tp"] == 1))          # sequence parallelism needs tp > 1

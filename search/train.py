@@ -104,7 +104,7 @@ class SearchResult:
     machines: dict[tuple[str, int], Machine] = field(default_factory=dict)
 
 
-PLAN_FIELDS = ("tp", "pp", "dp", "cp", "ep", "interleave", "micro_batch", "zero", "recompute", "sp", "precision",
+PLAN_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "interleave", "micro_batch", "zero", "recompute", "sp", "precision",
                "optimizer_place", "grad_place", "param_place", "moe_imbalance")
 
 
