@@ -359,7 +359,9 @@ def estimate_serve(spec, machine, plan, work, json_out: bool) -> None:
             ("cost per million output tokens", _usd(report["cost_per_million_tokens_usd"]))]
     console.print(_kv_table("summary", rows))
     console.print(_times_table("prefill (time to first token)", report["prefill_components_s"], report["ttft_s"]))
-    console.print(_times_table("decode step", report["decode_components_s"], report["tpot_s"]))
+    # A decode step emits 1 + accepted draft tokens per sequence, so shares are of the step, not of TPOT.
+    console.print(_times_table("decode step", report["decode_components_s"],
+                               sum(v for v in report["decode_components_s"].values() if v)))
     console.print(_ops_table("operators", report["operators_s"]))
     for t in _memory_table(report["memory_per_device_bytes"], report["memory_tiers"]):
         console.print(t)

@@ -152,7 +152,7 @@ def _phase(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local
     kw = dict(sp=True, weight_bytes=q.weight_bytes, act_bytes=q.activation_bytes, flash=True, decode=decode,
               kv_bytes=q.kv_bytes)
     parts = [ops_time(layer_ops(spec, tokens_local, context, lay, **kw), inst.rates, bw)
-             .scaled(inst.layers * (1 - inst.moe_frac))]
+             .scaled(inst.layers * (1 - inst.moe_frac))] if spec.dense_layers else []
     if spec.moe:
         # Each of an EP rank's experts is hit with the same probability as any expert, by the
         # tokens of its expert data-parallel share of the stage.

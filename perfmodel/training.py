@@ -274,7 +274,7 @@ def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: 
     rates, bw = _rates(machine, c["precision"]), machine.hbm_bytes_per_s
     kw = dict(sp=sp, act_bytes=sh.gemm_input_bytes, flash=flash)
     dense = ops_time(layer_ops(spec, sh.tokens, sh.context, lay, **kw), rates, bw)
-    parts = [dense.scaled(sh.layers * (1 - sh.moe_frac))]
+    parts = [dense.scaled(sh.layers * (1 - sh.moe_frac))] if spec.dense_layers else []
     moe = None
     if spec.moe:
         moe = ops_time(layer_ops(spec, sh.tokens, sh.context, lay, moe_layer=True, imbalance=sh.imbalance, **kw),
