@@ -139,13 +139,15 @@ class Layout:
         """
         return np.asarray(tokens_per_tp_group, dtype=float) * top_k * self.etp / self.tp
 
-    def params_per_device(self, spec: TransformerSpec, layers, first, last):
+    def params_per_device(self, spec: TransformerSpec, layers, first, last, mtp=1.0):
         """(dense, routed-expert) parameters one device of a pipeline stage of ``layers`` layers holds.
 
         Dense weights split by TP; each EP rank holds its expert slots, each split by etp. The
         first stage also holds the token embedding (and learned positions), the last the final
         norm and the LM head; with one stage a tied embedding counts once, with several the last stage keeps its
-        own copy as the head (as Megatron-LM does).
+        own copy as the head (as Megatron-LM does). With ``mtp`` (1: held, 0: not), the last stage
+        also holds the multi-token-prediction depths and, with several stages, its own copy of the
+        embedding they read.
         """
         moe_frac = spec.moe_layers / spec.num_layers if spec.moe else 0.0
         norm = spec.hidden_size * (2 if spec.norm == "layernorm" else 1)
@@ -156,6 +158,12 @@ class Layout:
         positions = spec.embedding_params - table * (1 if spec.tied_embeddings else 2)
         ends = np.where(self.pp == 1, spec.embedding_params + norm,
                         np.where(first, table + positions, 0.0) + np.where(last, table + norm, 0.0))
+        slots = self.expert_slots(spec)
+        if spec.mtp_layers:
+            m = spec.mtp_layers * np.asarray(mtp, dtype=float) * np.asarray(last, dtype=float)
+            ends = ends + m * (spec.mtp_layer_params["dense"] + np.where(self.pp > 1, table, 0.0))
         dense = (layers * dense_layer + ends) / self.tp
-        expert = layers * moe_frac * self.expert_slots(spec) * spec.expert_params / self.etp
+        expert = layers * moe_frac * slots * spec.expert_params / self.etp
+        if spec.mtp_layers and spec.moe:
+            expert = expert + m * slots * spec.expert_params / self.etp
         return dense, expert

@@ -213,6 +213,25 @@ class TransformerSpec(_Frozen):
                 + self.embedding_params + self._norm_params)
 
     @cached_property
+    def mtp_layer_params(self) -> dict[str, int]:
+        """One multi-token-prediction depth (DeepSeek-V3 Technical Report, Sec. 2.2): the projection
+        of [norm(h); norm(embedding)] (2h x h), its two norms, one transformer block (an MoE block
+        in an MoE model) and the shared head's norm; embedding and output head are the main
+        model's (DeepSeek's "14B of MTP weights" also counts the checkpoint's copies of those two,
+        2 x 0.93B). Split into the dense part and the routed experts."""
+        if not self.mtp_layers:
+            return {"dense": 0, "experts": 0}
+        h, norm = self.hidden_size, self._norm_params
+        mlp = self.router_params + self.shared_expert_params if self.moe else self.dense_mlp_params
+        return {"dense": 2 * h * h + 3 * norm + self._layer_common + mlp,
+                "experts": self.moe.num_experts * self.expert_params if self.moe else 0}
+
+    @property
+    def mtp_params(self) -> int:
+        """Parameters of every multi-token-prediction depth (not in ``total_params``)."""
+        return self.mtp_layers * sum(self.mtp_layer_params.values())
+
+    @cached_property
     def active_params(self) -> int:
         """Parameters one token uses: all but the routed experts it is not sent to."""
         if not self.moe:
@@ -267,14 +286,27 @@ class TransformerSpec(_Frozen):
         windowed = min(full, self.sliding_window)
         return (full * (self.num_layers - self.window_layers) + windowed * self.window_layers) / self.num_layers
 
-    def forward_flops_per_token(self, seq_len: float, causal: bool = False) -> float:
-        """Forward FLOP per token: 2 per weight multiply plus 4 x layers x context x width (PaLM App. B)."""
-        return 2.0 * self.matmul_params_per_token \
-            + 4.0 * self.num_layers * self.attended_context(seq_len, causal) * self.attention_width
+    def forward_flops_per_token(self, seq_len: float, causal: bool = False, mtp: bool = False) -> float:
+        """Forward FLOP per token: 2 per weight multiply plus 4 x layers x context x width (PaLM App. B).
 
-    def training_flops_per_token(self, seq_len: float, causal: bool = False) -> float:
+        ``mtp`` adds the multi-token-prediction depths trained beside the model (DeepSeek-V3
+        Sec. 2.2): each its projection, one block with the tokens' active experts, attention over
+        the whole sequence, and the shared output head.
+        """
+        main = 2.0 * self.matmul_params_per_token \
+            + 4.0 * self.num_layers * self.attended_context(seq_len, causal) * self.attention_width
+        if not (mtp and self.mtp_layers):
+            return main
+        h = self.hidden_size
+        mlp = self.router_params + self.shared_expert_params + self.moe.top_k * self.expert_params if self.moe \
+            else self.dense_mlp_params
+        weights = 2 * h * h + self.attention_params + mlp + self.vocab_size * h
+        context = seq_len / 2 if causal else seq_len
+        return main + self.mtp_layers * (2.0 * weights + 4.0 * context * self.attention_width)
+
+    def training_flops_per_token(self, seq_len: float, causal: bool = False, mtp: bool = False) -> float:
         """Forward + backward = 3 x forward (backward costs twice the forward; Narayanan et al. 2021)."""
-        return 3.0 * self.forward_flops_per_token(seq_len, causal)
+        return 3.0 * self.forward_flops_per_token(seq_len, causal, mtp)
 
     # --- KV cache ----------------------------------------------------------------------------
 
@@ -315,6 +347,9 @@ def model_summary(spec: TransformerSpec, seq_len: float) -> dict:
         "kv_bytes_per_token": {p: spec.kv_bytes_per_token(p) for p in KV_PRECISIONS},
         "kv_bytes_per_sequence_at_seq_len": {p: spec.kv_cache_bytes(seq_len, p) for p in KV_PRECISIONS},
     }
+    if spec.mtp_layers:
+        derived["mtp_params"] = float(spec.mtp_params)
+        derived["training_flops_per_token"]["causal, with mtp"] = spec.training_flops_per_token(seq_len, True, True)
     if spec.moe:
         derived["expert_params"] = float(spec.expert_weight_params)
         derived["moe_layers"] = spec.moe_layers

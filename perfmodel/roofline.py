@@ -193,3 +193,17 @@ def lm_head_ops(spec: TransformerSpec, tokens, tp, weight_bytes=2.0, act_bytes=2
         # the logits are read, exponentiated and written back as gradients: 3 passes of 4 bytes.
         ops.append(Op("cross entropy", 5.0 * n * spec.vocab_size / t, 3.0 * 4.0 * n * spec.vocab_size / t, "vector"))
     return ops
+
+
+def mtp_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, act_bytes=2.0, imbalance=1.0, flash=True):
+    """One multi-token-prediction depth in training (DeepSeek-V3 Sec. 2.2): the 2h -> h projection,
+    one transformer block (MoE in an MoE model), the shared output head and its loss; named
+    "mtp ..." so they read apart from the main model's operators."""
+    n = np.asarray(tokens, dtype=float)
+    h, t = spec.hidden_size, layout.tp
+    proj = 2 * h * h / t
+    ops = [Op("projection", 2.0 * n * proj, proj * 2.0 + n * 3 * h * act_bytes, "gemm")]
+    ops += layer_ops(spec, n, context, layout, sp, act_bytes=act_bytes, moe_layer=spec.moe is not None,
+                     imbalance=imbalance, flash=flash)
+    ops += lm_head_ops(spec, n, t, act_bytes=act_bytes)
+    return [Op(f"mtp {op.name}", op.flops, op.bytes, op.unit, op.balanced_flops) for op in ops]

@@ -98,6 +98,7 @@ class Instance:
     layers: np.ndarray             # layers of the last (fullest) stage: ceil(L / pp)
     moe_frac: float
     imbalance: object
+    mtp_drafts: np.ndarray         # draft tokens per step from the multi-token-prediction module
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,8 @@ def _instance(spec: TransformerSpec, machine: Machine, plan: ServePlan) -> Insta
         # Each attention DP rank serves batch / dp_attention sequences; experts see every rank's tokens.
         local_batch=batch / dpa, layers=np.ceil(spec.num_layers / pp),
         moe_frac=spec.moe_layers / spec.num_layers if spec.moe else 0.0,
-        imbalance=np.where(given > 0, given, machine.constants.get("moe-load-imbalance", 1.0)) if spec.moe else 1.0)
+        imbalance=np.where(given > 0, given, machine.constants.get("moe-load-imbalance", 1.0)) if spec.moe else 1.0,
+        mtp_drafts=np.asarray(plan.mtp_draft_tokens, dtype=float))
 
 
 def _phase(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local, context, decode: bool,
@@ -188,7 +190,8 @@ def _memory(spec: TransformerSpec, machine: Machine, inst: Instance, work: Serve
     prefill workspace and the reserve; the largest batch is what the KV room holds."""
     lay, q = inst.layout, inst.quant
     s_in, s_out = float(work.input_len), float(work.output_len)
-    dense, expert = lay.params_per_device(spec, inst.layers, lay.pp == 1, True)
+    # With multi-token prediction the MTP module serves as the draft model and stays resident.
+    dense, expert = lay.params_per_device(spec, inst.layers, lay.pp == 1, True, mtp=inst.mtp_drafts > 0)
     weights = (dense + expert) * q.weight_bytes
     kv = kv_cache_bytes_per_device(spec, inst.local_batch * (s_in + s_out), q.kv_bytes, lay.tp, lay.pp)
     if spec.sliding_window:

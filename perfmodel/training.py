@@ -40,7 +40,7 @@ from .memory import (ADAM_STATE_BYTES, GRAD_BYTES, WEIGHT_BYTES, activation_byte
 from .model import TransformerSpec
 from .plan import PLACES, RECOMPUTE, Place, Recompute
 from .power import device_power_w, run_cost
-from .roofline import OpTimes, layer_ops, lm_head_ops, merge, ops_time
+from .roofline import OpTimes, layer_ops, lm_head_ops, merge, mtp_ops, ops_time
 
 ATTENTION = ("flash", "standard")   # fused causal FlashAttention, or the 2021 kernels writing the s x s scores
 
@@ -281,15 +281,18 @@ def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: 
                        rates, bw)
         parts.append(moe.scaled(sh.layers * sh.moe_frac))
     head = ops_time(lm_head_ops(spec, sh.tokens, lay.tp, act_bytes=sh.gemm_input_bytes), rates, bw)
-    forward = merge(*parts, head)
+    # The last stage also runs the multi-token-prediction depths (DeepSeek-V3 Sec. 2.2).
+    mtp = ops_time(mtp_ops(spec, sh.tokens, sh.context, lay, sp, sh.gemm_input_bytes, sh.imbalance, flash),
+                   rates, bw).scaled(spec.mtp_layers) if spec.mtp_layers else None
+    forward = merge(*parts, head, *([mtp] if mtp else []))
     recompute = c["recompute"]
-    recompute_s = np.where(recompute == Recompute.FULL, forward.total - head.total,
+    recompute_s = np.where(recompute == Recompute.FULL, sum(p.total for p in parts),
                            np.where(recompute == Recompute.SELECTIVE, forward.seconds["attention core"], 0.0))
     # Summed over devices: each stage's tp x cp x dp devices, every layer once over the stages.
     layer_flops = dense.mean_flops * spec.dense_layers + (moe.mean_flops * spec.moe_layers if moe else 0.0)
     attention_flops = dense.flops["attention core"] * spec.num_layers
     per_micro = lay.stage_devices * sh.num_micro
-    model_flops = per_micro * 3.0 * (layer_flops + head.mean_flops)
+    model_flops = per_micro * 3.0 * (layer_flops + head.mean_flops + (mtp.mean_flops if mtp else 0.0))
     again = np.where(recompute == Recompute.FULL, layer_flops,
                      np.where(recompute == Recompute.SELECTIVE, attention_flops, 0.0))
     return Compute(forward, recompute_s, 3.0 * forward.total + recompute_s, model_flops,
@@ -384,6 +387,9 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
         per_layer = per_layer * (1 - sh.moe_frac) + sh.moe_frac * activation_bytes_per_layer(
             spec, s / lay.cp, mb, lay.tp, sp, recompute, flash=flash, moe_layer=True,
             gemm_input_bytes=sh.gemm_input_bytes)
+    mtp_acts = spec.mtp_layers * activation_bytes_per_layer(
+        spec, s / lay.cp, mb, lay.tp, sp, recompute, flash=flash, moe_layer=spec.moe is not None,
+        gemm_input_bytes=sh.gemm_input_bytes) if spec.mtp_layers else 0.0
     q, r = stage_layers(spec.num_layers, lay.pp)
     last = lay.pp - 1
     candidates = ((0.0, q), (lay.pp - r, q + (r > 0)), (last, q + (r > 0)))
@@ -394,7 +400,10 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
         w_d, g_d, o_d = model_state_bytes(dense, lay.dense_replicas, zero)
         w_e, g_e, o_e = model_state_bytes(expert, lay.edp, zero) if spec.moe else (0.0, 0.0, 0.0)
         acts = per_layer * in_flight_layers(layers, stage, lay.pp, sh.num_micro, c["interleave"])
-        acts = acts + np.where(stage == last, 4.0 * sh.tokens * spec.vocab_size / lay.tp, 0.0)  # fp32 logits
+        # The last stage: fp32 logits of its microbatch in flight, for the head and each MTP depth,
+        # and the MTP blocks' activations.
+        acts = acts + np.where(stage == last, 4.0 * sh.tokens * spec.vocab_size / lay.tp * (1 + spec.mtp_layers)
+                               + mtp_acts, 0.0)
         parts = {"weights": w_d + w_e, "gradients": g_d + g_e, "optimizer states": o_d + o_e, "activations": acts}
         hbm = acts + sum(np.where(c[place] == Place.HBM, parts[part], 0.0) for place, part in _OFFLOADABLE)
         stages.append((parts, hbm))

@@ -95,22 +95,28 @@ def _check_training_laws(db, case):
     assert str(r.binding) in ("", "hbm"), r.binding            # the strategy draws only valid plans
     tokens = work.global_batch * work.seq_len
     # FLOPs, exactly: the operators summed over devices are the model's, recompute adds what it reruns.
-    model = spec.training_flops_per_token(work.seq_len, causal=bool(plan.flash)) * tokens
+    model = spec.training_flops_per_token(work.seq_len, causal=bool(plan.flash), mtp=True) * tokens
     assert float(r.model_flops_per_step) == pytest.approx(model, rel=REL)
     attention_fwd = 4.0 * spec.num_layers * spec.attended_context(work.seq_len, causal=bool(plan.flash)) \
         * spec.attention_width * tokens
-    head_fwd = 2.0 * spec.vocab_size * spec.hidden_size * tokens      # full recompute reruns layers, not the head
-    again = {"none": 0.0, "selective": attention_fwd, "full": model / 3.0 - head_fwd}[plan.recompute]
+    # Full recompute reruns the layers' forward (not the head, nor the MTP depths); selective, the
+    # attention core of every layer.
+    layers_fwd = spec.forward_flops_per_token(work.seq_len, causal=bool(plan.flash)) * tokens \
+        - 2.0 * spec.vocab_size * spec.hidden_size * tokens
+    again = {"none": 0.0, "selective": attention_fwd, "full": layers_fwd}[plan.recompute]
     assert float(r.executed_flops_per_step) == pytest.approx(model + again, rel=REL)
     # Bytes: every stage's devices together hold at least the model (equal when nothing is replicated).
     weights, states = _state_bytes_all_devices(spec, plan)
     assert weights >= spec.total_params * WEIGHT_BYTES * (1 - REL)
     lay = Layout(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, plan.etp)
+    # (the multi-token-prediction depths train beside the model, not in its parameter count)
+    assert weights >= (spec.total_params + spec.mtp_params) * WEIGHT_BYTES * (1 - REL)
     replicated = (plan.zero < 3 and float(lay.dense_replicas) > 1) or (spec.tied_embeddings and plan.pp > 1) \
+        or (spec.mtp_layers and plan.pp > 1) \
         or (spec.moe and (float(lay.expert_slots(spec)) * plan.ep != spec.moe.num_experts
                           or (plan.zero < 3 and float(lay.edp) > 1)))
     if not replicated:
-        assert weights == pytest.approx(spec.total_params * WEIGHT_BYTES, rel=1e-9)
+        assert weights == pytest.approx((spec.total_params + spec.mtp_params) * WEIGHT_BYTES, rel=1e-9)
     assert states >= spec.total_params * (2 + 2 + 12) * (1 - REL)
     # HBM holds exactly the parts placed there, plus the reserve.
     placed = sum(float(r.memory[k]) for k in ("weights", "gradients", "optimizer states", "activations", "reserve"))

@@ -167,7 +167,8 @@ def test_flops_are_linear_in_tokens(db, name, batch, k, seq):
     one = estimate_training(spec, machine, TrainPlan(dp=8), TrainWorkload(8 * batch, seq))
     more = estimate_training(spec, machine, TrainPlan(dp=8), TrainWorkload(8 * batch * k, seq))
     assert float(more.model_flops_per_step) == pytest.approx(k * float(one.model_flops_per_step))
-    assert float(one.model_flops_per_step) == pytest.approx(spec.training_flops_per_token(seq, causal=True) * 8 * batch * seq)
+    assert float(one.model_flops_per_step) == pytest.approx(spec.training_flops_per_token(seq, causal=True, mtp=True)
+                                                            * 8 * batch * seq)
 
 
 @SLOW
