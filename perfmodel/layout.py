@@ -6,7 +6,7 @@ them by default (``tp-cp-dp-pp``). The devices of one pipeline stage (tp x cp x 
 attention as TP groups; the same devices run the MoE experts folded into their own grid, expert
 tensor parallelism innermost, then expert parallelism, then expert data parallelism
 (etp x ep x edp = tp x cp x dp): Megatron-Core's "MoE parallel folding" (Liu et al., "MoE Parallel
-Folding", arXiv:2504.14960, Sec. 3) and the DP-attention + EP deployments of DeepSeek-V3
+Folding", arXiv:2504.14960, 2025) and the DP-attention + EP deployments of DeepSeek-V3
 (Technical Report, Sec. 3.4) and SGLang. A group of ``size`` ranks ``stride`` apart spans
 ``stride x size`` consecutive ranks and so crosses every topology level smaller than that; its
 collective pays the slowest (``Topology.link``).
@@ -123,7 +123,7 @@ class Layout:
     def expert_slots(self, spec: TransformerSpec) -> np.ndarray:
         """Routed experts each EP rank holds per MoE layer: E / ep rounded up. With ep above the
         expert count every rank holds one and the extra ranks hold replicas of hot experts (as
-        CloudMatrix384 runs EP 320 for 256 experts; Zuo et al. 2025, Sec. 4.2)."""
+        CloudMatrix384's decode runs EP 320 for 256 experts; Zuo et al. 2025, arXiv:2506.12708)."""
         if not spec.moe:
             return np.zeros_like(self.ep)
         return np.ceil(spec.moe.num_experts / self.ep)
@@ -160,8 +160,9 @@ class Layout:
                         np.where(first, table + positions, 0.0) + np.where(last, table + norm, 0.0))
         slots = self.expert_slots(spec)
         if spec.mtp_layers:
-            m = spec.mtp_layers * np.asarray(mtp, dtype=float) * np.asarray(last, dtype=float)
-            ends = ends + m * (spec.mtp_layer_params["dense"] + np.where(self.pp > 1, table, 0.0))
+            held = np.asarray(mtp, dtype=float) * np.asarray(last, dtype=float)
+            m = spec.mtp_layers * held
+            ends = ends + m * spec.mtp_layer_params["dense"] + held * np.where(self.pp > 1, table, 0.0)
         dense = (layers * dense_layer + ends) / self.tp
         expert = layers * moe_frac * slots * spec.expert_params / self.etp
         if spec.mtp_layers and spec.moe:
