@@ -334,3 +334,13 @@ def test_validation_cases_give_the_same_number_at_the_cli(capsys, tmp_path, db, 
     else:
         got = result["decode_tokens_per_s_per_device"] * case.devices_per_unit
     assert got == pytest.approx(predicted, rel=1e-9)
+
+
+def test_deepseek_int8_on_four_npus_exits_3_naming_hbm(capsys):
+    # 671B int8 weights over 4 NPUs at tp 4 x ep 4: 168 GB of weights per device before the KV cache.
+    code, out, err = run(capsys, "estimate", "serve", "--model", "deepseek-v3", "--system", "cloudmatrix384",
+                         "--devices", "4", "--tp", "4", "--ep", "4", "--batch", "2", "--weight-precision", "int8",
+                         "--activation-precision", "a8")
+    assert code == 3 and out == ""
+    needs = float(err.split("needs ")[1].split(" GB")[0])
+    assert "HBM per device" in err and needs >= 168

@@ -58,6 +58,16 @@ def test_offload_is_found_when_only_it_fits(db):
     assert result.best["plan"]["optimizer_place"] != "hbm"
 
 
+def test_llama_405b_on_16k_h100_needs_no_offload(db):
+    # Meta trained it in HBM alone (Dubey et al. 2024, Table 4); the optimum keeps every state in HBM.
+    from perfmodel.catalog import find_model
+
+    result = search_training(find_model("llama-3.1-405b"), db, [("dgx-h100", 16384)], TrainWorkload(2048, 8192))
+    plan = result.best["plan"]
+    assert (plan["optimizer_place"], plan["grad_place"], plan["param_place"]) == ("hbm", "hbm", "hbm")
+    assert result.evidence.feasible > 1000
+
+
 def test_nothing_feasible_names_the_closest_plan(db):
     from perfmodel.catalog import find_model
 
