@@ -408,7 +408,10 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
         hbm = acts + sum(np.where(c[place] == Place.HBM, parts[part], 0.0) for place, part in _OFFLOADABLE)
         stages.append((parts, hbm))
     fullest = np.argmax(np.stack(np.broadcast_arrays(*[hbm for _, hbm in stages])), axis=0)
-    pick = lambda values: np.choose(fullest, np.broadcast_arrays(*values))  # noqa: E731
+
+    def pick(values):
+        return np.choose(fullest, np.broadcast_arrays(*values))
+
     parts = {k: pick([p[k] for p, _ in stages]) for k in stages[0][0]}
     hbm = pick([hbm for _, hbm in stages])
     tier_bytes = {name: sum(np.where(c[place] == code, parts[part], 0.0) for place, part in _OFFLOADABLE)
@@ -444,7 +447,7 @@ def _feasibility(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, me
     if spec.moe:
         violate(spec.moe.num_experts % lay.ep != 0, "ep divides experts", lay.ep)
         violate(spec.moe.expert_ffn_hidden_size % lay.etp != 0, "etp divides the expert hidden size", lay.etp)
-    violate(~lay.folds, "ep x etp divides tp x cp x dp", lay.ep * lay.etp)
+        violate(~lay.folds, "ep x etp divides tp x cp x dp", lay.ep * lay.etp)
     violate(s % lay.cp != 0, "cp divides sequence", lay.cp)
     # Uneven splits are allowed (the longest stage holds ceil(L / pp) layers and sets the pace).
     violate(lay.pp * v > spec.num_layers, "pp x interleave at most layers", lay.pp * v)
