@@ -394,17 +394,20 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
     last = lay.pp - 1
     candidates = ((0.0, q), (lay.pp - r, q + (r > 0)), (last, q + (r > 0)))
     reserve = machine.constants.get("hbm-reserve-fraction", 0.0) * machine.hbm_bytes
+    # Bytes per parameter of each state (linear in the parameters): dense weights shard over the
+    # dp x cp replicas, routed experts over expert data parallelism.
+    per_dense = model_state_bytes(1.0, lay.dense_replicas, zero)
+    per_expert = model_state_bytes(1.0, lay.edp, zero) if spec.moe else (0.0, 0.0, 0.0)
     stages = []
     for stage, layers in candidates:
         dense, expert = lay.params_per_device(spec, layers, stage == 0, stage == last)
-        w_d, g_d, o_d = model_state_bytes(dense, lay.dense_replicas, zero)
-        w_e, g_e, o_e = model_state_bytes(expert, lay.edp, zero) if spec.moe else (0.0, 0.0, 0.0)
+        weights, grads, optim = (dense * d + expert * e for d, e in zip(per_dense, per_expert))
         acts = per_layer * in_flight_layers(layers, stage, lay.pp, sh.num_micro, c["interleave"])
         # The last stage: fp32 logits of its microbatch in flight, for the head and each MTP depth,
         # and the MTP blocks' activations.
         acts = acts + np.where(stage == last, 4.0 * sh.tokens * spec.vocab_size / lay.tp * (1 + spec.mtp_layers)
                                + mtp_acts, 0.0)
-        parts = {"weights": w_d + w_e, "gradients": g_d + g_e, "optimizer states": o_d + o_e, "activations": acts}
+        parts = {"weights": weights, "gradients": grads, "optimizer states": optim, "activations": acts}
         hbm = acts + sum(np.where(c[place] == Place.HBM, parts[part], 0.0) for place, part in _OFFLOADABLE)
         stages.append((parts, hbm))
     fullest = np.argmax(np.stack(np.broadcast_arrays(*[hbm for _, hbm in stages])), axis=0)
