@@ -155,6 +155,10 @@ def estimate_train(
                                                 "written, as 2021 Megatron-LM).")] = "flash",
     dp_overlap: Annotated[bool, typer.Option("--dp-overlap/--no-dp-overlap", help="Overlap the gradient "
                                              "reduction with the backward pass.")] = True,
+    overlap: Annotated[str, typer.Option(help="none (every transfer exposed), framework (as Megatron-LM and "
+                                              "DeepSpeed schedule them) or ideal (all under compute).")] = "framework",
+    tp_overlap: Annotated[bool, typer.Option("--tp-overlap/--no-tp-overlap", help="Megatron's TP-communication "
+                                             "overlap with the GEMMs (needs --sp).")] = False,
     global_batch: Annotated[int, typer.Option(help="Sequences per optimizer step.")] = 256,
     seq_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = 4096,
     tokens: Annotated[float, typer.Option(help="Training tokens of the run (for run time, energy, cost).")] = 0.0,

@@ -259,13 +259,18 @@ def _kv_table(title: str, rows: list[tuple[str, str]]) -> Table:
     return table
 
 
-def _times_table(title: str, components: dict, total: float | None) -> Table:
+def _times_table(title: str, components: dict, total: float | None, links: dict | None = None) -> Table:
+    """Time on the critical path by component, its share, and (with ``links``) each transfer's time
+    on its link before overlap, as Calculon prints them side by side."""
     table = Table(title=title, title_justify="left")
-    for col, justify in (("component", "left"), ("time", "right"), ("share", "right")):
+    columns = [("component", "left"), ("exposed" if links else "time", "right"), ("share", "right")]
+    for col, justify in columns + ([("on its link", "right")] if links else []):
         table.add_column(col, justify=justify)
     for name, value in components.items():
-        if value:
-            table.add_row(name, _seconds(value), f"{value / total:.1%}" if total else "-")
+        link = (links or {}).get(name)
+        if value or link:
+            row = [name, _seconds(value or 0.0), f"{(value or 0.0) / total:.1%}" if total else "-"]
+            table.add_row(*row, *([_seconds(link) if link else "-"] if links else []))
     return table
 
 
@@ -327,7 +332,8 @@ def estimate_train(spec, machine, plan, work, json_out: bool) -> None:
         rows += [("run time", _seconds(run["time_s"])), ("run energy", f"{fmt(run['energy_kwh'])} kWh"),
                  ("run cost", _usd(run["cost_usd"]))]
     console.print(_kv_table("summary", rows))
-    console.print(_times_table("step time by component", report["time_components_s"], report["step_time_s"]))
+    console.print(_times_table("step time by component", report["time_components_s"], report["step_time_s"],
+                               report["time_on_link_s"]))
     console.print(_ops_table("operators (all microbatches, forward + backward, one stage)", report["operators_s"]))
     for t in _memory_table(report["memory_per_device_bytes"], report["memory_tiers"]):
         console.print(t)

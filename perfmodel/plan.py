@@ -33,7 +33,18 @@ class Place(IntEnum):
     NVME = 4
 
 
+class Overlap(IntEnum):
+    """How communication hides under compute: not at all (every transfer on the critical path), as
+    the frameworks schedule it (each transfer under the compute window it can use, transfers
+    sharing a window queue on it), or ideally (every transfer under the whole step's compute)."""
+
+    NONE = 0
+    FRAMEWORK = 1
+    IDEAL = 2
+
+
 RECOMPUTE = tuple(r.name.lower() for r in Recompute)
+OVERLAP = tuple(o.name.lower() for o in Overlap)
 PLACES = tuple(p.name.lower() for p in Place)
 
 WEIGHT_PRECISIONS = ("bf16", "fp8", "int8", "int4", "fp4")

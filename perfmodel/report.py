@@ -70,7 +70,8 @@ def train_report(result: TrainResult, machine: Machine) -> dict[str, Any]:
     return {
         "step_time_s": _f(result.step_time_s), "tokens_per_s": _f(result.tokens_per_s), "mfu": _f(result.mfu),
         "hfu": _f(result.hfu), "microbatches": _f(result.num_microbatches),
-        "time_components_s": times, "operators_s": ops, "memory_per_device_bytes": memory, "memory_tiers": tiers,
+        "time_components_s": times, "time_on_link_s": {k: _f(v) for k, v in result.link_times.items()},
+        "operators_s": ops, "memory_per_device_bytes": memory, "memory_tiers": tiers,
         "power_per_device_w": _f(result.power_w), "energy_per_token_j": _f(result.energy_per_token_j),
         "cost_per_hour_usd": _f(result.cost_per_hour_usd),
         "cost_per_million_tokens_usd": _f(result.cost_per_million_tokens_usd), "cost_basis": _cost_status(machine),

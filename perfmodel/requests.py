@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 
 from hardware_db.errors import SpecError, UnknownNameError
 
-from .plan import ACTIVATION_PRECISIONS, KV_PRECISIONS, PLACES, RECOMPUTE, WEIGHT_PRECISIONS, QuantScheme
+from .plan import ACTIVATION_PRECISIONS, KV_PRECISIONS, OVERLAP, PLACES, RECOMPUTE, WEIGHT_PRECISIONS, QuantScheme
 
 
 def _positive(request, *names: str) -> None:
@@ -64,6 +64,8 @@ class TrainRequest:
     offload_params: str = "hbm"
     attention: str = "flash"
     dp_overlap: bool = True
+    overlap: str = "framework"
+    tp_overlap: bool = False
     global_batch: int = 256
     seq_len: int = 4096
     tokens: float = 0.0
@@ -79,6 +81,7 @@ class TrainRequest:
         _choice(self, "recompute", RECOMPUTE)
         _choice(self, "precision", ("bf16", "fp16", "fp8"))
         _choice(self, "attention", ATTENTION)
+        _choice(self, "overlap", OVERLAP)
         for name in ("offload_optimizer", "offload_grads", "offload_params"):
             _choice(self, name, PLACES)
         if self.zero not in (0, 1, 2, 3):
@@ -97,7 +100,7 @@ class TrainRequest:
                          recompute=self.recompute, sp=self.sp and self.tp > 1, precision=self.precision,
                          optimizer_place=self.offload_optimizer, grad_place=self.offload_grads,
                          param_place=self.offload_params, flash=self.attention == "flash",
-                         overlap_dp=self.dp_overlap)
+                         overlap_dp=self.dp_overlap, overlap=self.overlap, tp_overlap=self.tp_overlap)
         return spec, machine, plan, TrainWorkload(self.global_batch, self.seq_len, self.tokens)
 
     def cli_args(self) -> list[str]:

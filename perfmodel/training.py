@@ -38,7 +38,7 @@ from .machine import Machine
 from .memory import (ADAM_STATE_BYTES, GRAD_BYTES, WEIGHT_BYTES, activation_bytes_per_layer, in_flight_layers,
                      model_state_bytes, stage_layers)
 from .model import TransformerSpec
-from .plan import PLACES, RECOMPUTE, Place, Recompute
+from .plan import OVERLAP, PLACES, RECOMPUTE, Overlap, Place, Recompute
 from .power import device_power_w, run_cost
 from .roofline import OpTimes, layer_ops, lm_head_ops, merge, mtp_ops, ops_time
 
@@ -66,6 +66,8 @@ class TrainPlan:
     param_place: object = "hbm"
     flash: object = True              # see ATTENTION
     overlap_dp: object = True         # bucketed gradient reduction overlapped with backward
+    overlap: object = "framework"     # see plan.Overlap
+    tp_overlap: object = False        # Megatron's TP-communication overlap (with sequence parallelism)
     moe_imbalance: object = 0.0       # busiest over mean EP device load; 0: the named constant
 
     def columns(self) -> dict[str, np.ndarray]:
@@ -74,7 +76,7 @@ class TrainPlan:
         for name in self.__dataclass_fields__:
             value = np.asarray(getattr(self, name))
             codes = {"recompute": RECOMPUTE, "precision": PRECISIONS, "optimizer_place": PLACES,
-                     "grad_place": PLACES, "param_place": PLACES}.get(name)
+                     "grad_place": PLACES, "param_place": PLACES, "overlap": OVERLAP}.get(name)
             if codes is not None and value.dtype.kind in "USO":
                 lookup = {c: i for i, c in enumerate(codes)}
                 value = np.vectorize(lambda v: lookup[v] if isinstance(v, str) else int(v), otypes=[int])(value)
@@ -122,6 +124,7 @@ class TrainResult:
     model_flops_per_step: np.ndarray = 0.0       # the model's FLOPs (causal when the kernel is), all devices
     executed_flops_per_step: np.ndarray = 0.0    # summed over devices, with recompute
     memory_stage: np.ndarray = 0                 # the pipeline stage whose memory is reported (the fullest)
+    link_times: dict[str, np.ndarray] = field(default_factory=dict)     # per step, each transfer on its link
 
     @property
     def binding(self) -> np.ndarray:
@@ -198,27 +201,36 @@ class Compute:
 
 @dataclass(frozen=True)
 class Communication:
-    """Per microbatch on the busiest stage (s): each collective's time and what stays exposed."""
+    """Per microbatch on the busiest stage: each transfer's time on its link (s), before overlap."""
 
     tp: np.ndarray
     ep: np.ndarray
-    cp_link: np.ndarray            # the ring exchange's time on its link ...
-    cp_exposed: np.ndarray         # ... and what the attention it overlaps leaves exposed
+    cp: np.ndarray
     pp: np.ndarray
-    zero3_link: np.ndarray
-    zero3_exposed: np.ndarray
-    param_offload_link: np.ndarray
-    param_offload_exposed: np.ndarray
+    zero3: np.ndarray              # ZeRO-3 parameter all-gathers ...
+    zero3_reduce: np.ndarray       # ... and gradient reduce-scatters, on the same replicas' link
+    param_fetch: np.ndarray        # parameters streamed from their tier (ZeRO-Infinity)
 
 
 @dataclass(frozen=True)
 class StepTail:
-    """Once per step (s): the exposed gradient reduction, gradient offload and the optimizer step."""
+    """Once per step (s): transfers on their links, the window they may hide under, the optimizer."""
 
-    dp_exposed: np.ndarray
-    grad_offload_exposed: np.ndarray
-    optimizer: np.ndarray
+    dp: np.ndarray                 # gradient reduction (and ZeRO-2 gathers) on the network
+    dp_overlap: np.ndarray         # share of the last backward it may hide under (0 when not overlapped)
+    host: np.ndarray               # offloaded gradients out and updated weights back, over the host path
+    optimizer: np.ndarray          # the Adam step, on the device or on the CPU over the states' tier
     optimizer_on_device: np.ndarray
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """What the overlap leaves on the critical path: per microbatch (s) and once per step (s)."""
+
+    per_micro: np.ndarray
+    micro: dict[str, np.ndarray]   # per microbatch, by transfer
+    pp: np.ndarray                 # per microbatch
+    tail: dict[str, np.ndarray]    # per step, by transfer
 
 
 @dataclass(frozen=True)
@@ -317,9 +329,8 @@ def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, 
                                                                     lay.ep_group.stride, lay.ep_group.size)
     kv_w = 2.0 * (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim if spec.mla else spec.kv_heads * spec.dim_head)
     cp_step = topo.p2p(sh.tokens * kv_w / lay.tp * 2.0, lay.cp_group.stride)
-    cp_raw = (lay.cp - 1) * cp_step * 3.0        # K, V forward; K, V and their gradients backward
-    attention_fwd = comp.forward.seconds["attention core"]
-    cp_exposed = sh.layers * np.maximum(cp_raw - 3.0 * attention_fwd / np.maximum(sh.layers, 1), 0.0) * (lay.cp > 1)
+    # K, V forward; K, V and their gradients backward: (cp - 1) ring steps each, every layer.
+    cp = sh.layers * (lay.cp - 1) * cp_step * 3.0 * (lay.cp > 1)
     # Scatter-gather: each TP rank sends 1/t, then an all-gather (Narayanan et al. Sec. 4.1).
     pp = 2.0 * np.maximum(c["interleave"], 1) * topo.p2p(act / lay.tp, lay.pp_neighbour_stride) * (lay.pp > 1)
 
@@ -328,49 +339,110 @@ def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, 
     gathers = topo.all_gather(dense * WEIGHT_BYTES, lay.replica_group.stride, lay.replica_group.size)
     if spec.moe:
         gathers = gathers + topo.all_gather(expert * WEIGHT_BYTES, lay.edp_group.stride, lay.edp_group.size)
-    gathers = (2.0 + full) * gathers
-    zero3_exposed = np.where(zero3, np.maximum(gathers - comp.per_micro_s, 0.0), 0.0)
+    # ZeRO-3 also reduce-scatters each microbatch's dense gradients over the same replicas' link.
+    scatters = topo.reduce_scatter(dense * GRAD_BYTES, lay.replica_group.stride, lay.replica_group.size)
+    if spec.moe:
+        scatters = scatters + topo.reduce_scatter(expert * GRAD_BYTES, lay.edp_group.stride, lay.edp_group.size)
+    gathers, scatters = np.where(zero3, (2.0 + full) * gathers, 0.0), np.where(zero3, scatters, 0.0)
     fetch_bytes = (dense / np.where(zero3, lay.dense_replicas, 1.0) + expert / np.where(zero3, lay.edp, 1.0)) \
         * WEIGHT_BYTES * (2.0 + full)
-    fetch = fetch_bytes / _tier_bandwidth(machine, c["param_place"], "read")
-    param_exposed = np.where(c["param_place"] > 0, np.maximum(fetch - comp.per_micro_s, 0.0), 0.0)
-    return Communication(tp, ep, sh.layers * cp_raw * (lay.cp > 1), cp_exposed, pp, np.where(zero3, gathers, 0.0),
-                         zero3_exposed, np.where(c["param_place"] > 0, fetch, 0.0), param_exposed)
+    fetch = np.where(c["param_place"] > 0, fetch_bytes / _tier_bandwidth(machine, c["param_place"], "read"), 0.0)
+    return Communication(tp, ep, cp, pp, gathers, scatters, fetch)
 
 
 def _step_tail(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, comp: Compute,
                stage_params: tuple) -> StepTail:
-    """Gradient reduction overlapped with the last backward, gradient offload (ZeRO-Offload, Ren et
-    al. 2021 Sec. 4.1) and the Adam step on the device or on the CPU over the states' tier."""
+    """Gradient reduction (bucketed under the last backward; Li et al., VLDB 2020, Sec. 3.2.3),
+    offloaded gradients and updated weights over the host path (ZeRO-Offload, Ren et al. 2021,
+    Sec. 4.1), and the Adam step on the device or on the CPU over the states' tier."""
     lay, topo = sh.layout, machine.topology
     dense, expert = stage_params
     zero = c["zero"]
     rep, edp = lay.replica_group, lay.edp_group
     grad_bytes = dense * GRAD_BYTES
-    dp_comm = np.where(zero >= 2, topo.reduce_scatter(grad_bytes, rep.stride, rep.size)
-                       * np.where(zero >= 3, sh.num_micro, 1.0)
-                       + np.where(zero == 2, topo.all_gather(dense * WEIGHT_BYTES, rep.stride, rep.size), 0.0),
-                       topo.all_reduce(grad_bytes, rep.stride, rep.size))
+    # ZeRO-3 reduce-scatters with every microbatch (a per-microbatch transfer, see _communication).
+    dp = np.where(zero >= 3, 0.0,
+                  np.where(zero == 2, topo.reduce_scatter(grad_bytes, rep.stride, rep.size)
+                           + topo.all_gather(dense * WEIGHT_BYTES, rep.stride, rep.size),
+                           topo.all_reduce(grad_bytes, rep.stride, rep.size)))
     if spec.moe:
-        dp_comm = dp_comm + topo.all_reduce(expert * GRAD_BYTES, edp.stride, edp.size)
-    forward = comp.forward.total
-    overlap = machine.constants.get("dp-overlap-fraction", 0.0) * 2.0 * forward \
-        * np.where(zero >= 3, sh.num_micro, 1.0) * c["overlap_dp"].astype(bool)
-    dp_exposed = np.maximum(dp_comm - overlap, 0.0) * ((rep.size > 1) | (edp.size > 1))
+        dp = dp + np.where(zero >= 3, 0.0, topo.all_reduce(expert * GRAD_BYTES, edp.stride, edp.size))
+    dp_overlap = machine.constants.get("dp-overlap-fraction", 0.0) * c["overlap_dp"].astype(bool)
 
     opt_params = dense / np.where(zero >= 1, lay.dense_replicas, 1.0) + expert / np.where(zero >= 1, lay.edp, 1.0)
     adam_bytes = opt_params * (ADAM_STATE_BYTES * 2 + GRAD_BYTES + WEIGHT_BYTES * 2)
     on_device = c["optimizer_place"] == Place.HBM
     host_link = machine.host_bytes_per_s or np.inf
-    transfers = opt_params * (GRAD_BYTES + WEIGHT_BYTES) / host_link   # grads out, updated weights back
-    optimizer = np.where(on_device, adam_bytes / machine.hbm_bytes_per_s,
-                         adam_bytes / _tier_bandwidth(machine, c["optimizer_place"], "read")
-                         + np.maximum(transfers - 2.0 * forward, 0.0))
+    # Gradients out and updated weights back when the optimizer runs on the CPU; each rank's reduced
+    # gradient partition to its tier when gradients are offloaded. Both cross the device's host path.
+    optimizer_io = np.where(on_device, 0.0, opt_params * (GRAD_BYTES + WEIGHT_BYTES) / host_link)
     grad_partition = (dense / lay.dense_replicas + expert / lay.edp) * GRAD_BYTES
-    grad_offload = np.where(c["grad_place"] > 0,
-                            np.maximum(grad_partition / _tier_bandwidth(machine, c["grad_place"], "write")
-                                       - 2.0 * forward, 0.0), 0.0)
-    return StepTail(dp_exposed, grad_offload, optimizer, on_device)
+    grad_io = np.where(c["grad_place"] > 0, grad_partition / _tier_bandwidth(machine, c["grad_place"], "write"), 0.0)
+    optimizer = np.where(on_device, adam_bytes / machine.hbm_bytes_per_s,
+                         adam_bytes / _tier_bandwidth(machine, c["optimizer_place"], "read"))
+    return StepTail(dp, dp_overlap, optimizer_io + grad_io, optimizer, on_device)
+
+
+def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepTail) -> Exposure:
+    """What each transfer leaves exposed, with every compute window spent once.
+
+    Framework (Megatron-LM / DeepSpeed schedules): TP all-reduces block compute unless TP-comm
+    overlap pipelines them with the layer's GEMMs (with sequence parallelism); the CP ring passes K
+    and V under the attention it feeds (Liu et al., Ring Attention, 2023); EP dispatch and combine
+    block (Megatron's default); ZeRO-3 gathers and parameter streaming prefetch the next layer
+    under the whole compute, each on its own link, except the first layer's; the pipeline's
+    point-to-point messages block. Once per step, the gradient reduction hides under the last
+    backward on the network while offload transfers use the host path. Transfers hiding under one
+    window add up on it, so a faster device or format never makes a step slower. None: every
+    transfer exposed. Ideal: every transfer under the whole compute (T_lower = max, as the
+    scaling book writes it; T_upper = sum is ``none``).
+    """
+    mode = c["overlap"]
+    compute = comp.per_micro_s
+    attention = 3.0 * comp.forward.seconds["attention core"]      # forward + backward of the core
+    others = compute - attention
+    tp_overlapped = c["tp_overlap"].astype(bool) & c["sp"].astype(bool) & (sh.layout.tp > 1)
+    tp_hidden = np.where(tp_overlapped, comm.tp, 0.0)
+    first = comm.zero3 / np.maximum(sh.layers, 1.0)                # the first layer's gather is not prefetched
+    # ZeRO-3's reduce-scatters share the gathers' link; when the reduction does not overlap the
+    # backward (--no-dp-overlap) they also block compute.
+    reduce_hidden = comm.zero3_reduce * tail.dp_overlap
+    network = comm.zero3 - first + comm.zero3_reduce
+    main = np.maximum(others, tp_hidden) + np.maximum(attention, comm.cp) + (comm.tp - tp_hidden) + comm.ep \
+        + (comm.zero3_reduce - reduce_hidden)
+    framework = first + np.maximum(main, np.maximum(network, comm.param_fetch))
+    transfers = {"tp": comm.tp, "ep": comm.ep, "cp": comm.cp, "zero3": comm.zero3 + comm.zero3_reduce,
+                 "param": comm.param_fetch}
+    none = compute + sum(transfers.values())
+    ideal = np.maximum(compute, np.maximum.reduce(np.broadcast_arrays(*transfers.values())))
+    per_micro = np.select([mode == Overlap.NONE, mode == Overlap.IDEAL], [none, ideal], framework)
+
+    # Attribution of what is exposed, for the breakdown (the totals above are what count).
+    prefetch = np.maximum(main, np.maximum(network, comm.param_fetch)) - main
+    gathers_lead = network >= comm.param_fetch
+    fw = {"tp": (comm.tp - tp_hidden) + np.maximum(tp_hidden - others, 0.0),
+          "cp": np.maximum(comm.cp - attention, 0.0), "ep": comm.ep,
+          "zero3": first + (comm.zero3_reduce - reduce_hidden) + np.where(gathers_lead, prefetch, 0.0),
+          "param": np.where(gathers_lead, 0.0, prefetch)}
+    excess = ideal - compute
+    largest = np.argmax(np.stack(np.broadcast_arrays(*transfers.values())), axis=0)
+    micro = {k: np.select([mode == Overlap.NONE, mode == Overlap.IDEAL],
+                          [transfers[k], np.where(largest == i, excess, 0.0)], fw[k])
+             for i, k in enumerate(transfers)}
+    pp = np.where(mode == Overlap.IDEAL, 0.0, comm.pp)
+
+    # Once per step: the reduction on the network and the host transfers run side by side.
+    # The last backward as it runs, stalls included; its links also carry that microbatch's own
+    # transfers (parameters over the host path, ZeRO-3 traffic over the network), so only their
+    # idle time is free for the step's transfers.
+    backward = np.maximum(per_micro - comp.forward.total - comp.recompute_s, 0.0)
+    host_window = np.minimum(backward, np.maximum(per_micro - comm.param_fetch, 0.0))
+    dp_window = np.minimum(tail.dp_overlap * backward, np.maximum(per_micro - comm.zero3 - comm.zero3_reduce, 0.0))
+    dp_exposed = np.maximum(tail.dp - dp_window, 0.0)
+    host_exposed = np.maximum(np.maximum(tail.host - host_window, 0.0) - dp_exposed, 0.0)
+    none_mode = mode == Overlap.NONE
+    return Exposure(per_micro, micro, pp, {"dp": np.where(none_mode, tail.dp, dp_exposed),
+                                           "host": np.where(none_mode, tail.host, host_exposed)})
 
 
 def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: TrainWorkload) -> Memory:
@@ -479,12 +551,12 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     mem = _memory(spec, machine, c, sh, work)
     code, shortfall, names = _feasibility(spec, machine, c, sh, mem, work)
 
-    per_micro = comp.per_micro_s + comm.tp + comm.ep + comm.cp_exposed + comm.zero3_exposed \
-        + comm.param_offload_exposed
+    exposed = _overlap(c, sh, comp, comm, tail)
+    per_micro = exposed.per_micro
     v = np.maximum(c["interleave"], 1)
     bubble = (lay.pp - 1) / v * per_micro                        # (p - 1) / v (Narayanan et al. Sec. 2.2)
-    pipeline = sh.num_micro * per_micro + bubble + sh.num_micro * comm.pp
-    step = pipeline + tail.dp_exposed + tail.optimizer + tail.grad_offload_exposed
+    pipeline = sh.num_micro * per_micro + bubble + sh.num_micro * exposed.pp
+    step = pipeline + exposed.tail["dp"] + exposed.tail["host"] + tail.optimizer
 
     # --- rates, utilization, energy and cost ------------------------------------------------------
     tokens_per_step = float(work.global_batch) * work.seq_len
@@ -504,16 +576,21 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     components = {
         "compute (fwd+bwd+recompute)": m * comp.per_micro_s,
         "pipeline bubble": bubble,
-        "tp communication": m * comm.tp,
-        "ep all-to-all": m * comm.ep,
-        "cp ring exchange (exposed)": m * comm.cp_exposed,
-        "pp point-to-point": m * comm.pp,
-        "zero-3 gathers (exposed)": m * comm.zero3_exposed,
-        "parameter offload (exposed)": m * comm.param_offload_exposed,
-        "dp gradient reduction (exposed)": tail.dp_exposed,
-        "gradient offload (exposed)": tail.grad_offload_exposed,
+        "tp communication": m * exposed.micro["tp"],
+        "ep all-to-all": m * exposed.micro["ep"],
+        "cp ring exchange": m * exposed.micro["cp"],
+        "pp point-to-point": m * exposed.pp,
+        "zero-3 gathers and scatters": m * exposed.micro["zero3"],
+        "parameter offload": m * exposed.micro["param"],
+        "dp gradient reduction": exposed.tail["dp"],
+        "offload transfers": exposed.tail["host"],
         "optimizer step": tail.optimizer,
     }
+    # Each transfer's time on its link over the step, before any overlap (what `--overlap none` exposes).
+    links = {"tp communication": m * comm.tp, "ep all-to-all": m * comm.ep, "cp ring exchange": m * comm.cp,
+             "pp point-to-point": m * comm.pp, "zero-3 gathers and scatters": m * (comm.zero3 + comm.zero3_reduce),
+             "parameter offload": m * comm.param_fetch, "dp gradient reduction": tail.dp,
+             "offload transfers": tail.host}
     fwd = comp.forward
     return TrainResult(
         step_time_s=step, components=components, bounds=dict(fwd.compute_bound), memory=mem.parts,
@@ -525,7 +602,8 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
         operator_times={k: m * 3.0 * t for k, t in fwd.seconds.items()},
         operator_flops={k: m * 3.0 * f for k, f in fwd.flops.items()},
         busy_fraction=busy, model_flops_per_step=np.broadcast_to(comp.model_flops, np.shape(step)),
-        executed_flops_per_step=np.broadcast_to(comp.executed_flops, np.shape(step)), memory_stage=mem.stage)
+        executed_flops_per_step=np.broadcast_to(comp.executed_flops, np.shape(step)), memory_stage=mem.stage,
+        link_times=links)
 
 
 def _tier_bandwidth(machine: Machine, place_code, direction: str):

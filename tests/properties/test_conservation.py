@@ -237,3 +237,51 @@ def test_no_collective_beats_its_bytes_over_the_slowest_link(topo, size, stride_
 
 def test_training_recompute_code_names():
     assert [r.name for r in Recompute] == ["NONE", "SELECTIVE", "FULL"]
+
+
+# --- overlap: every compute window is spent once ------------------------------------------------------
+
+def _faster(machine, compute: float, memory: float, links: float):
+    """The same machine with every achievable rate, HBM stream and link bandwidth scaled up."""
+    from dataclasses import replace
+
+    topo = machine.topology
+    return replace(machine, achievable_flops={p: v * compute for p, v in machine.achievable_flops.items()},
+                   hbm_bytes_per_s=machine.hbm_bytes_per_s * memory,
+                   topology=Topology(topo.names, topo.sizes, topo.bw * links, topo.lat))
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_faster_device_or_format_never_makes_a_step_slower(db, family):
+    """Transfers sharing a compute window queue on it, so shrinking compute (a faster device, fp8
+    GEMMs) or faster links can only shorten the step, under every overlap mode."""
+    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(case=training_cases(family), compute=st.floats(1.0, 4.0), memory=st.floats(1.0, 4.0),
+           links=st.floats(1.0, 4.0), overlap=st.sampled_from(["none", "framework", "ideal"]),
+           offload=st.sampled_from(["hbm", "ddr", "nvme"]))
+    def check(case, compute, memory, links, overlap, offload):
+        from dataclasses import replace
+
+        spec, system, devices, plan, work = case
+        machine = build_machine(db, system, devices)
+        plan = replace(plan, overlap=overlap, param_place=offload if plan.zero == 3 else "hbm",
+                       grad_place=offload if plan.zero >= 2 else "hbm")
+        if offload != "hbm" and not any(t.kind == offload for t in machine.memory_tiers):
+            return
+        slow = float(estimate_training(spec, machine, plan, work).step_time_s)
+        fast = float(estimate_training(spec, _faster(machine, compute, memory, links), plan, work).step_time_s)
+        assert fast <= slow * (1 + 1e-9)
+        if machine.supports("fp8"):
+            assert float(estimate_training(spec, machine, replace(plan, precision="fp8"), work).step_time_s) \
+                <= slow * (1 + 1e-9)
+
+    check()
+
+
+def test_overlap_modes_bracket_the_step(db):
+    # ideal (every transfer under compute) <= framework <= none (every transfer exposed).
+    spec, machine = find_model("llama-3.1-70b"), build_machine(db, "dgx-h100", 64)
+    plan = dict(tp=8, pp=2, cp=2, dp=2, zero=3, recompute="selective", sp=True)
+    steps = [float(estimate_training(spec, machine, TrainPlan(**plan, overlap=o), TrainWorkload(64, 8192))
+                   .step_time_s) for o in ("ideal", "framework", "none")]
+    assert steps == sorted(steps) and steps[0] < steps[2]
