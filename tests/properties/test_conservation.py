@@ -285,3 +285,20 @@ def test_overlap_modes_bracket_the_step(db):
     steps = [float(estimate_training(spec, machine, TrainPlan(**plan, overlap=o), TrainWorkload(64, 8192))
                    .step_time_s) for o in ("ideal", "framework", "none")]
     assert steps == sorted(steps) and steps[0] < steps[2]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_a_faster_device_never_serves_slower(db, family):
+    @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(case=serving_cases(family), compute=st.floats(1.0, 4.0), memory=st.floats(1.0, 4.0),
+           links=st.floats(1.0, 4.0))
+    def check(case, compute, memory, links):
+        spec, system, devices, plan = case
+        machine = build_machine(db, system, max(devices, db.system(system).devices_per_node))
+        work = ServeWorkload(1024, 256)
+        slow = estimate_serving(spec, machine, plan, work)
+        fast = estimate_serving(spec, _faster(machine, compute, memory, links), plan, work)
+        assert float(fast.ttft_s) <= float(slow.ttft_s) * (1 + 1e-9)
+        assert float(fast.tpot_s) <= float(slow.tpot_s) * (1 + 1e-9)
+
+    check()
