@@ -143,19 +143,19 @@ def estimate_training(spec: TransformerSpec, machine: Machine, plan: TrainPlan, 
     """Step time, memory per tier, MFU, energy and cost of every plan (Narayanan et al. 2021 Sec. 2-3).
 
     Plan columns broadcast; a long plan is evaluated in cache-sized blocks and joined. With
-    ``detail=False`` (the search's mode) the per-component breakdowns of a multi-block call are
-    left out and only the per-plan totals are joined.
+    ``detail=False`` (the search's mode) the per-component breakdowns (time components, link
+    times, operators) are left empty and only the per-plan totals and memory are computed.
     """
     columns = plan.columns()
     n = int(np.broadcast(*columns.values()).size)
     if n <= BLOCK_ROWS:
-        return _estimate(spec, machine, columns, work)
+        return _estimate(spec, machine, columns, work, detail)
     from concurrent.futures import ThreadPoolExecutor
 
     full = {k: np.broadcast_to(v, (n,)) for k, v in columns.items()}
 
     def block(start: int) -> TrainResult:
-        return _estimate(spec, machine, {k: v[start:start + BLOCK_ROWS] for k, v in full.items()}, work)
+        return _estimate(spec, machine, {k: v[start:start + BLOCK_ROWS] for k, v in full.items()}, work, detail)
 
     with ThreadPoolExecutor(max_workers=min(os.cpu_count() or 1, 8)) as pool:
         parts = list(pool.map(block, range(0, n, BLOCK_ROWS)))
@@ -383,7 +383,8 @@ def _step_tail(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, comp
     return StepTail(dp, dp_overlap, optimizer_io + grad_io, optimizer, on_device)
 
 
-def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepTail) -> Exposure:
+def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepTail,
+             breakdown: bool = True) -> Exposure:
     """What each transfer leaves exposed, with every compute window spent once.
 
     Framework (Megatron-LM / DeepSpeed schedules): TP all-reduces block compute unless TP-comm
@@ -417,18 +418,8 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     ideal = np.maximum(compute, np.maximum.reduce(np.broadcast_arrays(*transfers.values())))
     per_micro = np.select([mode == Overlap.NONE, mode == Overlap.IDEAL], [none, ideal], framework)
 
-    # Attribution of what is exposed, for the breakdown (the totals above are what count).
-    prefetch = np.maximum(main, np.maximum(network, comm.param_fetch)) - main
-    gathers_lead = network >= comm.param_fetch
-    fw = {"tp": (comm.tp - tp_hidden) + np.maximum(tp_hidden - others, 0.0),
-          "cp": np.maximum(comm.cp - attention, 0.0), "ep": comm.ep,
-          "zero3": first + (comm.zero3_reduce - reduce_hidden) + np.where(gathers_lead, prefetch, 0.0),
-          "param": np.where(gathers_lead, 0.0, prefetch)}
-    excess = ideal - compute
-    largest = np.argmax(np.stack(np.broadcast_arrays(*transfers.values())), axis=0)
-    micro = {k: np.select([mode == Overlap.NONE, mode == Overlap.IDEAL],
-                          [transfers[k], np.where(largest == i, excess, 0.0)], fw[k])
-             for i, k in enumerate(transfers)}
+    micro = _attribution(mode, compute, attention, others, comm, tp_hidden, first, reduce_hidden, main, network,
+                         transfers, ideal) if breakdown else {}
     pp = np.where(mode == Overlap.IDEAL, 0.0, comm.pp)
 
     # Once per step: the reduction on the network and the host transfers run side by side.
@@ -443,6 +434,21 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     none_mode = mode == Overlap.NONE
     return Exposure(per_micro, micro, pp, {"dp": np.where(none_mode, tail.dp, dp_exposed),
                                            "host": np.where(none_mode, tail.host, host_exposed)})
+
+
+def _attribution(mode, compute, attention, others, comm, tp_hidden, first, reduce_hidden, main, network,
+                 transfers, ideal) -> dict[str, np.ndarray]:
+    """Which transfer each exposed second belongs to, for the breakdown (the totals are _overlap's)."""
+    prefetch = np.maximum(main, np.maximum(network, comm.param_fetch)) - main
+    gathers_lead = network >= comm.param_fetch
+    framework = {"tp": (comm.tp - tp_hidden) + np.maximum(tp_hidden - others, 0.0),
+                 "cp": np.maximum(comm.cp - attention, 0.0), "ep": comm.ep,
+                 "zero3": first + (comm.zero3_reduce - reduce_hidden) + np.where(gathers_lead, prefetch, 0.0),
+                 "param": np.where(gathers_lead, 0.0, prefetch)}
+    largest = np.argmax(np.stack(np.broadcast_arrays(*transfers.values())), axis=0)
+    return {k: np.select([mode == Overlap.NONE, mode == Overlap.IDEAL],
+                         [transfers[k], np.where(largest == i, ideal - compute, 0.0)], framework[k])
+            for i, k in enumerate(transfers)}
 
 
 def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: TrainWorkload) -> Memory:
@@ -540,8 +546,32 @@ def _feasibility(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, me
     return code, shortfall, tuple(names)
 
 
-def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray], work: TrainWorkload) -> TrainResult:
-    """One block of plans (see estimate_training)."""
+def _breakdown(m, bubble, comp: Compute, comm: Communication, tail: StepTail, exposed: Exposure):
+    """(exposed time by component, each transfer's time on its link) over one step (s)."""
+    components = {
+        "compute (fwd+bwd+recompute)": m * comp.per_micro_s,
+        "pipeline bubble": bubble,
+        "tp communication": m * exposed.micro["tp"],
+        "ep all-to-all": m * exposed.micro["ep"],
+        "cp ring exchange": m * exposed.micro["cp"],
+        "pp point-to-point": m * exposed.pp,
+        "zero-3 gathers and scatters": m * exposed.micro["zero3"],
+        "parameter offload": m * exposed.micro["param"],
+        "dp gradient reduction": exposed.tail["dp"],
+        "offload transfers": exposed.tail["host"],
+        "optimizer step": tail.optimizer,
+    }
+    # Each transfer's time on its link over the step, before any overlap (what `--overlap none` exposes).
+    links = {"tp communication": m * comm.tp, "ep all-to-all": m * comm.ep, "cp ring exchange": m * comm.cp,
+             "pp point-to-point": m * comm.pp, "zero-3 gathers and scatters": m * (comm.zero3 + comm.zero3_reduce),
+             "parameter offload": m * comm.param_fetch, "dp gradient reduction": tail.dp,
+             "offload transfers": tail.host}
+    return components, links
+
+
+def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray], work: TrainWorkload,
+              breakdown: bool = True) -> TrainResult:
+    """One block of plans (see estimate_training; ``breakdown`` is its ``detail``)."""
     sh = _shape(spec, machine, c, work)
     lay = sh.layout
     comp = _compute(spec, machine, c, sh, work)
@@ -551,7 +581,7 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     mem = _memory(spec, machine, c, sh, work)
     code, shortfall, names = _feasibility(spec, machine, c, sh, mem, work)
 
-    exposed = _overlap(c, sh, comp, comm, tail)
+    exposed = _overlap(c, sh, comp, comm, tail, breakdown)
     per_micro = exposed.per_micro
     v = np.maximum(c["interleave"], 1)
     bubble = (lay.pp - 1) / v * per_micro                        # (p - 1) / v (Narayanan et al. Sec. 2.2)
@@ -573,24 +603,7 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     cost_mtok = cost_hour / 3600.0 / tokens_per_s * 1e6
     run_time = work.tokens / tokens_per_s if work.tokens else np.zeros_like(step)
     m = sh.num_micro
-    components = {
-        "compute (fwd+bwd+recompute)": m * comp.per_micro_s,
-        "pipeline bubble": bubble,
-        "tp communication": m * exposed.micro["tp"],
-        "ep all-to-all": m * exposed.micro["ep"],
-        "cp ring exchange": m * exposed.micro["cp"],
-        "pp point-to-point": m * exposed.pp,
-        "zero-3 gathers and scatters": m * exposed.micro["zero3"],
-        "parameter offload": m * exposed.micro["param"],
-        "dp gradient reduction": exposed.tail["dp"],
-        "offload transfers": exposed.tail["host"],
-        "optimizer step": tail.optimizer,
-    }
-    # Each transfer's time on its link over the step, before any overlap (what `--overlap none` exposes).
-    links = {"tp communication": m * comm.tp, "ep all-to-all": m * comm.ep, "cp ring exchange": m * comm.cp,
-             "pp point-to-point": m * comm.pp, "zero-3 gathers and scatters": m * (comm.zero3 + comm.zero3_reduce),
-             "parameter offload": m * comm.param_fetch, "dp gradient reduction": tail.dp,
-             "offload transfers": tail.host}
+    components, links = ({}, {}) if not breakdown else _breakdown(m, bubble, comp, comm, tail, exposed)
     fwd = comp.forward
     return TrainResult(
         step_time_s=step, components=components, bounds=dict(fwd.compute_bound), memory=mem.parts,
@@ -599,8 +612,8 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
         run_time_s=run_time, run_energy_kwh=energy_per_token * work.tokens / 3.6e6,
         run_cost_usd=cost_hour * run_time / 3600.0, feasible=code == 0, binding_code=code, shortfall=shortfall,
         constraint_names=names, hbm_used_bytes=mem.hbm_used, num_microbatches=sh.num_micro,
-        operator_times={k: m * 3.0 * t for k, t in fwd.seconds.items()},
-        operator_flops={k: m * 3.0 * f for k, f in fwd.flops.items()},
+        operator_times={k: m * 3.0 * t for k, t in fwd.seconds.items()} if breakdown else {},
+        operator_flops={k: m * 3.0 * f for k, f in fwd.flops.items()} if breakdown else {},
         busy_fraction=busy, model_flops_per_step=np.broadcast_to(comp.model_flops, np.shape(step)),
         executed_flops_per_step=np.broadcast_to(comp.executed_flops, np.shape(step)), memory_stage=mem.stage,
         link_times=links)
