@@ -102,8 +102,9 @@ def activation_bytes_per_layer(spec: TransformerSpec, seq, micro_batch, tp, sp, 
 def stage_layers(num_layers: int, pp):
     """(q, r): L = q x pp + r; the last r stages hold q + 1 layers, the first pp - r hold q.
 
-    Shorter stages go first, where 1F1B keeps the most microbatches in flight (Llama 3 did this,
-    Dubey et al. 2024 Sec. 3.3.2; Megatron-Core's --decoder-first-pipeline-num-layers).
+    Shorter stages go first, where 1F1B keeps the most microbatches in flight (Megatron-Core sets
+    them with --decoder-first-pipeline-num-layers; Llama 3 gave its first stage, and its last with
+    the head, one layer fewer: Dubey et al. 2024 Sec. 3.3.2).
     """
     p = np.maximum(np.asarray(pp, dtype=float), 1.0)
     q = np.floor(num_layers / p)
