@@ -32,6 +32,9 @@ app.add_typer(estimate_app, name="estimate")
 plan_app = typer.Typer(help="Search for the best plan: the optimum, the Pareto front and the proof. "
                             "With no subcommand, runs a built-in example.", invoke_without_command=True)
 app.add_typer(plan_app, name="plan")
+calibrate_app = typer.Typer(help="Fit the cost model's constants to measured timings and write them as hardware "
+                                 "database YAML.", no_args_is_help=True)
+app.add_typer(calibrate_app, name="calibrate")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
 Timing = Annotated[bool, typer.Option("--timing", help="Include seconds spent in --json.")]
@@ -379,3 +382,25 @@ def main(argv: list[str] | None = None) -> int:
 
 def run() -> None:  # console-script entry point
     sys.exit(main())
+
+
+# --- calibrate ---------------------------------------------------------------------------------
+
+@calibrate_app.command("collectives")
+def calibrate_collectives(
+    ctx: typer.Context,
+    device: Annotated[str, typer.Option(help="Accelerator the timings were measured on.")] = "h100-sxm",
+    table: Annotated[Optional[Path], typer.Option(help="Measured timings: CSV (op,ranks,bytes,seconds) or "
+                                                       "aiconfigurator's nccl_perf.parquet.")] = None,
+    source: Annotated[Optional[str], typer.Option("--from", help="aiconfigurator: the NCCL table the installed "
+                                                               "aiconfigurator-core ships for the device.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Directory to write calibration-<device>.yaml to (use it "
+                                                     "with --hardware-db).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the fitted / held-out split.")] = 0,
+    json_out: JsonFlag = False,
+) -> None:
+    """Fit collective costs (launch, hop, bandwidth per protocol) inside the scale-up domain to measured
+    timings; print the held-out error per op; write a calibration entry."""
+    from . import render
+
+    render.calibrate_collectives(database(ctx), device, table, source, out, seed, json_out)

@@ -647,3 +647,62 @@ def place_experts(spec, machine, problem, time_limit: float, json_out: bool) -> 
                                          ("objective", OBJECTIVE), ("decomposition", evidence["decomposition"]),
                                          ("seconds", f"{best.seconds:.1f}")]))
     console.print("--json writes the placement map: layer -> expert -> devices", style="dim")
+
+
+# --- calibrate ---------------------------------------------------------------------------------
+
+def calibrate_collectives(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
+    import yaml
+
+    from hardware_db.errors import SpecError
+    from perfmodel.calibrate import fit_collectives
+
+    from .timings_io import aiconfigurator_table, read_timings
+
+    acc = db.accelerator(device)
+    if (table is None) == (source is None):
+        raise SpecError("give the timings with --table FILE or --from aiconfigurator (one of the two)")
+    if source is not None and source != "aiconfigurator":
+        raise SpecError(f"--from needs aiconfigurator, has {source!r}")
+    if not 0 <= seed < 2**32:
+        raise SpecError(f"--seed needs 0 to 2**32 - 1, has {seed}")
+    path, provenance = aiconfigurator_table(acc.name) if source else (table, f"the measurements in {table.name}")
+    ops, ranks, size, seconds = read_timings(path)
+    result = fit_collectives(ops, ranks, size, seconds, acc.scale_up_bytes_per_s, seed=seed)
+    block = result.as_yaml()
+    mape = ", ".join(f"{op} {v:.1%}" for op, v in result.held_out_mape.items())
+    note = (f"collectives: fitted by perfmodel calibrate collectives (seed {seed}) on {provenance}: "
+            f"{result.train_rows} rows fitted, {result.test_rows} held out; held-out MAPE {mape}")
+    written = None
+    if out is not None:
+        own = next((c for c in db.calibrations.values() if c.device == acc.name), None)
+        entry = {"name": own.name if own else f"{acc.name}-measured",
+                 "display_name": own.display_name if own else f"{acc.display_name} measured collectives",
+                 "device": acc.name}
+        if own is not None:
+            for key in ("matmul_fraction", "hbm_fraction", "scale_up_fraction", "scale_out_fraction"):
+                value = getattr(own, key)
+                if value:
+                    entry[key] = dict(value) if isinstance(value, dict) else value
+        entry["collectives"] = block
+        entry["sources"] = [s for s in (own.sources if own else ()) if not s.startswith("collectives:")] + [note]
+        out.mkdir(parents=True, exist_ok=True)
+        written = out / f"calibration-{acc.name}.yaml"
+        written.write_text(yaml.safe_dump({"calibrations": [entry]}, sort_keys=False, width=110))
+    if json_out:
+        emit_json({"device": acc.name, "source": provenance, "fit": block, "held_out_max": result.held_out_max,
+                   "rows": {"fitted": result.train_rows, "held_out": result.test_rows},
+                   "written": str(written) if written else None})
+        return
+    t = Table(title=f"collectives on {acc.name}, fitted on {provenance}", title_justify="left")
+    for col in ("op", "low-latency launch", "its link share", "bandwidth launch", "its link share",
+                "held-out error", "worst"):
+        t.add_column(col, justify="left" if col == "op" else "right")
+    for op, p in block["ops"].items():
+        t.add_row(op, f"{p['ll_launch_us']:.2f} us", f"{p['ll_fraction']:.1%}", f"{p['launch_us']:.2f} us",
+                  f"{p['fraction']:.1%}", f"{result.held_out_mape[op]:.1%}", f"{result.held_out_max[op]:.1%}")
+    console.print(t)
+    console.print(f"hop latency {block['hop_us']:.3f} us over {block['link_gb_per_s']:g} GB/s per direction; "
+                  f"{result.train_rows} rows fitted, {result.test_rows} held out")
+    if written:
+        console.print(f"wrote {written} (use it with --hardware-db {out})")

@@ -273,6 +273,33 @@ class System(Entry):
 Fraction = Annotated[float, Field(gt=0, le=1)]
 
 
+CollectiveOp = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]
+
+
+class ProtocolFit(BaseModel):
+    """One collective's fitted cost over the scale-up link, as NCCL picks the faster of a
+    low-latency and a bandwidth protocol: min over p of launch_p + steps x hop + bytes x volume /
+    (link x fraction_p) (NCCL's own latency-bandwidth model per protocol, src/graph/tuning.cc)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    ll_launch_us: LatencyUs
+    ll_fraction: Fraction
+    launch_us: LatencyUs
+    fraction: Fraction
+
+
+class CollectiveFit(BaseModel):
+    """Collective costs inside the scale-up domain, fitted on measured timings (``perfmodel
+    calibrate collectives``); the held-out error is that of the half left out of the fit."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    link_gb_per_s: LinkGBps                    # the per-direction link bandwidth the fractions are of
+    hop_us: LatencyUs
+    ops: dict[CollectiveOp, ProtocolFit]
+    held_out_mape: dict[CollectiveOp, Annotated[float, Field(ge=0, le=10)]] = {}
+    samples: Annotated[int, Field(ge=1)] = 1
+
+
 class Calibration(Entry):
     """Achievable fractions of a device's peaks, each from a named measurement in ``sources``.
 
@@ -288,6 +315,7 @@ class Calibration(Entry):
     hbm_fraction: Fraction | None = None
     scale_up_fraction: Fraction | None = None
     scale_out_fraction: Fraction | None = None
+    collectives: CollectiveFit | None = None   # measured collective costs inside the scale-up domain
 
 
 class Constant(Entry):

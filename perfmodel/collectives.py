@@ -59,6 +59,37 @@ def p2p_time(size_bytes, bw, lat):
     return lat + np.asarray(size_bytes, dtype=float) / bw
 
 
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+
+
+@dataclass(frozen=True)
+class FittedCollectives:
+    """Measured collective costs inside the scale-up domain (SI): per op, the low-latency and the
+    bandwidth protocol's launch time and bandwidth fraction of ``link``, and one hop's latency.
+
+    A collective of ``n`` ranks and ``size`` bytes takes min over the two protocols of launch +
+    steps x hop + size x volume / (link x fraction): steps and volume are the ring's (all-reduce
+    2(n-1) and 2(n-1)/n, the others n-1 and (n-1)/n; an all-to-all posts every send at once, one
+    step), as NCCL's tuning model writes them (src/graph/tuning.cc: latency + size / bandwidth
+    per algorithm and protocol).
+    """
+
+    link: float
+    hop: float
+    ll_launch: dict[str, float]
+    ll_fraction: dict[str, float]
+    launch: dict[str, float]
+    fraction: dict[str, float]
+
+    def time(self, op: str, size_bytes, n):
+        n = _n(n)
+        steps = 2 * (n - 1) if op == "all_reduce" else (np.ones_like(n) if op == "all_to_all" else n - 1)
+        volume = (2 if op == "all_reduce" else 1) * (n - 1) / n * np.asarray(size_bytes, dtype=float)
+        low = self.ll_launch[op] + steps * self.hop + volume / (self.link * self.ll_fraction[op])
+        bulk = self.launch[op] + steps * self.hop + volume / (self.link * self.fraction[op])
+        return np.where(n > 1, np.minimum(low, bulk), 0.0)
+
+
 @dataclass(frozen=True)
 class Topology:
     """A sized system's levels as arrays, innermost first (SI units, achievable bandwidths).
@@ -71,6 +102,21 @@ class Topology:
     sizes: np.ndarray
     bw: np.ndarray
     lat: np.ndarray
+    fitted: FittedCollectives | None = None   # measured costs for groups inside level ``fitted_level``
+    fitted_level: int = 0
+
+    def _measured(self, op: str, size_bytes, stride, n, modelled):
+        """The fitted cost where the group stays inside the measured level, else ``modelled`` plus
+        the measured launch time (every collective is a kernel launch)."""
+        if self.fitted is None:
+            return modelled
+        # The members inside one measured domain (all of them when the group fits in it): a group
+        # reaching beyond is the link model plus a launch, never cheaper than the measured
+        # collective over those members.
+        within = np.minimum(_n(n), self.sizes[self.fitted_level] / np.maximum(np.asarray(stride, dtype=float), 1.0))
+        measured = self.fitted.time(op, size_bytes, np.maximum(within, 1.0))
+        beyond = within < _n(n)
+        return np.maximum(measured, np.where(beyond, modelled + self.fitted.ll_launch[op], 0.0))
 
     def level_of(self, stride, n):
         """Index of the innermost level holding a whole group of ``n`` devices ``stride`` apart.
@@ -111,19 +157,20 @@ class Topology:
         outer = _n(n) / k
         hier = 2 * reduce_scatter_time(size_bytes, k, ibw, ilat) + np.minimum(
             ring_all_reduce_time(size_bytes / k, outer, bw, lat), tree_all_reduce_time(size_bytes / k, outer, bw, lat))
-        return np.where(_n(n) > 1, np.minimum(flat, np.where(k > 1, hier, np.inf)), 0.0)
+        modelled = np.where(_n(n) > 1, np.minimum(flat, np.where(k > 1, hier, np.inf)), 0.0)
+        return self._measured("all_reduce", size_bytes, stride, n, modelled)
 
     def reduce_scatter(self, size_bytes, stride, n):
         bw, lat = self.link(stride, n)
-        return reduce_scatter_time(size_bytes, n, bw, lat)
+        return self._measured("reduce_scatter", size_bytes, stride, n, reduce_scatter_time(size_bytes, n, bw, lat))
 
     def all_gather(self, size_bytes, stride, n):
         bw, lat = self.link(stride, n)
-        return all_gather_time(size_bytes, n, bw, lat)
+        return self._measured("all_gather", size_bytes, stride, n, all_gather_time(size_bytes, n, bw, lat))
 
     def all_to_all(self, size_bytes, stride, n):
         bw, lat = self.link(stride, n)
-        return all_to_all_time(size_bytes, n, bw, lat)
+        return self._measured("all_to_all", size_bytes, stride, n, all_to_all_time(size_bytes, n, bw, lat))
 
     def moe_all_to_all(self, token_bytes, top_k, stride, n):
         """Dispatch (or combine) of tokens to their top-k experts over an EP group of ``n``.
@@ -144,7 +191,8 @@ class Topology:
         inner = all_to_all_time(token_bytes * top_k, k_in, ibw, ilat)
         hier = np.maximum(outer, inner)
         spans = (idx > 0) & (k_in > 1) & (groups > 1)
-        return np.where(n_ > 1, np.where(spans, np.minimum(hier, flat), flat), 0.0)
+        modelled = np.where(n_ > 1, np.where(spans, np.minimum(hier, flat), flat), 0.0)
+        return self._measured("all_to_all", token_bytes * top_k, stride, n, modelled)
 
     def p2p(self, size_bytes, stride):
         """A message between neighbours ``stride`` ranks apart (pipeline stages)."""

@@ -15,7 +15,7 @@ from hardware_db.errors import SpecError, UnsupportedPrecisionError  # noqa: F40
 from hardware_db.loader import Database, MemoryTier
 from hardware_db.schema import PRECISIONS, Accelerator, System
 
-from .collectives import Topology
+from .collectives import COLLECTIVES, FittedCollectives, Topology
 
 
 @dataclass(frozen=True)
@@ -86,10 +86,22 @@ def build_machine(db: Database, system_name: str, devices: int | None = None) ->
             domain = max(domain, min(level.group_size, int(devices)))
     sizes = np.array([min(lv.group_size, devices) for lv in levels], dtype=float)
     sizes[-1] = max(devices, 1)
+    kinds = [db.link(level.link).kind for level in levels]
+    fit = cal.collectives
     topology = Topology(
         names=tuple(lv.name for lv in levels), sizes=sizes,
         bw=np.array([lv.bytes_per_s * (f or 1.0) for lv, f in zip(levels, fractions)]),
-        lat=np.array([lv.latency_s for lv in levels]))
+        lat=np.array([lv.latency_s for lv in levels]),
+        # Measured collective costs (calibration.yaml, fitted by `perfmodel calibrate collectives`)
+        # replace the link model inside the scale-up domain they were measured in.
+        fitted=FittedCollectives(
+            link=fit.link_gb_per_s, hop=fit.hop_us,
+            ll_launch={op: p.ll_launch_us for op, p in fit.ops.items()},
+            ll_fraction={op: p.ll_fraction for op, p in fit.ops.items()},
+            launch={op: p.launch_us for op, p in fit.ops.items()},
+            fraction={op: p.fraction for op, p in fit.ops.items()})
+        if fit is not None and "scale-up" in kinds and len(fit.ops) == len(COLLECTIVES) else None,
+        fitted_level=kinds.index("scale-up") if "scale-up" in kinds else 0)
     default = db.calibration_default()
     constants = {name: c.value for name, c in db.constants.items()}
     # Large-GEMM microbenchmarks overstate what GEMMs reach inside a framework's step (launch

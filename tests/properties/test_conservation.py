@@ -246,9 +246,10 @@ def _faster(machine, compute: float, memory: float, links: float):
     from dataclasses import replace
 
     topo = machine.topology
+    fitted = replace(topo.fitted, link=topo.fitted.link * links) if topo.fitted else None
     return replace(machine, achievable_flops={p: v * compute for p, v in machine.achievable_flops.items()},
                    hbm_bytes_per_s=machine.hbm_bytes_per_s * memory,
-                   topology=Topology(topo.names, topo.sizes, topo.bw * links, topo.lat))
+                   topology=replace(topo, bw=topo.bw * links, fitted=fitted))
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
