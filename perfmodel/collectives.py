@@ -106,8 +106,9 @@ class Topology:
     fitted_level: int = 0
 
     def _measured(self, op: str, size_bytes, stride, n, modelled):
-        """The fitted cost where the group stays inside the measured level, else ``modelled`` plus
-        the measured launch time (every collective is a kernel launch)."""
+        """The measured cost for a group inside the measured level; for one reaching beyond it,
+        ``modelled`` plus the measured launch time (every collective is a kernel launch), and never
+        less than the measured cost over the members it has inside one domain."""
         if self.fitted is None:
             return modelled
         # The members inside one measured domain (all of them when the group fits in it): a group
