@@ -8,15 +8,16 @@ from hardware_db.errors import SpecError, UnknownNameError
 
 
 def _positive(flags: dict[str, Any], *names: str) -> None:
+    from perfmodel.requests import positive
+
     for name in names:
-        value = flags[name]
-        if value is not None and value < 1:
-            raise SpecError(f"--{name.replace('_', '-')} needs a positive integer, has {value}")
+        positive(name, flags[name])
 
 
 def _choice(flags: dict[str, Any], name: str, allowed) -> None:
-    if flags[name] not in allowed:
-        raise UnknownNameError(f"--{name.replace('_', '-')} value", str(flags[name]), allowed)
+    from perfmodel.requests import one_of
+
+    one_of(name, flags[name], allowed)
 
 
 def _request(cls, flags: dict[str, Any]):

@@ -105,10 +105,6 @@ class Layout:
         return self.stage_devices
 
     @property
-    def etp_group(self) -> Group:
-        return Group(np.ones_like(self.etp), self.etp)
-
-    @property
     def ep_group(self) -> Group:
         """Expert parallelism: ep ranks etp apart (the MoE all-to-all)."""
         return Group(self.etp, self.ep)

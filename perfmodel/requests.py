@@ -13,16 +13,25 @@ from hardware_db.errors import SpecError, UnknownNameError
 from .plan import ACTIVATION_PRECISIONS, KV_PRECISIONS, OVERLAP, PLACES, RECOMPUTE, WEIGHT_PRECISIONS, QuantScheme
 
 
+def positive(name: str, value) -> None:
+    """A positive integer flag (None: not given), else a one-line error naming the flag."""
+    if value is not None and value < 1:
+        raise SpecError(f"--{name.replace('_', '-')} needs a positive integer, has {value}")
+
+
+def one_of(name: str, value, allowed) -> None:
+    """A flag whose value is one of ``allowed``, else a one-line error listing them."""
+    if value not in allowed:
+        raise UnknownNameError(f"--{name.replace('_', '-')} value", str(value), allowed)
+
+
 def _positive(request, *names: str) -> None:
     for name in names:
-        value = getattr(request, name)
-        if value is not None and value < 1:
-            raise SpecError(f"--{name.replace('_', '-')} needs a positive integer, has {value}")
+        positive(name, getattr(request, name))
 
 
 def _choice(request, name: str, allowed) -> None:
-    if getattr(request, name) not in allowed:
-        raise UnknownNameError(f"--{name.replace('_', '-')} value", str(getattr(request, name)), allowed)
+    one_of(name, getattr(request, name), allowed)
 
 
 def _flags(request, skip=()) -> list[str]:
