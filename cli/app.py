@@ -33,7 +33,7 @@ plan_app = typer.Typer(help="Search for the best plan: the optimum, the Pareto f
                             "With no subcommand, runs a built-in example.", invoke_without_command=True)
 app.add_typer(plan_app, name="plan")
 calibrate_app = typer.Typer(help="Fit the cost model's constants to measured timings and write them as hardware "
-                                 "database YAML.", no_args_is_help=True)
+                                 "database YAML.")
 app.add_typer(calibrate_app, name="calibrate")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
@@ -385,6 +385,46 @@ def run() -> None:  # console-script entry point
 
 
 # --- calibrate ---------------------------------------------------------------------------------
+
+@calibrate_app.callback(invoke_without_command=True)
+def calibrate_all(
+    ctx: typer.Context,
+    device: Annotated[str, typer.Option(help="Accelerator the timings were measured on.")] = "h100-sxm",
+    source: Annotated[Optional[str], typer.Option("--from", help="aiconfigurator: every table the installed "
+                                                               "aiconfigurator-core ships for the device.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Directory to write calibration-<device>.yaml to (use it "
+                                                     "with --hardware-db).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the fitted / held-out split.")] = 0,
+    json_out: JsonFlag = False,
+) -> None:
+    """Fit kernel and collective costs to measured timings. Without a family: every family that
+    aiconfigurator measured for the device (--from aiconfigurator); print the held-out error of each."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from . import render
+
+    render.calibrate_all(database(ctx), device, source, out, seed, json_out)
+
+
+@calibrate_app.command("gemm")
+def calibrate_gemm(
+    ctx: typer.Context,
+    device: Annotated[str, typer.Option(help="Accelerator the timings were measured on.")] = "h100-sxm",
+    table: Annotated[Optional[Path], typer.Option(help="Measured GEMMs: CSV (m,n,k,dtype,seconds) or "
+                                                       "aiconfigurator's gemm_perf.parquet.")] = None,
+    source: Annotated[Optional[str], typer.Option("--from", help="aiconfigurator: the TensorRT-LLM GEMM table the "
+                                                               "installed aiconfigurator-core ships.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Directory to write calibration-<device>.yaml to (use it "
+                                                     "with --hardware-db).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the fitted / held-out split.")] = 0,
+    json_out: JsonFlag = False,
+) -> None:
+    """Fit GEMM kernel costs (compute and memory fractions, launch, tiles) per precision to measured
+    timings; print the held-out error; write a calibration entry."""
+    from . import render
+
+    render.calibrate_gemm(database(ctx), device, table, source, out, seed, json_out)
+
 
 @calibrate_app.command("collectives")
 def calibrate_collectives(

@@ -651,13 +651,9 @@ def place_experts(spec, machine, problem, time_limit: float, json_out: bool) -> 
 
 # --- calibrate ---------------------------------------------------------------------------------
 
-def calibrate_collectives(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
-    import yaml
-
+def _calibration_source(db, device: str, table, source: str | None, seed: int):
+    """The accelerator, and whether timings come from aiconfigurator (checks of the shared flags)."""
     from hardware_db.errors import SpecError
-    from perfmodel.calibrate import fit_collectives
-
-    from .timings_io import aiconfigurator_table, read_timings
 
     acc = db.accelerator(device)
     if (table is None) == (source is None):
@@ -666,29 +662,93 @@ def calibrate_collectives(db, device: str, table, source: str | None, out, seed:
         raise SpecError(f"--from needs aiconfigurator, has {source!r}")
     if not 0 <= seed < 2**32:
         raise SpecError(f"--seed needs 0 to 2**32 - 1, has {seed}")
+    return acc
+
+
+def write_calibration(db, acc, blocks: dict, notes: list[str], out):
+    """Write the device's calibration entry with ``blocks`` replaced (gemm, collectives) and the
+    fit's source lines replacing the old ones of those blocks; None when ``out`` is None."""
+    import yaml
+
+    if out is None:
+        return None
+    own = next((c for c in db.calibrations.values() if c.device == acc.name), None)
+    entry = {"name": own.name if own else f"{acc.name}-measured",
+             "display_name": own.display_name if own else f"{acc.display_name} measured costs",
+             "device": acc.name}
+    if own is not None:
+        for key in ("matmul_fraction", "hbm_fraction", "scale_up_fraction", "scale_out_fraction"):
+            value = getattr(own, key)
+            if value:
+                entry[key] = dict(value) if isinstance(value, dict) else value
+        # Blocks not refitted stay, in the file's units (the loader holds them in SI).
+        if own.collectives is not None and "collectives" not in blocks:
+            entry["collectives"] = _file_units(own.collectives.model_dump())
+        if own.gemm and "gemm" not in blocks:
+            entry["gemm"] = {p: _file_units(f.model_dump()) for p, f in own.gemm.items()}
+    entry.update(blocks)
+    entry["sources"] = [s for s in (own.sources if own else ()) if not any(s.startswith(f"{b}:") for b in blocks)] \
+        + notes
+    out.mkdir(parents=True, exist_ok=True)
+    written = out / f"calibration-{acc.name}.yaml"
+    written.write_text(yaml.safe_dump({"calibrations": [entry]}, sort_keys=False, width=110))
+    return written
+
+
+def _file_units(block):
+    """A block as loaded (SI) back in the units its YAML keys name (``_us``, ``_gb_per_s``)."""
+    if isinstance(block, dict):
+        return {k: (v * 1e6 if k.endswith("_us") else v / 1e9 if k.endswith("_gb_per_s") else _file_units(v))
+                for k, v in block.items()}
+    return block
+
+
+def _fit_collectives(acc, table, source, seed):
+    from perfmodel.calibrate import fit_collectives
+
+    from .timings_io import aiconfigurator_table, read_timings
+
     path, provenance = aiconfigurator_table(acc.name) if source else (table, f"the measurements in {table.name}")
     ops, ranks, size, seconds = read_timings(path)
     result = fit_collectives(ops, ranks, size, seconds, acc.scale_up_bytes_per_s, seed=seed)
-    block = result.as_yaml()
     mape = ", ".join(f"{op} {v:.1%}" for op, v in result.held_out_mape.items())
-    note = (f"collectives: fitted by perfmodel calibrate collectives (seed {seed}) on {provenance}: "
+    note = (f"collectives: fitted by perfmodel calibrate (seed {seed}) on {provenance}: "
             f"{result.train_rows} rows fitted, {result.test_rows} held out; held-out MAPE {mape}")
-    written = None
-    if out is not None:
-        own = next((c for c in db.calibrations.values() if c.device == acc.name), None)
-        entry = {"name": own.name if own else f"{acc.name}-measured",
-                 "display_name": own.display_name if own else f"{acc.display_name} measured collectives",
-                 "device": acc.name}
-        if own is not None:
-            for key in ("matmul_fraction", "hbm_fraction", "scale_up_fraction", "scale_out_fraction"):
-                value = getattr(own, key)
-                if value:
-                    entry[key] = dict(value) if isinstance(value, dict) else value
-        entry["collectives"] = block
-        entry["sources"] = [s for s in (own.sources if own else ()) if not s.startswith("collectives:")] + [note]
-        out.mkdir(parents=True, exist_ok=True)
-        written = out / f"calibration-{acc.name}.yaml"
-        written.write_text(yaml.safe_dump({"calibrations": [entry]}, sort_keys=False, width=110))
+    return result, provenance, note
+
+
+def _fit_gemm(acc, table, source, seed):
+    from hardware_db.errors import SpecError
+    from perfmodel.calibrate import fit_gemm
+
+    from .timings_io import aiconfigurator_cast_launch, aiconfigurator_table, read_gemm_timings
+
+    if not acc.compute_units:
+        raise SpecError(f"{acc.name} has no compute_units (SMs / CUs) in the database; GEMM tiles need it")
+    path, provenance = (aiconfigurator_table(acc.name, "gemm/trtllm", "gemm_perf.parquet") if source
+                        else (table, f"the measurements in {table.name}"))
+    results = {}
+    timings = read_gemm_timings(path)
+    cast_launch, cast_from = (aiconfigurator_cast_launch(acc.name) if source and "fp8" in timings else (0.0, ""))
+    for precision, (m, n, k, seconds, cast) in sorted(timings.items()):
+        if precision not in acc.peak_flops:
+            raise SpecError(f"{acc.name} has no {precision} peak; the timings' {precision} rows cannot be fitted")
+        results[precision] = fit_gemm(m, n, k, seconds, acc.peak_flops[precision], acc.hbm_bytes_per_s,
+                                      acc.compute_units, 1.0 if precision == "fp8" else 2.0, cast, cast_launch, seed)
+    mape = ", ".join(f"{p} {r.held_out_mape:.1%}" for p, r in results.items())
+    note = (f"gemm: fitted by perfmodel calibrate (seed {seed}) on {provenance}: "
+            + "; ".join(f"{p} {r.train_rows} rows fitted, {r.test_rows} held out" for p, r in results.items())
+            + f"; held-out MAPE {mape}"
+            + (f"; fp8 rows include the activation cast (amax and quantize kernels), whose fixed cost "
+               f"{cast_launch * 1e6:.2f} us is the smallest latency of {cast_from}" if cast_launch else ""))
+    return results, provenance, note
+
+
+def calibrate_collectives(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
+    acc = _calibration_source(db, device, table, source, seed)
+    result, provenance, note = _fit_collectives(acc, table, source, seed)
+    block = result.as_yaml()
+    written = write_calibration(db, acc, {"collectives": block}, [note], out)
     if json_out:
         emit_json({"device": acc.name, "source": provenance, "fit": block, "held_out_max": result.held_out_max,
                    "rows": {"fitted": result.train_rows, "held_out": result.test_rows},
@@ -704,5 +764,62 @@ def calibrate_collectives(db, device: str, table, source: str | None, out, seed:
     console.print(t)
     console.print(f"hop latency {block['hop_us']:.3f} us over {block['link_gb_per_s']:g} GB/s per direction; "
                   f"{result.train_rows} rows fitted, {result.test_rows} held out")
+    if written:
+        console.print(f"wrote {written} (use it with --hardware-db {out})")
+
+
+def calibrate_gemm(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
+    acc = _calibration_source(db, device, table, source, seed)
+    results, provenance, note = _fit_gemm(acc, table, source, seed)
+    block = {p: r.as_yaml() for p, r in results.items()}
+    written = write_calibration(db, acc, {"gemm": block}, [note], out)
+    if json_out:
+        emit_json({"device": acc.name, "source": provenance, "fit": block,
+                   "held_out_p90": {p: r.held_out_p90 for p, r in results.items()},
+                   "written": str(written) if written else None})
+        return
+    _gemm_table(acc, provenance, results)
+    if written:
+        console.print(f"wrote {written} (use it with --hardware-db {out})")
+
+
+def _gemm_table(acc, provenance, results) -> None:
+    t = Table(title=f"GEMM kernels on {acc.name}, fitted on {provenance}", title_justify="left")
+    for col in ("precision", "compute", "memory", "launch", "blend p", "tile overhead", "cast", "held-out error",
+                "p90"):
+        t.add_column(col, justify="left" if col == "precision" else "right")
+    for p, r in results.items():
+        k = r.kernel
+        t.add_row(p, f"{k.compute_fraction:.1%}", f"{k.memory_fraction:.1%}", f"{k.launch_s * 1e6:.2f} us",
+                  f"{k.sharpness:.2f}", f"{k.tile_overhead:.2f}", "yes" if k.cast else "no",
+                  f"{r.held_out_mape:.1%}", f"{r.held_out_p90:.1%}")
+    console.print(t)
+
+
+def calibrate_all(db, device: str, source: str | None, out, seed: int, json_out: bool) -> None:
+    """Every kernel family aiconfigurator measured for the device: GEMMs and NCCL collectives."""
+    from hardware_db.errors import SpecError
+
+    if source is None:
+        raise SpecError("perfmodel calibrate needs --from aiconfigurator, or a family with your own timings: "
+                        "perfmodel calibrate gemm|collectives --table FILE")
+    acc = _calibration_source(db, device, None, source, seed)
+    gemm, gemm_from, gemm_note = _fit_gemm(acc, None, source, seed)
+    coll, coll_from, coll_note = _fit_collectives(acc, None, source, seed)
+    blocks = {"gemm": {p: r.as_yaml() for p, r in gemm.items()}, "collectives": coll.as_yaml()}
+    written = write_calibration(db, acc, blocks, [gemm_note, coll_note], out)
+    families = {f"gemm {p}": r.held_out_mape for p, r in gemm.items()}
+    families.update({f"nccl {op}": v for op, v in coll.held_out_mape.items()})
+    if json_out:
+        emit_json({"device": acc.name, "sources": {"gemm": gemm_from, "collectives": coll_from},
+                   "held_out_mape": families, "fit": blocks, "written": str(written) if written else None})
+        return
+    _gemm_table(acc, gemm_from, gemm)
+    t = Table(title=f"held-out error per kernel family on {acc.name}", title_justify="left")
+    t.add_column("family")
+    t.add_column("held-out MAPE", justify="right")
+    for name, v in families.items():
+        t.add_row(name, f"{v:.1%}")
+    console.print(t)
     if written:
         console.print(f"wrote {written} (use it with --hardware-db {out})")

@@ -144,6 +144,7 @@ class Accelerator(Compute):
     scale_up_bytes_per_s: LinkGBps = Field(alias="scale_up_gb_per_s_per_direction")
     nic_bytes_per_s: LinkGbitps | None = Field(None, alias="nic_gbit_per_s_per_direction")
     host_link: Name | None = None
+    compute_units: Annotated[int, Field(ge=1, le=100_000)] | None = None   # SMs / CUs / cube cores GEMM tiles spread over
 
     def ridge_point(self, precision: str) -> float:
         """FLOP per byte of HBM traffic above which a kernel is compute bound (Williams et al. 2009)."""
@@ -300,6 +301,24 @@ class CollectiveFit(BaseModel):
     samples: Annotated[int, Field(ge=1)] = 1
 
 
+class GemmFit(BaseModel):
+    """GEMM kernel time as a function of shape at one precision (perfmodel.kernels), fitted on
+    measured GEMM timings by ``perfmodel calibrate gemm``; ``cast`` says that the timings include
+    a separate activation-quantization kernel. The held-out error is that of the half left out."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    units: Annotated[int, Field(ge=1, le=100_000)]          # SMs / CUs the tiles spread over
+    compute_fraction: Fraction
+    memory_fraction: Fraction
+    launch_us: LatencyUs
+    sharpness: Annotated[float, Field(ge=1, le=1000)]
+    tile_overhead: Annotated[float, Field(ge=0, le=10_000)]
+    cast: bool = False
+    cast_launch_us: LatencyUs = 0.0                          # of launch_us: the quantization kernels' own
+    held_out_mape: Annotated[float, Field(ge=0, le=10)]
+    samples: Annotated[int, Field(ge=1)]
+
+
 class Calibration(Entry):
     """Achievable fractions of a device's peaks, each from a named measurement in ``sources``.
 
@@ -316,6 +335,7 @@ class Calibration(Entry):
     scale_up_fraction: Fraction | None = None
     scale_out_fraction: Fraction | None = None
     collectives: CollectiveFit | None = None   # measured collective costs inside the scale-up domain
+    gemm: dict[Precision, GemmFit] = {}        # measured GEMM kernel costs by precision
 
 
 class Constant(Entry):

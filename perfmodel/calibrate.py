@@ -1,4 +1,9 @@
-"""Fit collective costs to measured timings: the model ``collectives.FittedCollectives`` evaluates.
+"""Fit kernel and collective costs to measured timings: the models ``kernels.GemmKernel`` and
+``collectives.FittedCollectives`` evaluate.
+
+GEMMs: per precision, the compute and memory fractions, the launch time, the roofline blend and
+the tile overhead of ``GemmKernel``, fitted by robust least squares (soft-L1 on the relative
+error) on a seeded share of the rows; the rest are held out and scored.
 
 Per collective op, two protocols (NCCL's low-latency and bandwidth protocols), each a launch time
 and a fraction of the link's bandwidth, and one hop latency shared by the ops; the cost is the
@@ -17,6 +22,7 @@ import numpy as np
 from hardware_db.errors import SpecError
 
 from .collectives import COLLECTIVES, FittedCollectives
+from .kernels import GemmKernel
 
 ALIASES = {"alltoall": "all_to_all", "all2all": "all_to_all", "allreduce": "all_reduce",
            "allgather": "all_gather", "reducescatter": "reduce_scatter"}
@@ -116,3 +122,68 @@ def fit_collectives(ops, ranks, size_bytes, seconds, link_bytes_per_s: float, se
     mape = {op: float(error[ops_test == i].mean()) for i, op in enumerate(COLLECTIVES) if np.any(ops_test == i)}
     worst = {op: float(error[ops_test == i].max()) for i, op in enumerate(COLLECTIVES) if np.any(ops_test == i)}
     return CollectiveCalibration(fitted, mape, worst, int(train.sum()), int(test.sum()))
+
+
+@dataclass(frozen=True)
+class GemmCalibration:
+    """The fitted GEMM kernel at one precision, its held-out error, and the rows each way."""
+
+    kernel: GemmKernel
+    held_out_mape: float
+    held_out_p90: float
+    train_rows: int
+    test_rows: int
+
+    def as_yaml(self) -> dict:
+        """One precision of a calibration entry's ``gemm`` block, in the database's units."""
+        k = self.kernel
+        return {"units": int(k.units), "compute_fraction": round(float(k.compute_fraction), 4),
+                "memory_fraction": round(float(k.memory_fraction), 4), "launch_us": round(float(k.launch_s) * 1e6, 3),
+                "sharpness": round(float(k.sharpness), 3), "tile_overhead": round(float(k.tile_overhead), 4),
+                "cast": bool(k.cast), "cast_launch_us": round(float(k.cast_launch_s) * 1e6, 3),
+                "held_out_mape": round(self.held_out_mape, 4),
+                "samples": self.train_rows + self.test_rows}
+
+
+def split_rows(count: int, seed: int, held_out: float) -> np.ndarray:
+    """True for the rows to fit on; ``held_out`` of them, drawn with ``seed``, are left out."""
+    return np.random.default_rng(seed).random(count) >= held_out
+
+
+def fit_gemm(m, n, k, seconds, peak: float, bandwidth: float, units: int, element_bytes: float,
+             cast: bool = False, cast_launch_s: float = 0.0, seed: int = 0, held_out: float = 0.5) -> GemmCalibration:
+    """Fit ``GemmKernel`` to measured GEMMs (M, N, K, seconds) at one precision.
+
+    ``element_bytes`` is the size of an input and weight element (2 for bf16, 1 for fp8), outputs
+    are bf16; ``cast`` says the timings include kernels that quantize the activations, whose own
+    fixed cost (measured apart) is ``cast_launch_s``.
+    """
+    from scipy.optimize import least_squares
+
+    m, n, k, t = (np.asarray(x, dtype=float) for x in (m, n, k, seconds))
+    if not (len(m) == len(n) == len(k) == len(t)) or len(t) < 20:
+        raise SpecError(f"GEMM timings need at least 20 rows with m, n, k and seconds, has {len(t)}")
+    if not all(np.all(np.isfinite(x)) and np.all(x > 0) for x in (m, n, k, t)):
+        raise SpecError("GEMM timings need positive finite m, n, k and seconds")
+    train = split_rows(len(t), seed, held_out)
+    sigmoid = lambda v: 1.0 / (1.0 + np.exp(-v))                                  # noqa: E731
+
+    def unpack(x) -> GemmKernel:
+        return GemmKernel(peak=peak, bandwidth=bandwidth, compute_fraction=float(sigmoid(x[0])),
+                          memory_fraction=float(sigmoid(x[1])), launch_s=float(np.exp(x[2])),
+                          sharpness=float(1.0 + np.exp(x[3])), tile_overhead=float(np.exp(x[4])),
+                          units=int(units), cast=float(cast), cast_launch_s=float(cast_launch_s) if cast else 0.0,
+                          source="fitted")
+
+    def predict(kernel, rows):
+        return kernel.time(m[rows], n[rows], k[rows], element_bytes, element_bytes, 2.0)
+
+    def residuals(x):
+        return predict(unpack(x), train) / t[train] - 1.0
+
+    # Start: 80% of the peak and of HBM, 5 us launch, p = 3, tile overhead 8 elements.
+    x0 = np.array([np.log(4.0), np.log(4.0), np.log(5e-6), np.log(2.0), np.log(8.0)])
+    fitted = unpack(least_squares(residuals, x0, loss="soft_l1", f_scale=0.1).x)
+    error = np.abs(predict(fitted, ~train) / t[~train] - 1.0)
+    return GemmCalibration(fitted, float(error.mean()), float(np.quantile(error, 0.9)), int(train.sum()),
+                           int((~train).sum()))

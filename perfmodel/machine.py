@@ -16,6 +16,7 @@ from hardware_db.loader import Database, MemoryTier
 from hardware_db.schema import PRECISIONS, Accelerator, System
 
 from .collectives import COLLECTIVES, FittedCollectives, Topology
+from .kernels import GemmKernel
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,28 @@ class Machine:
     cloud_usd_per_hour: float | None
     constants: dict[str, float]
     scale_up_domain: int = 1              # devices joined by the largest scale-up (or in-package) level
+    gemm_kernels: dict[str, GemmKernel] | None = None   # GEMM cost by precision (fitted or datasheet)
+
+    def gemm_kernel(self, precision) -> GemmKernel:
+        """The GEMM kernel model at ``precision``, a name or an array of PRECISIONS codes (one per
+        plan: the parameters become arrays that broadcast with the plan's shapes)."""
+        if isinstance(precision, str):
+            self.flops(precision)
+            return self.gemm_kernels[precision]
+        code = np.asarray(precision)
+        table = [self.gemm_kernels.get(p) for p in PRECISIONS]
+        have = [k for k in table if k is not None]
+        if np.ndim(code) == 0 or len(np.unique(code)) == 1:
+            return self.gemm_kernel(PRECISIONS[int(np.ravel(code)[0])])
+
+        def column(field):
+            return np.array([getattr(k, field) if k is not None else np.nan for k in table], dtype=float)[code]
+        first = have[0]
+        return GemmKernel(peak=column("peak"), bandwidth=first.bandwidth, compute_fraction=column("compute_fraction"),
+                          memory_fraction=column("memory_fraction"), launch_s=column("launch_s"),
+                          sharpness=column("sharpness"), tile_overhead=column("tile_overhead"),
+                          units=first.units, cast=column("cast"), cast_launch_s=column("cast_launch_s"),
+                          source=first.source)
 
     def flops(self, precision: str) -> float:
         """Achievable FLOP/s at ``precision`` (an unsupported precision is an error)."""
@@ -107,8 +130,10 @@ def build_machine(db: Database, system_name: str, devices: int | None = None) ->
     # Large-GEMM microbenchmarks overstate what GEMMs reach inside a framework's step (launch
     # gaps, shapes, power capping): one factor, fitted on Narayanan et al. 2021 Table 1 only.
     in_framework = constants.get("framework-gemm-efficiency", 1.0)
-    achievable = {p: acc.peak_flops[p] * matmul_fraction(cal.matmul_fraction, default.matmul_fraction, p)
-                  * in_framework for p in acc.peak_flops}
+    kernels = {p: gemm_kernel(acc.peak_flops[p], acc.hbm_bytes_per_s, cal, default, p, in_framework)
+               for p in acc.peak_flops}
+    # Full-tile GEMM rate: the fitted kernel's, else the measured large-GEMM fraction's.
+    achievable = {p: acc.peak_flops[p] * k.compute_fraction for p, k in kernels.items()}
     host_link = db.link(acc.host_link).bytes_per_s if acc.host_link else 0.0
     idle = acc.idle_w if acc.idle_w is not None else acc.tdp_w * constants.get("idle-power-fraction", 0.0)
     overhead = (system.node_overhead_w or 0.0) / per_node
@@ -124,7 +149,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None) ->
         hbm_bytes=acc.hbm_bytes, hbm_bytes_per_s=acc.hbm_bytes_per_s * (cal.hbm_fraction or 1.0),
         host_bytes_per_s=host_link, tdp_w=acc.tdp_w, idle_w=idle, overhead_w_per_device=overhead,
         price_usd_per_device=price, cloud_usd_per_hour=acc.cloud_usd_per_hour, constants=constants,
-        scale_up_domain=domain)
+        scale_up_domain=domain, gemm_kernels=kernels)
 
 
 NEAREST = {"fp16": ("bf16",), "bf16": ("fp16",), "int8": ("fp8", "bf16"), "fp8": ("int8", "bf16"),
@@ -141,3 +166,20 @@ def matmul_fraction(own: dict, default: dict, precision: str) -> float:
             if p in table:
                 return table[p]
     raise UnsupportedPrecisionError(f"no matmul_fraction for {precision} in the calibration data")
+
+
+def gemm_kernel(peak: float, hbm_bytes_per_s: float, cal, default, precision: str, in_framework: float) -> GemmKernel:
+    """The GEMM kernel model of a device at ``precision``: fitted on measured GEMMs at this
+    precision or its nearest fitted one (calibration.yaml ``gemm``), else the plain roofline at
+    the measured large-GEMM and HBM fractions. ``in_framework`` scales the compute rate either way
+    (framework-gemm-efficiency, fitted on Narayanan et al. 2021 Table 1)."""
+    for p in (precision, *NEAREST.get(precision, ("bf16",))):
+        fit = cal.gemm.get(p)
+        if fit is not None:
+            return GemmKernel(peak=peak, bandwidth=hbm_bytes_per_s, compute_fraction=fit.compute_fraction * in_framework,
+                              memory_fraction=fit.memory_fraction, launch_s=fit.launch_us, sharpness=fit.sharpness,
+                              tile_overhead=fit.tile_overhead, units=fit.units, cast=float(fit.cast),
+                              cast_launch_s=fit.cast_launch_us, source="fitted")
+    return GemmKernel(peak=peak, bandwidth=hbm_bytes_per_s,
+                      compute_fraction=matmul_fraction(cal.matmul_fraction, default.matmul_fraction, precision)
+                      * in_framework, memory_fraction=cal.hbm_fraction or 1.0)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .kernels import GemmKernel
 from .layout import Layout
 from .model import TransformerSpec
 
@@ -24,6 +25,17 @@ def roofline(flops, bytes_moved, flops_per_s, bytes_per_s):
     t_compute = np.asarray(flops, dtype=float) / flops_per_s
     t_memory = np.asarray(bytes_moved, dtype=float) / bytes_per_s
     return np.maximum(t_compute, t_memory), t_compute >= t_memory
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """One GEMM kernel of an operator: ``m`` rows (tokens) x ``k`` by ``k`` x ``n`` weights, run
+    for ``groups`` experts at once (a grouped GEMM)."""
+
+    m: object
+    n: object
+    k: object
+    groups: object = 1.0
 
 
 @dataclass(frozen=True)
@@ -40,6 +52,8 @@ class Op:
     bytes: np.ndarray
     unit: str
     balanced_flops: np.ndarray | None = None   # with balanced routing (the experts on the busiest device differ)
+    gemms: tuple[Gemm, ...] = ()               # its kernels' shapes, for the shape-aware kernel model
+    element_bytes: tuple = (2.0, 2.0, 2.0)     # input, weight and output bytes per element of those kernels
 
     @property
     def gemm(self) -> bool:
@@ -53,45 +67,61 @@ class Op:
 
 @dataclass(frozen=True)
 class OpTimes:
-    """Roofline time of a list of operators on one device, per operator and in total (seconds)."""
+    """Time of a list of operators on one device, per operator and in total (seconds): forward,
+    and the backward pass a training step adds."""
 
     total: np.ndarray
     seconds: dict[str, np.ndarray]
     compute_bound: dict[str, np.ndarray]
     flops: dict[str, np.ndarray]        # on this (the busiest) device
     mean_flops: np.ndarray              # the average device's GEMM and attention FLOPs
+    backward: dict[str, np.ndarray]     # each operator's backward pass
+    backward_total: np.ndarray
 
     def scaled(self, k) -> "OpTimes":
         """The same operators run ``k`` times (layers, microbatches)."""
         return OpTimes(self.total * k, {n: t * k for n, t in self.seconds.items()}, self.compute_bound,
-                       {n: f * k for n, f in self.flops.items()}, self.mean_flops * k)
+                       {n: f * k for n, f in self.flops.items()}, self.mean_flops * k,
+                       {n: t * k for n, t in self.backward.items()}, self.backward_total * k)
 
 
-def ops_time(ops: list[Op], rates: dict, bytes_per_s: float) -> OpTimes:
-    """Each operator's roofline time on one device, and their sum (one op after another).
+def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel | None = None) -> OpTimes:
+    """Each operator's time on one device, and their sum (one op after another).
 
-    ``rates`` maps an operator's unit ("gemm", "attention", "vector") to achievable FLOP/s.
+    ``rates`` maps an operator's unit ("gemm", "attention", "vector") to achievable FLOP/s. With a
+    ``kernel``, operators that list their GEMMs take the kernel model's time for each of them
+    (perfmodel.kernels), and their backward pass that of the data-gradient (m x n by n x k) and
+    weight-gradient (k x m by m x n) GEMMs; every other operator is a roofline, and its backward
+    twice its forward (Narayanan et al. 2021 Sec. 5.1).
     """
-    seconds, bound, flops = {}, {}, {}
-    total, mean = 0.0, 0.0
+    seconds, bound, flops, backward = {}, {}, {}, {}
+    total, mean, back = 0.0, 0.0, 0.0
     for op in ops:
         t, cb = roofline(op.flops, op.bytes, rates[op.unit], bytes_per_s)
-        seconds[op.name], bound[op.name], flops[op.name] = t, cb, op.flops
-        total = total + t
+        b = 2.0 * t
+        if kernel is not None and op.gemms:
+            x, w, y = op.element_bytes
+            t = sum(kernel.time(g.m, g.n, g.k, x, w, y, g.groups) for g in op.gemms)
+            b = sum(kernel.time(g.m, g.k, g.n, y, w, x, g.groups) + kernel.time(g.k, g.n, g.m, x, y, w, g.groups)
+                    for g in op.gemms)
+        seconds[op.name], bound[op.name], flops[op.name], backward[op.name] = t, cb, op.flops, b
+        total, back = total + t, back + b
         if op.gemm:
             mean = mean + op.mean_flops
-    return OpTimes(total, seconds, bound, flops, mean)
+    return OpTimes(total, seconds, bound, flops, mean, backward, back)
 
 
 def merge(*parts: OpTimes) -> OpTimes:
     """Operator times of several op lists on one device, summed by operator name."""
-    seconds, bound, flops = {}, {}, {}
+    seconds, bound, flops, backward = {}, {}, {}, {}
     for part in parts:
         for k, v in part.seconds.items():
             seconds[k] = seconds.get(k, 0.0) + v
             flops[k] = flops.get(k, 0.0) + part.flops[k]
+            backward[k] = backward.get(k, 0.0) + part.backward[k]
             bound[k] = part.compute_bound[k]
-    return OpTimes(sum(p.total for p in parts), seconds, bound, flops, sum(p.mean_flops for p in parts))
+    return OpTimes(sum(p.total for p in parts), seconds, bound, flops, sum(p.mean_flops for p in parts),
+                   backward, sum(p.backward_total for p in parts))
 
 
 def kv_width_per_device(spec: TransformerSpec, tp):
@@ -126,18 +156,30 @@ def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight
     norm_shard = np.where(np.asarray(sp, dtype=bool), t, 1.0)
     ops: list[Op] = []
 
-    def gemm(name, params, tokens_in, width_in, width_out):
+    sizes = (act_bytes, weight_bytes, act_bytes)
+
+    def gemm(name, params, tokens_in, width_in, width_out, kernels=None):
         # 2 FLOP per multiply-add; bytes: weights once, input and output activations once.
+        # ``kernels``: (k, n) of each GEMM the operator launches (default: one, width_in deep).
         flops = 2.0 * tokens_in * params
         moved = params * weight_bytes + tokens_in * (width_in + width_out) * act_bytes
-        ops.append(Op(name, flops, moved, "gemm"))
+        shapes = kernels or ((width_in, params / width_in),)
+        ops.append(Op(name, flops, moved, "gemm", gemms=tuple(Gemm(tokens_in, nn, kk) for kk, nn in shapes),
+                      element_bytes=sizes))
 
     attn_params = spec.attention_params / t
     q_w = spec.num_heads * (spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim if spec.mla else spec.dim_head)
     out_w = spec.num_heads * (spec.mla.v_head_dim if spec.mla else spec.dim_head)
     kv_w = kv_width_per_device(spec, t)
     proj_params = out_w * h / t
-    gemm("qkv projection", attn_params - proj_params, n, h, q_w / t + kv_w)
+    qkv_kernels = None
+    if spec.mla:  # down-projections of q and kv (one fused GEMM), then the up-projections
+        m = spec.mla
+        down = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim
+        qkv_kernels = ((h, down / t), (m.kv_lora_rank, spec.num_heads * (m.qk_nope_head_dim + m.v_head_dim) / t))
+        if m.q_lora_rank:
+            qkv_kernels += ((m.q_lora_rank, q_w / t),)
+    gemm("qkv projection", attn_params - proj_params, n, h, q_w / t + kv_w, qkv_kernels)
     # Attention core: Q K^T and scores x V, 2 x 2 x context x width FLOPs per token (PaLM App. B).
     width = spec.attention_width
     if spec.mla and decode:
@@ -155,7 +197,8 @@ def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight
         m = spec.moe
         # The router runs on each rank's sequence shard (Megatron-Core runs MoE with TP sequence-parallel).
         ops.append(Op("router", 2.0 * n / t * spec.router_params, spec.router_params * weight_bytes
-                      + n / t * h * act_bytes, "gemm"))
+                      + n / t * h * act_bytes, "gemm", gemms=(Gemm(n / t, spec.router_params / h, h),),
+                      element_bytes=(act_bytes, 2.0, 4.0)))
         held = layout.expert_slots(spec)
         read = held if experts_read is None else np.minimum(experts_read, held)
         rows = layout.expert_rows(n, m.top_k)                 # balanced routing
@@ -165,11 +208,22 @@ def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight
         flops = 2.0 * busiest * routed_params + 2.0 * n * shared_params
         moved = (read * routed_params + shared_params) * weight_bytes \
             + (busiest + n * m.num_shared_experts) * 2 * h * act_bytes
-        ops.append(Op("experts", flops, moved, "gemm", 2.0 * rows * routed_params + 2.0 * n * shared_params))
+        # Routed experts as grouped GEMMs (up/gate then down) over the experts this device reads,
+        # each with its share of the busiest device's rows; shared experts as dense GEMMs.
+        f_e = m.expert_ffn_hidden_size / layout.etp
+        up = (2.0 if spec.mlp == "gated" else 1.0) * f_e
+        per_expert = busiest / np.maximum(read, 1e-9)
+        kernels = (Gemm(per_expert, up, h, read), Gemm(per_expert, h, f_e, read))
+        if m.num_shared_experts:
+            f_s = m.num_shared_experts * m.expert_ffn_hidden_size / t
+            kernels += (Gemm(n, f_s * up / f_e, h), Gemm(n, h, f_s))
+        ops.append(Op("experts", flops, moved, "gemm", 2.0 * rows * routed_params + 2.0 * n * shared_params,
+                      gemms=kernels, element_bytes=sizes))
         f_tokens = busiest * m.expert_ffn_hidden_size / layout.etp \
             + n * m.num_shared_experts * m.expert_ffn_hidden_size / t
     else:
-        gemm("mlp", spec.dense_mlp_params / t, n, h, h)
+        f = spec.ffn_hidden_size / t
+        gemm("mlp", spec.dense_mlp_params / t, n, h, h, ((h, (2.0 if spec.mlp == "gated" else 1.0) * f), (f, h)))
         f_tokens = n * spec.ffn_hidden_size / t
     # Elementwise: two norms and two residual adds (read + write h each) and the activation
     # function (gated: read gate and up, write product; plain: read and write) - memory bound.
@@ -187,7 +241,8 @@ def lm_head_ops(spec: TransformerSpec, tokens, tp, weight_bytes=2.0, act_bytes=2
     n = np.asarray(tokens, dtype=float)
     params = spec.vocab_size * spec.hidden_size / t
     ops = [Op("lm head", 2.0 * n * params, params * weight_bytes + n * (spec.hidden_size + spec.vocab_size / t)
-              * act_bytes, "gemm")]
+              * act_bytes, "gemm", gemms=(Gemm(n, spec.vocab_size / t, spec.hidden_size),),
+              element_bytes=(act_bytes, weight_bytes, act_bytes))]
     if with_loss:
         # Softmax cross-entropy over fp32 logits: ~5 FLOP per logit (max, exp, sum, log, gradient);
         # the logits are read, exponentiated and written back as gradients: 3 passes of 4 bytes.
@@ -202,8 +257,10 @@ def mtp_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, act_byte
     n = np.asarray(tokens, dtype=float)
     h, t = spec.hidden_size, layout.tp
     proj = 2 * h * h / t
-    ops = [Op("projection", 2.0 * n * proj, proj * 2.0 + n * 3 * h * act_bytes, "gemm")]
+    ops = [Op("projection", 2.0 * n * proj, proj * 2.0 + n * 3 * h * act_bytes, "gemm",
+              gemms=(Gemm(n, h / t, 2 * h),), element_bytes=(act_bytes, 2.0, act_bytes))]
     ops += layer_ops(spec, n, context, layout, sp, act_bytes=act_bytes, moe_layer=spec.moe is not None,
                      imbalance=imbalance, flash=flash)
     ops += lm_head_ops(spec, n, t, act_bytes=act_bytes)
-    return [Op(f"mtp {op.name}", op.flops, op.bytes, op.unit, op.balanced_flops) for op in ops]
+    return [Op(f"mtp {op.name}", op.flops, op.bytes, op.unit, op.balanced_flops, op.gemms, op.element_bytes)
+            for op in ops]

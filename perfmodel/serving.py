@@ -93,6 +93,7 @@ class Instance:
     layout: Layout
     quant: QuantScheme
     rates: dict
+    kernel: object                 # GEMM kernel model at the GEMM precision (perfmodel.kernels)
     batch: np.ndarray              # sequences per instance
     local_batch: np.ndarray        # sequences per attention data-parallel rank
     layers: np.ndarray             # layers of the last (fullest) stage: ceil(L / pp)
@@ -137,7 +138,8 @@ def _instance(spec: TransformerSpec, machine: Machine, plan: ServePlan) -> Insta
     batch = np.maximum(np.asarray(plan.batch, dtype=float), 1.0)
     given = np.asarray(plan.moe_imbalance, dtype=float)
     return Instance(
-        layout=Layout(tp=tp, dp=dpa, pp=pp, ep=ep, etp=tp * dpa / ep), quant=quant, rates=rates, batch=batch,
+        layout=Layout(tp=tp, dp=dpa, pp=pp, ep=ep, etp=tp * dpa / ep), quant=quant, rates=rates,
+        kernel=machine.gemm_kernel(quant.gemm_precision).fused(), batch=batch,
         # Each attention DP rank serves batch / dp_attention sequences; experts see every rank's tokens.
         local_batch=batch / dpa, layers=np.ceil(spec.num_layers / pp),
         moe_frac=spec.moe_layers / spec.num_layers if spec.moe else 0.0,
@@ -153,7 +155,7 @@ def _phase(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local
     bw = machine.hbm_bytes_per_s
     kw = dict(sp=True, weight_bytes=q.weight_bytes, act_bytes=q.activation_bytes, flash=True, decode=decode,
               kv_bytes=q.kv_bytes)
-    parts = [ops_time(layer_ops(spec, tokens_local, context, lay, **kw), inst.rates, bw)
+    parts = [ops_time(layer_ops(spec, tokens_local, context, lay, **kw), inst.rates, bw, inst.kernel)
              .scaled(inst.layers * (1 - inst.moe_frac))] if spec.dense_layers else []
     if spec.moe:
         # Each of an EP rank's experts is hit with the same probability as any expert, by the
@@ -161,10 +163,10 @@ def _phase(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local
         read = lay.expert_slots(spec) * distinct_experts(spec.moe.num_experts, spec.moe.top_k,
                                                           tokens_local * lay.dp / lay.edp) / spec.moe.num_experts
         parts.append(ops_time(layer_ops(spec, tokens_local, context, lay, moe_layer=True, imbalance=inst.imbalance,
-                                        experts_read=read, **kw), inst.rates, bw).scaled(inst.layers * inst.moe_frac))
+                                        experts_read=read, **kw), inst.rates, bw, inst.kernel).scaled(inst.layers * inst.moe_frac))
     # Logits of the last position only, on the last stage.
     head = ops_time(lm_head_ops(spec, inst.local_batch, lay.tp, q.weight_bytes, q.activation_bytes,
-                                with_loss=False), inst.rates, bw).scaled(1.0 / lay.pp)
+                                with_loss=False), inst.rates, bw, inst.kernel).scaled(1.0 / lay.pp)
     ops = merge(*parts, head)
     act = tokens_local * h * 2.0
     tp = inst.layers * 2.0 * topo.all_reduce(act, lay.tp_group.stride, lay.tp_group.size)

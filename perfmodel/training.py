@@ -194,7 +194,7 @@ class Compute:
 
     forward: OpTimes               # one forward pass of the stage's layers and the LM head
     recompute_s: np.ndarray
-    per_micro_s: np.ndarray        # forward + backward (2 x forward) + recompute
+    per_micro_s: np.ndarray        # forward + backward + recompute
     model_flops: np.ndarray        # per step, all devices, the model's FLOPs as the kernels compute them
     executed_flops: np.ndarray     # the same plus what recompute executes again
 
@@ -284,18 +284,19 @@ def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: 
     microbatch on the busiest stage, and the step's FLOPs summed over every device."""
     lay, sp, flash = sh.layout, c["sp"].astype(bool), c["flash"].astype(bool)
     rates, bw = _rates(machine, c["precision"]), machine.hbm_bytes_per_s
+    kernel = machine.gemm_kernel(c["precision"])
     kw = dict(sp=sp, act_bytes=sh.gemm_input_bytes, flash=flash)
-    dense = ops_time(layer_ops(spec, sh.tokens, sh.context, lay, **kw), rates, bw)
+    dense = ops_time(layer_ops(spec, sh.tokens, sh.context, lay, **kw), rates, bw, kernel)
     parts = [dense.scaled(sh.layers * (1 - sh.moe_frac))] if spec.dense_layers else []
     moe = None
     if spec.moe:
         moe = ops_time(layer_ops(spec, sh.tokens, sh.context, lay, moe_layer=True, imbalance=sh.imbalance, **kw),
-                       rates, bw)
+                       rates, bw, kernel)
         parts.append(moe.scaled(sh.layers * sh.moe_frac))
-    head = ops_time(lm_head_ops(spec, sh.tokens, lay.tp, act_bytes=sh.gemm_input_bytes), rates, bw)
+    head = ops_time(lm_head_ops(spec, sh.tokens, lay.tp, act_bytes=sh.gemm_input_bytes), rates, bw, kernel)
     # The last stage also runs the multi-token-prediction depths (DeepSeek-V3 Sec. 2.2).
     mtp = ops_time(mtp_ops(spec, sh.tokens, sh.context, lay, sp, sh.gemm_input_bytes, sh.imbalance, flash),
-                   rates, bw).scaled(spec.mtp_layers) if spec.mtp_layers else None
+                   rates, bw, kernel).scaled(spec.mtp_layers) if spec.mtp_layers else None
     forward = merge(*parts, head, *([mtp] if mtp else []))
     recompute = c["recompute"]
     recompute_s = np.where(recompute == Recompute.FULL, sum(p.total for p in parts),
@@ -307,7 +308,7 @@ def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: 
     model_flops = per_micro * 3.0 * (layer_flops + head.mean_flops + (mtp.mean_flops if mtp else 0.0))
     again = np.where(recompute == Recompute.FULL, layer_flops,
                      np.where(recompute == Recompute.SELECTIVE, attention_flops, 0.0))
-    return Compute(forward, recompute_s, 3.0 * forward.total + recompute_s, model_flops,
+    return Compute(forward, recompute_s, forward.total + forward.backward_total + recompute_s, model_flops,
                    model_flops + per_micro * again)
 
 
@@ -400,7 +401,7 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     """
     mode = c["overlap"]
     compute = comp.per_micro_s
-    attention = 3.0 * comp.forward.seconds["attention core"]      # forward + backward of the core
+    attention = comp.forward.seconds["attention core"] + comp.forward.backward["attention core"]
     others = compute - attention
     tp_overlapped = c["tp_overlap"].astype(bool) & c["sp"].astype(bool) & (sh.layout.tp > 1)
     tp_hidden = np.where(tp_overlapped, comm.tp, 0.0)
@@ -612,7 +613,7 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
         run_time_s=run_time, run_energy_kwh=energy_per_token * work.tokens / 3.6e6,
         run_cost_usd=cost_hour * run_time / 3600.0, feasible=code == 0, binding_code=code, shortfall=shortfall,
         constraint_names=names, hbm_used_bytes=mem.hbm_used, num_microbatches=sh.num_micro,
-        operator_times={k: m * 3.0 * t for k, t in fwd.seconds.items()} if breakdown else {},
+        operator_times={k: m * (t + fwd.backward[k]) for k, t in fwd.seconds.items()} if breakdown else {},
         operator_flops={k: m * 3.0 * f for k, f in fwd.flops.items()} if breakdown else {},
         busy_fraction=busy, model_flops_per_step=np.broadcast_to(comp.model_flops, np.shape(step)),
         executed_flops_per_step=np.broadcast_to(comp.executed_flops, np.shape(step)), memory_stage=mem.stage,

@@ -83,7 +83,7 @@ def test_calibrate_cli_writes_an_entry_the_database_loads(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--device", "h100-sxm"], "give the timings with --table FILE or --from aiconfigurator"),
     (["--device", "h100-sxm", "--from", "nccl-tests"], "--from needs aiconfigurator"),
-    (["--device", "mi300x", "--from", "aiconfigurator"], "aiconfigurator has no NCCL table for mi300x"),
+    (["--device", "mi300x", "--from", "aiconfigurator"], "aiconfigurator has no tables for mi300x"),
     (["--device", "h100-sxm", "--table", "/nonexistent.csv"], "no such file"),
 ])
 def test_calibrate_cli_errors(capsys, argv, message):

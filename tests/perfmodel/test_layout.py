@@ -37,10 +37,15 @@ def test_expert_work_per_device_does_not_depend_on_ep():
 
 def test_mixtral_expert_time_is_the_same_at_every_ep(db):
     # The issue's case: 16 H100, dp 16, EP 1/2/4/8: the experts operator took 1.906/0.953/0.476/0.238 s.
+    # The work is the same at every EP; only the grouped GEMMs' tiles differ (more experts with
+    # fewer rows each at small EP), a few percent, not a factor of EP.
     spec, machine = find_model("mixtral-8x7b"), build_machine(db, "dgx-h100", 16)
-    times = [float(estimate_training(spec, machine, TrainPlan(dp=16, ep=e, zero=3, recompute="full"),
-                                     TrainWorkload(64, 4096)).operator_times["experts"]) for e in (1, 2, 4, 8)]
-    assert max(times) == pytest.approx(min(times), rel=1e-9)
+    runs = [estimate_training(spec, machine, TrainPlan(dp=16, ep=e, zero=3, recompute="full"), TrainWorkload(64, 4096))
+            for e in (1, 2, 4, 8)]
+    flops = [float(r.operator_flops["experts"]) for r in runs]
+    times = [float(r.operator_times["experts"]) for r in runs]
+    assert max(flops) == pytest.approx(min(flops), rel=1e-9)
+    assert max(times) <= 1.05 * min(times)
 
 
 def test_deepseek_int8_on_four_npus_needs_the_whole_model(db):

@@ -1,0 +1,95 @@
+"""Time of one GEMM kernel from its shape: tiles, waves, a fixed launch cost and a roofline.
+
+A GEMM of M x K by K x N runs as output tiles of tm x tn spread over the device's streaming
+multiprocessors (SMs, CUs); the last wave of tiles runs partly empty (wave quantization), a
+dimension that is not a multiple of the tile wastes the rest of it (tile quantization), and small
+tiles reload their operands more often per FLOP (NVIDIA, "Matrix Multiplication Background User's
+Guide", Deep Learning Performance documentation, sections "Tile quantization" and "Wave
+quantization"). The library picks the fastest tile of a fixed set, and splits K (at most
+``MAX_SPLIT_K`` ways) when too few tiles fill the SMs, as cuBLAS's split-K kernels do. Time:
+
+    launch + (compute^p + memory^p)^(1/p) + cast
+
+    compute = waves x units x tm x tn x 2 K / split / (peak x compute_fraction x tile_efficiency)
+    tile_efficiency = 1 / (1 + tile_overhead x (1/tm + 1/tn))     (operand bytes per FLOP of a tile)
+    memory  = (M K in_bytes + K N weight_bytes + M N out_bytes) / (bandwidth x memory_fraction)
+    cast    = M K x 3 bytes / (bandwidth x memory_fraction) when the plan quantizes its activations
+              to 8 bits in a kernel of its own (read bf16, write fp8)
+
+p (``sharpness``) blends the two roofline terms (p -> infinity is Williams et al. 2009's max).
+The parameters are fitted per device and precision on measured GEMM timings by ``perfmodel
+calibrate gemm``; a device without measurements runs the plain roofline (no launch, no tiles,
+p = infinity) at its datasheet-derived fractions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+# Output tile shapes (rows x columns) of Ampere/Hopper CUTLASS and cuBLAS GEMM kernels.
+TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (64, 128), (128, 64), (64, 64), (128, 32), (64, 32))
+MAX_SPLIT_K = 4            # split-K ways the libraries use for short, deep GEMMs
+SPLIT_K_DEPTH = 256        # no split leaves fewer than this many K elements per split
+
+
+@dataclass(frozen=True)
+class GemmKernel:
+    """Fitted (or datasheet) GEMM parameters of one device at one precision; fields may be arrays
+    (one value per plan) so that plans of different precisions evaluate in one call.
+
+    ``units`` 0 turns tile and wave quantization off (a device whose SM count is not in the fit).
+    """
+
+    peak: object                    # dense peak, FLOP/s
+    bandwidth: object               # HBM peak, bytes/s
+    compute_fraction: object        # of the peak, for full tiles in full waves
+    memory_fraction: object         # of the HBM peak
+    launch_s: object = 0.0          # fixed cost per kernel, s
+    sharpness: object = np.inf      # p of the blended roofline
+    tile_overhead: object = 0.0     # tile_efficiency's constant (elements)
+    units: int = 0                  # SMs / CUs; 0: no tile or wave quantization
+    cast: object = 0.0              # 1: an activation-quantization kernel precedes the GEMM
+    cast_launch_s: object = 0.0     # the part of launch_s that is the quantization kernels' own
+    source: str = "datasheet"       # "fitted" or "datasheet"
+
+    def fused(self) -> "GemmKernel":
+        """The kernel with its activation quantization fused into the preceding kernel, as serving
+        engines run W8A8 with static scales (the norm or activation writes fp8): no cast kernels."""
+        return replace(self, launch_s=self.launch_s - self.cast * self.cast_launch_s, cast=0.0)
+
+    def time(self, m, n, k, in_bytes=2.0, weight_bytes=2.0, out_bytes=2.0, groups=1.0):
+        """Seconds of ``groups`` independent M x K x N GEMMs launched as one (grouped) kernel.
+
+        Rows ``m`` may be fractional (an average over experts); a group with no rows still reads
+        nothing and costs nothing but the launch.
+        """
+        m, n, k, g = (np.asarray(x, dtype=float) for x in (m, n, k, groups))
+        compute = self._compute(m, n, k, g)
+        memory = g * (m * k * in_bytes + k * n * weight_bytes + m * n * out_bytes) \
+            / (self.bandwidth * self.memory_fraction)
+        p = np.asarray(self.sharpness, dtype=float)
+        # Blended roofline; p = inf is the max. Scaled by the larger term so that powers stay finite.
+        big = np.maximum(np.maximum(compute, memory), 1e-30)
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            blended = np.where(np.isinf(p), big, big * ((compute / big) ** p + (memory / big) ** p) ** (1.0 / p))
+        cast = self.cast * g * m * k * 3.0 / (self.bandwidth * self.memory_fraction)
+        return self.launch_s + blended + cast
+
+    def _compute(self, m, n, k, g):
+        rate = self.peak * self.compute_fraction
+        if not self.units:
+            return 2.0 * g * m * n * k / rate
+        units = float(self.units)
+        best = None
+        rows = np.ceil(np.maximum(m, 1e-9))       # a partly filled row still occupies its tile
+        for tm, tn in TILES:
+            tiles = g * np.ceil(rows / tm) * np.ceil(n / tn)
+            split = np.clip(np.floor(units / tiles), 1.0, np.clip(np.floor(k / SPLIT_K_DEPTH), 1.0, MAX_SPLIT_K))
+            waves = np.ceil(tiles * split / units)
+            efficiency = 1.0 / (1.0 + self.tile_overhead * (1.0 / tm + 1.0 / tn))
+            t = waves * units * tm * tn * 2.0 * k / split / (rate * efficiency)
+            best = t if best is None else np.minimum(best, t)
+        # Rows below one (an expert that is sometimes hit) cost that share of one row's tile.
+        return best * np.where(m < 1.0, np.maximum(m, 0.0), 1.0)
