@@ -81,6 +81,10 @@ class GemmKernel:
         rate = self.peak * self.compute_fraction
         if not self.units:
             return 2.0 * g * m * n * k / rate
+        return _on_distinct(self._tiled_flops, m, n, k, g, self.tile_overhead) / rate
+
+    def _tiled_flops(self, m, n, k, g, tile_overhead):
+        """FLOPs the fastest tile executes, waste and small-tile overhead included."""
         units = float(self.units)
         best = None
         rows = np.ceil(np.maximum(m, 1e-9))       # a partly filled row still occupies its tile
@@ -88,8 +92,35 @@ class GemmKernel:
             tiles = g * np.ceil(rows / tm) * np.ceil(n / tn)
             split = np.clip(np.floor(units / tiles), 1.0, np.clip(np.floor(k / SPLIT_K_DEPTH), 1.0, MAX_SPLIT_K))
             waves = np.ceil(tiles * split / units)
-            efficiency = 1.0 / (1.0 + self.tile_overhead * (1.0 / tm + 1.0 / tn))
-            t = waves * units * tm * tn * 2.0 * k / split / (rate * efficiency)
+            efficiency = 1.0 / (1.0 + tile_overhead * (1.0 / tm + 1.0 / tn))
+            t = waves * units * tm * tn * 2.0 * k / split / efficiency
             best = t if best is None else np.minimum(best, t)
         # Rows below one (an expert that is sometimes hit) cost that share of one row's tile.
         return best * np.where(m < 1.0, np.maximum(m, 0.0), 1.0)
+
+
+def distinct_rows(*args, least: int = 4096):
+    """(first, inverse) such that row i of the broadcast 1-D arguments equals row first[inverse[i]],
+    or None when there are fewer than ``least`` rows or the grouping fails its check. A search's
+    million plans share a few dozen shapes: evaluating those once is exact and much faster. Rows
+    are grouped by a hash of their values and every row is checked equal to its representative."""
+    cols = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in args))
+    if cols[0].ndim != 1 or cols[0].size < least:
+        return None
+    key = cols[0].copy()
+    for i, c in enumerate(cols[1:], start=1):
+        key = key * (1.0 + 0.6180339887 * i) + c * (3.1415926535 + i)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if not all(np.array_equal(c[first][inverse], c) for c in cols):
+        return None
+    return first, inverse
+
+
+def _on_distinct(fn, *args):
+    """``fn(*args)`` evaluated once per distinct row of the broadcast arguments."""
+    rows = distinct_rows(*args)
+    if rows is None:
+        return fn(*args)
+    first, inverse = rows
+    cols = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in args))
+    return fn(*(c[first] for c in cols))[inverse]

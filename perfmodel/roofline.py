@@ -78,6 +78,13 @@ class OpTimes:
     backward: dict[str, np.ndarray]     # each operator's backward pass
     backward_total: np.ndarray
 
+    def take(self, rows) -> "OpTimes":
+        """The operator times of the plans at indices ``rows``."""
+        pick = lambda v: np.broadcast_to(v, np.shape(rows))[...] if np.ndim(v) == 0 else np.asarray(v)[rows]  # noqa: E731
+        each = lambda d: {n: pick(v) for n, v in d.items()}                                         # noqa: E731
+        return OpTimes(pick(self.total), each(self.seconds), each(self.compute_bound), each(self.flops),
+                       pick(self.mean_flops), each(self.backward), pick(self.backward_total))
+
     def scaled(self, k) -> "OpTimes":
         """The same operators run ``k`` times (layers, microbatches)."""
         return OpTimes(self.total * k, {n: t * k for n, t in self.seconds.items()}, self.compute_bound,

@@ -40,6 +40,7 @@ from .memory import (ADAM_STATE_BYTES, GRAD_BYTES, WEIGHT_BYTES, activation_byte
 from .model import TransformerSpec
 from .plan import OVERLAP, PLACES, RECOMPUTE, Overlap, Place, Recompute
 from .power import device_power_w, run_cost
+from .kernels import distinct_rows
 from .roofline import OpTimes, layer_ops, lm_head_ops, merge, mtp_ops, ops_time
 
 ATTENTION = ("flash", "standard")   # fused causal FlashAttention, or the 2021 kernels writing the s x s scores
@@ -279,24 +280,41 @@ def _rates(machine: Machine, precision_code) -> dict:
     return {"gemm": gemm, "attention": attention, "vector": np.inf}
 
 
+def _layer_times(spec: TransformerSpec, machine: Machine, precision, sp, flash, tokens, context, gemm_input_bytes,
+                 imbalance, tp, cp, dp, ep, etp) -> tuple:
+    """Forward and backward times of one dense layer, one MoE layer, the head and the MTP depths
+    (None where the model has none) for one microbatch on one device."""
+    lay = Layout(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp)
+    rates, bw = _rates(machine, precision), machine.hbm_bytes_per_s
+    kernel = machine.gemm_kernel(precision)
+    kw = dict(sp=sp, act_bytes=gemm_input_bytes, flash=flash)
+    dense = ops_time(layer_ops(spec, tokens, context, lay, **kw), rates, bw, kernel)
+    moe = ops_time(layer_ops(spec, tokens, context, lay, moe_layer=True, imbalance=imbalance, **kw),
+                   rates, bw, kernel) if spec.moe else None
+    head = ops_time(lm_head_ops(spec, tokens, lay.tp, act_bytes=gemm_input_bytes), rates, bw, kernel)
+    # The last stage also runs the multi-token-prediction depths (DeepSeek-V3 Sec. 2.2).
+    mtp = ops_time(mtp_ops(spec, tokens, context, lay, sp, gemm_input_bytes, imbalance, flash),
+                   rates, bw, kernel).scaled(spec.mtp_layers) if spec.mtp_layers else None
+    return dense, moe, head, mtp
+
+
 def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: TrainWorkload) -> Compute:
     """Forward, backward (2 x forward; Narayanan et al. 2021 Sec. 5.1) and recompute of one
     microbatch on the busiest stage, and the step's FLOPs summed over every device."""
     lay, sp, flash = sh.layout, c["sp"].astype(bool), c["flash"].astype(bool)
-    rates, bw = _rates(machine, c["precision"]), machine.hbm_bytes_per_s
-    kernel = machine.gemm_kernel(c["precision"])
-    kw = dict(sp=sp, act_bytes=sh.gemm_input_bytes, flash=flash)
-    dense = ops_time(layer_ops(spec, sh.tokens, sh.context, lay, **kw), rates, bw, kernel)
+    inputs = (c["precision"], sp, flash, sh.tokens, sh.context, sh.gemm_input_bytes, sh.imbalance,
+              lay.tp, lay.cp, lay.dp, lay.ep, lay.etp)
+    rows = distinct_rows(*inputs)
+    if rows is None:
+        dense, moe, head, mtp = _layer_times(spec, machine, *inputs)
+    else:  # the plans' few distinct layer shapes, evaluated once each
+        first, inverse = rows
+        picked = [np.broadcast_to(np.asarray(x), inverse.shape)[first] for x in inputs]
+        dense, moe, head, mtp = (t.take(inverse) if t is not None else None
+                                 for t in _layer_times(spec, machine, *picked))
     parts = [dense.scaled(sh.layers * (1 - sh.moe_frac))] if spec.dense_layers else []
-    moe = None
-    if spec.moe:
-        moe = ops_time(layer_ops(spec, sh.tokens, sh.context, lay, moe_layer=True, imbalance=sh.imbalance, **kw),
-                       rates, bw, kernel)
+    if moe is not None:
         parts.append(moe.scaled(sh.layers * sh.moe_frac))
-    head = ops_time(lm_head_ops(spec, sh.tokens, lay.tp, act_bytes=sh.gemm_input_bytes), rates, bw, kernel)
-    # The last stage also runs the multi-token-prediction depths (DeepSeek-V3 Sec. 2.2).
-    mtp = ops_time(mtp_ops(spec, sh.tokens, sh.context, lay, sp, sh.gemm_input_bytes, sh.imbalance, flash),
-                   rates, bw, kernel).scaled(spec.mtp_layers) if spec.mtp_layers else None
     forward = merge(*parts, head, *([mtp] if mtp else []))
     recompute = c["recompute"]
     recompute_s = np.where(recompute == Recompute.FULL, sum(p.total for p in parts),
