@@ -321,7 +321,11 @@ def estimate_train(spec, machine, plan, work, json_out: bool) -> None:
                   f"ep {plan.ep}, micro-batch {plan.micro_batch}, zero {plan.zero}, recompute {plan.recompute}, "
                   f"sp {'on' if plan.sp else 'off'}, {plan.precision}", markup=False)
     run = report["run"]
-    rows = [("step time", _seconds(report["step_time_s"])), ("tokens/s", fmt(report["tokens_per_s"])),
+    low, high = report["step_time_range_s"]
+    rows = [("step time", f"{_seconds(report['step_time_s'])} (range {_seconds(low)}-{_seconds(high)}; constants: "
+                          f"GEMM {report['constants_from']['gemm']}, collectives "
+                          f"{report['constants_from']['collectives']})"),
+            ("tokens/s", fmt(report["tokens_per_s"])),
             ("MFU", f"{report['mfu']:.1%}"), ("HFU", f"{report['hfu']:.1%}"),
             ("microbatches per step", fmt(report["microbatches"])),
             ("power per device (with node share)", f"{fmt(report['power_per_device_w'])} W"),
@@ -464,7 +468,8 @@ def _plans_table(title: str, plans: list[dict], cost_label: str) -> Table:
                          overflow="fold" if col == "plan" else "ellipsis")
     for i, p in enumerate(plans, start=1):
         cost = p["run_cost_usd"] if p["run_cost_usd"] else p["cost_per_million_tokens_usd"]
-        table.add_row(str(i), f"{p['devices']:,} x {p['system']}", _plan_text(p["plan"]), _seconds(p["step_time_s"]),
+        table.add_row(str(i), f"{p['devices']:,} x {p['system']}", _plan_text(p["plan"]),
+                      f"{_seconds(p['step_time_s'])} ({_seconds(p['step_time_low_s'])}-{_seconds(p['step_time_high_s'])})",
                       f"{p['mfu']:.1%}", _usd(cost), fmt(p["energy_per_token_j"]))
     return table
 
@@ -489,7 +494,8 @@ def plan_train(db, spec, pairs, work, options, json_out: bool, pareto: bool, tim
     raise_if_infeasible(result)
     if json_out:
         emit_json({"model": spec.name, "objective": options.objective, "candidates": [list(p) for p in pairs],
-                   "workload": vars(work), "best": result.best, "top": result.top,
+                   "workload": vars(work), "best": result.best, "ties": result.ties, "tie_count": result.tie_count,
+                   "top": result.top,
                    **({"pareto": result.pareto} if pareto else {}), "evidence": _evidence_json(result.evidence, timing)})
         return
     best = result.best
@@ -497,7 +503,13 @@ def plan_train(db, spec, pairs, work, options, json_out: bool, pareto: bool, tim
     console.print(f"{spec.display_name or spec.name}: {work.global_batch:,} sequences x {work.seq_len:,} tokens per "
                   f"step" + (f", {work.tokens:,.3g} tokens" if work.tokens else "") + f"; objective: {options.objective}",
                   style="bold", markup=False)
-    console.print(_plans_table("optimal plan", [best], cost_label))
+    console.print(_plans_table("optimal plan (step: prediction, low-high range)", [best], cost_label))
+    if result.tie_count:
+        shown = f", the first {len(result.ties)}" if result.tie_count > len(result.ties) else ""
+        console.print(_plans_table(f"ties: {result.tie_count:,} plans whose predicted range overlaps the optimal "
+                                   f"plan's{shown}", result.ties, cost_label))
+    else:
+        console.print("no other plan's predicted range overlaps the optimal plan's")
     console.print(_plans_table(f"top {len(result.top)} plans", result.top, cost_label))
     if pareto:
         console.print(_plans_table("Pareto front (step time, cost per token, energy per token)", result.pareto,

@@ -52,7 +52,7 @@ class GemmKernel:
     units: int = 0                  # SMs / CUs; 0: no tile or wave quantization
     cast: object = 0.0              # 1: an activation-quantization kernel precedes the GEMM
     cast_launch_s: object = 0.0     # the part of launch_s that is the quantization kernels' own
-    source: str = "datasheet"       # "fitted" or "datasheet"
+    source: str = "datasheet"       # "fitted", "datasheet" (peak x the device's measured fraction) or "default"
 
     def fused(self) -> "GemmKernel":
         """The kernel with its activation quantization fused into the preceding kernel, as serving

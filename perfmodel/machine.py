@@ -41,6 +41,16 @@ class Machine:
     constants: dict[str, float]
     scale_up_domain: int = 1              # devices joined by the largest scale-up (or in-package) level
     gemm_kernels: dict[str, GemmKernel] | None = None   # GEMM cost by precision (fitted or datasheet)
+    gemm_error: float = 0.0               # relative error of compute time: the GEMM fit's held-out MAPE
+    collective_error: float = 0.0         # relative error of a collective's time: its fit's held-out MAPE
+
+    def interval(self, total, compute, communication):
+        """(low, high) of a predicted time ``total`` (s) of which ``compute`` and ``communication``
+        are parts: each part +- its family's held-out error, and the whole +- the framework fit's
+        error, added (errors taken as fully correlated: a conservative range)."""
+        half = compute * self.gemm_error + communication * self.collective_error \
+            + total * self.constants.get("framework-fit-error", 0.0)
+        return np.maximum(total - half, 0.0), total + half
 
     def gemm_kernel(self, precision) -> GemmKernel:
         """The GEMM kernel model at ``precision``, a name or an array of PRECISIONS codes (one per
@@ -149,7 +159,10 @@ def build_machine(db: Database, system_name: str, devices: int | None = None) ->
         hbm_bytes=acc.hbm_bytes, hbm_bytes_per_s=acc.hbm_bytes_per_s * (cal.hbm_fraction or 1.0),
         host_bytes_per_s=host_link, tdp_w=acc.tdp_w, idle_w=idle, overhead_w_per_device=overhead,
         price_usd_per_device=price, cloud_usd_per_hour=acc.cloud_usd_per_hour, constants=constants,
-        scale_up_domain=domain, gemm_kernels=kernels)
+        scale_up_domain=domain, gemm_kernels=kernels,
+        gemm_error=max([f.held_out_mape for f in cal.gemm.values()] or [constants.get("unfitted-gemm-error", 0.0)]),
+        collective_error=max([constants.get("unfitted-collective-error", 0.0)]
+                             + ([float(np.mean(list(fit.held_out_mape.values())))] if fit and fit.held_out_mape else [])))
 
 
 NEAREST = {"fp16": ("bf16",), "bf16": ("fp16",), "int8": ("fp8", "bf16"), "fp8": ("int8", "bf16"),
@@ -180,6 +193,8 @@ def gemm_kernel(peak: float, hbm_bytes_per_s: float, cal, default, precision: st
                               memory_fraction=fit.memory_fraction, launch_s=fit.launch_us, sharpness=fit.sharpness,
                               tile_overhead=fit.tile_overhead, units=fit.units, cast=float(fit.cast),
                               cast_launch_s=fit.cast_launch_us, source="fitted")
+    measured = any(p in cal.matmul_fraction for p in (precision, *NEAREST.get(precision, ("bf16",))))
     return GemmKernel(peak=peak, bandwidth=hbm_bytes_per_s,
                       compute_fraction=matmul_fraction(cal.matmul_fraction, default.matmul_fraction, precision)
-                      * in_framework, memory_fraction=cal.hbm_fraction or 1.0)
+                      * in_framework, memory_fraction=cal.hbm_fraction or 1.0,
+                      source="datasheet" if measured else "default")

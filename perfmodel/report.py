@@ -68,7 +68,10 @@ def train_report(result: TrainResult, machine: Machine) -> dict[str, Any]:
         entry = tiers.setdefault(t.kind, {"used_bytes": used, "capacity_bytes": 0.0, "name": t.name})
         entry["capacity_bytes"] += t.bytes_per_device
     return {
-        "step_time_s": _f(result.step_time_s), "tokens_per_s": _f(result.tokens_per_s), "mfu": _f(result.mfu),
+        "step_time_s": _f(result.step_time_s),
+        "step_time_range_s": [_f(result.step_time_low_s), _f(result.step_time_high_s)],
+        "constants_from": {"gemm": _source(machine), "collectives": "fitted" if machine.topology.fitted else "datasheet"},
+        "tokens_per_s": _f(result.tokens_per_s), "mfu": _f(result.mfu),
         "hfu": _f(result.hfu), "microbatches": _f(result.num_microbatches),
         "time_components_s": times, "time_on_link_s": {k: _f(v) for k, v in result.link_times.items()},
         "operators_s": ops, "memory_per_device_bytes": memory, "memory_tiers": tiers,
@@ -100,3 +103,10 @@ def serve_report(result: ServeResult, machine: Machine) -> dict[str, Any]:
         "power_per_device_w": _f(result.power_w), "energy_per_token_j": _f(result.energy_per_token_j),
         "cost_per_million_tokens_usd": _f(result.cost_per_million_tokens_usd), "cost_basis": _cost_status(machine),
     }
+
+
+def _source(machine: Machine) -> str:
+    """Where the GEMM constants come from: fitted on measured kernels, measured large-GEMM
+    fractions (datasheet peak x measurement), or the cross-device default."""
+    sources = {k.source for k in (machine.gemm_kernels or {}).values()}
+    return next((s for s in ("fitted", "datasheet", "default") if s in sources), "default")

@@ -126,6 +126,8 @@ class TrainResult:
     executed_flops_per_step: np.ndarray = 0.0    # summed over devices, with recompute
     memory_stage: np.ndarray = 0                 # the pipeline stage whose memory is reported (the fullest)
     link_times: dict[str, np.ndarray] = field(default_factory=dict)     # per step, each transfer on its link
+    step_time_low_s: np.ndarray = 0.0            # prediction interval of the step (Machine.interval)
+    step_time_high_s: np.ndarray = 0.0
 
     @property
     def binding(self) -> np.ndarray:
@@ -622,6 +624,8 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     cost_mtok = cost_hour / 3600.0 / tokens_per_s * 1e6
     run_time = work.tokens / tokens_per_s if work.tokens else np.zeros_like(step)
     m = sh.num_micro
+    compute_s = (sh.num_micro + (lay.pp - 1) / v) * comp.per_micro_s + tail.optimizer
+    low, high = machine.interval(step, compute_s, np.maximum(step - compute_s, 0.0))
     components, links = ({}, {}) if not breakdown else _breakdown(m, bubble, comp, comm, tail, exposed)
     fwd = comp.forward
     return TrainResult(
@@ -635,7 +639,7 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
         operator_flops={k: m * 3.0 * f for k, f in fwd.flops.items()} if breakdown else {},
         busy_fraction=busy, model_flops_per_step=np.broadcast_to(comp.model_flops, np.shape(step)),
         executed_flops_per_step=np.broadcast_to(comp.executed_flops, np.shape(step)), memory_stage=mem.stage,
-        link_times=links)
+        link_times=links, step_time_low_s=low, step_time_high_s=high)
 
 
 def _tier_bandwidth(machine: Machine, place_code, direction: str):

@@ -102,6 +102,8 @@ class SearchResult:
     evidence: Evidence
     closest: dict | None = None         # when nothing is feasible: the plan that misses by least
     machines: dict[tuple[str, int], Machine] = field(default_factory=dict)
+    ties: list[dict] = field(default_factory=list)   # plans whose predicted range overlaps the best's
+    tie_count: int = 0
 
 
 PLAN_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "interleave", "micro_batch", "zero", "recompute", "sp", "precision",
@@ -127,7 +129,8 @@ def _table(result, cols: dict[str, np.ndarray], mask, candidate: int, machine: M
                         ("mfu", result.mfu), ("hbm_used_bytes", result.hbm_used_bytes),
                         ("power_w", result.power_w), ("energy_per_token_j", result.energy_per_token_j),
                         ("cost_per_million_tokens_usd", result.cost_per_million_tokens_usd),
-                        ("run_cost_usd", result.run_cost_usd), ("run_time_s", result.run_time_s)):
+                        ("run_cost_usd", result.run_cost_usd), ("run_time_s", result.run_time_s),
+                        ("step_time_low_s", result.step_time_low_s), ("step_time_high_s", result.step_time_high_s)):
         out[name] = np.broadcast_to(value, mask.shape)[idx].astype(float)
     out["candidate"] = np.full(len(idx), candidate)
     out["devices"] = np.full(len(idx), machine.devices)
@@ -373,10 +376,29 @@ def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[
                                    np.nan_to_num(everything.columns["cost_per_million_tokens_usd"], nan=np.inf),
                                    everything.columns["energy_per_token_j"]], axis=1))
     front = front[np.argsort(everything.columns["step_time_s"][front], kind="stable")]
+    ties = _ties(everything, objective, best_i, options.objective)
     evidence.seconds = time.perf_counter() - started
     describe = lambda i: _describe(everything.row(int(i)), candidates)  # noqa: E731
     return SearchResult(best=describe(best_i), top=[describe(i) for i in order], pareto=[describe(i) for i in front],
-                        evidence=evidence, machines=machines)
+                        evidence=evidence, machines=machines, ties=[describe(i) for i in ties[:TIES_SHOWN]],
+                        tie_count=len(ties))
+
+
+TIES_SHOWN = 10
+
+
+def _ties(table: PlanTable, objective: np.ndarray, best: int, name: str) -> np.ndarray:
+    """Plans other than the best whose objective's prediction interval overlaps the best's, by
+    objective. Time, cost and energy per token scale with the step time, so each takes the step's
+    interval as a ratio; the fewest-devices objective has no ties (a device count is exact)."""
+    if name == "devices":
+        return np.zeros(0, dtype=int)
+    c = table.columns
+    step = np.maximum(c["step_time_s"], 1e-30)
+    low, high = objective * c["step_time_low_s"] / step, objective * c["step_time_high_s"] / step
+    tied = np.flatnonzero((low <= high[best]) & np.isfinite(objective))
+    tied = tied[tied != best]
+    return tied[np.argsort(objective[tied], kind="stable")]
 
 
 def _select(table: PlanTable, objective: np.ndarray) -> int:
@@ -415,9 +437,9 @@ def _describe(row: dict, candidates) -> dict:
     plan["moe_imbalance"] = float(plan["moe_imbalance"])
     for key in ("optimizer_place", "grad_place", "param_place"):
         plan[key] = PLACES[int(plan[key])]
-    metrics = {k: float(row[k]) for k in ("step_time_s", "tokens_per_s", "mfu", "hbm_used_bytes", "power_w",
-                                          "energy_per_token_j", "cost_per_million_tokens_usd", "run_cost_usd",
-                                          "run_time_s")}
+    metrics = {k: float(row[k]) for k in ("step_time_s", "step_time_low_s", "step_time_high_s", "tokens_per_s", "mfu",
+                                          "hbm_used_bytes", "power_w", "energy_per_token_j",
+                                          "cost_per_million_tokens_usd", "run_cost_usd", "run_time_s")}
     # Unknown values (a cost without a price) are None, never NaN.
     return {"system": system, "devices": int(row["devices"]), "plan": plan,
             **{k: (v if np.isfinite(v) else None) for k, v in metrics.items()}}

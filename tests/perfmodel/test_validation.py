@@ -45,3 +45,5 @@ def test_the_calibrated_constant_is_the_fit_of_its_set(db):
     assert fit["cases"] == 10
     assert db.constant(CALIBRATED_CONSTANT) == pytest.approx(fit["value"], abs=0.005)
     assert fit["mape_after"] < fit["mape_before"]
+    # The prediction intervals carry the fit's remaining error.
+    assert db.constant("framework-fit-error") == pytest.approx(fit["mape_after"], abs=0.005)

@@ -282,7 +282,9 @@ def test_a_faster_device_or_format_never_makes_a_step_slower(db, family):
                        grad_place=offload if plan.zero >= 2 else "hbm")
         if offload != "hbm" and not any(t.kind == offload for t in machine.memory_tiers):
             return
-        slow = float(estimate_training(spec, machine, plan, work).step_time_s)
+        base = estimate_training(spec, machine, plan, work)
+        slow = float(base.step_time_s)
+        assert float(base.step_time_low_s) <= slow <= float(base.step_time_high_s)
         fast = float(estimate_training(spec, _faster(machine, compute, memory, links), plan, work).step_time_s)
         assert fast <= slow * (1 + 1e-9)
         if machine.supports("fp8"):

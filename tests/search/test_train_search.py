@@ -123,3 +123,20 @@ def test_pareto_filter_properties(points):
         elif not dominated:  # not on the front yet undominated: a duplicate of a front row
             assert any(np.array_equal(pts[i], pts[j]) for j in front)
     assert len(pareto_front(pts[front])) == len(front)
+
+
+def test_ties_are_the_plans_whose_range_overlaps_the_best(db):
+    from perfmodel.catalog import find_model
+
+    spec = find_model("llama-3.1-8b")
+    result = search_training(spec, db, [("dgx-h100", 8)], TrainWorkload(64, 4096, 1e10), SearchOptions(offload=False))
+    best = result.best
+    assert best["step_time_low_s"] <= best["step_time_s"] <= best["step_time_high_s"]
+    assert best["step_time_high_s"] > best["step_time_s"]          # a range, not a point
+    assert result.tie_count >= len(result.ties)
+    for p in result.ties:
+        assert p["step_time_low_s"] <= best["step_time_high_s"] * (1 + 1e-9)
+    if result.tie_count == len(result.ties):            # every tie is listed: the other top plans are not ties
+        for p in result.top:
+            if p != best and p not in result.ties:
+                assert p["step_time_low_s"] > best["step_time_high_s"]
