@@ -359,7 +359,11 @@ def estimate_serve(spec, machine, plan, work, json_out: bool) -> None:
     console.print(f"instance: tp {plan.tp}, pp {plan.pp}, ep {plan.ep}, dp-attention {plan.dp_attention}, "
                   f"batch {plan.batch}; weights {plan.weight_precision}, activations {plan.activation_precision}, "
                   f"kv {plan.kv_precision}", markup=False)
-    rows = [("time to first token", _seconds(report["ttft_s"])), ("time per output token", _seconds(report["tpot_s"])),
+    (tl, th), (pl, ph) = report["ttft_range_s"], report["tpot_range_s"]
+    rows = [("time to first token", f"{_seconds(report['ttft_s'])} (range {_seconds(tl)}-{_seconds(th)})"),
+            ("time per output token", f"{_seconds(report['tpot_s'])} (range {_seconds(pl)}-{_seconds(ph)}; constants: "
+                                      f"GEMM {report['constants_from']['gemm']}, collectives "
+                                      f"{report['constants_from']['collectives']})"),
             ("devices per instance", fmt(report["devices_per_instance"])),
             ("largest batch the KV cache allows", fmt(report["max_batch"])),
             ("prefill tokens/s per device", fmt(report["prefill_tokens_per_s_per_device"])),

@@ -86,6 +86,8 @@ def train_report(result: TrainResult, machine: Machine) -> dict[str, Any]:
 def serve_report(result: ServeResult, machine: Machine) -> dict[str, Any]:
     return {
         "ttft_s": _f(result.ttft_s), "tpot_s": _f(result.tpot_s),
+        "ttft_range_s": [_f(x) for x in result.ttft_range_s], "tpot_range_s": [_f(x) for x in result.tpot_range_s],
+        "constants_from": {"gemm": _source(machine), "collectives": "fitted" if machine.topology.fitted else "datasheet"},
         "devices_per_instance": _f(result.devices_per_instance), "max_batch": _f(result.max_batch),
         "prefill_tokens_per_s_per_device": _f(result.prefill_tokens_per_s_per_device),
         "decode_tokens_per_s_per_device": _f(result.decode_tokens_per_s_per_device),

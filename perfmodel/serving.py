@@ -78,6 +78,8 @@ class ServeResult:
     prefill_operator_times: dict[str, np.ndarray] = field(default_factory=dict)
     decode_operator_times: dict[str, np.ndarray] = field(default_factory=dict)
     quant: QuantScheme = QuantScheme()
+    ttft_range_s: tuple = (0.0, 0.0)      # prediction intervals (Machine.interval)
+    tpot_range_s: tuple = (0.0, 0.0)
 
 
 def distinct_experts(num_experts: int, top_k: int, tokens):
@@ -298,7 +300,10 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
         decode_tokens_per_s_per_device=decode_tps, power_w=power, energy_per_token_j=energy,
         cost_per_million_tokens_usd=cost, hbm_used_bytes=mem.used, feasible=binding == "", binding=binding,
         shortfall=shortfall, prefill_operator_times=prefill.ops.seconds, decode_operator_times=decode.ops.seconds,
-        quant=inst.quant)
+        quant=inst.quant,
+        ttft_range_s=machine.interval(ttft, pp * prefill.ops.total, np.maximum(ttft - pp * prefill.ops.total, 0.0)),
+        tpot_range_s=tuple(np.asarray(x) / per_step for x in machine.interval(
+            step_time, pp * decode.ops.total, np.maximum(step_time - pp * decode.ops.total, 0.0))))
 
 
 def kv_transfer_time(spec: TransformerSpec, prompt_tokens: float, kv_precision: str, prefill: Machine,

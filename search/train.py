@@ -173,8 +173,9 @@ def _offload_costs(spec, machine, work, cols, rows, places):
     return base.step_time_s, delta, part_bytes, fixed
 
 
-def _solve_offload(base_time, delta, part_bytes, fixed, hbm_cap, tier_caps, incumbent):
-    """One CP-SAT model: pick one plan and a tier for each of its parts, minimizing step time."""
+def _solve_offload(base_time, delta, part_bytes, fixed, hbm_cap, tier_caps, incumbent, exclude=()):
+    """One CP-SAT model: pick one plan and a tier for each of its parts, minimizing step time
+    below ``incumbent``; ``exclude`` lists (plan, tiers) choices already evaluated."""
     from ortools.sat.python import cp_model
 
     model = cp_model.CpModel()
@@ -205,9 +206,11 @@ def _solve_offload(base_time, delta, part_bytes, fixed, hbm_cap, tier_caps, incu
         terms = [int(part_bytes[i, p] // 1024 + 1) * x[i, p, t] for i in range(n) for p in range(parts) if (i, p, t) in x]
         if terms:
             model.Add(sum(terms) <= int(tier_caps[t] // 1024))
+    for i, tiers_of in exclude:
+        model.AddBoolOr([choose[i].Not()] + [x[i, p, t].Not() for p, t in enumerate(tiers_of)])
     model.Minimize(sum(objective))
     if np.isfinite(incumbent):
-        model.Add(sum(objective) <= int(incumbent * US))
+        model.Add(sum(objective) <= int(incumbent * US) - 1)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.max_deterministic_time = 30.0  # reproducible, unlike wall-clock limits
@@ -293,10 +296,14 @@ def _relaxed_bound(base_time, delta, part_bytes, fixed, hbm_cap):
 def _offload_branch_and_bound(spec, machine, work, cols, result, memory_bound, places, table, options):
     """Offloaded versions of memory-bound plans that can beat the incumbent, smallest bound first.
 
-    Each part's added time in each tier is evaluated for every memory-bound plan at once; the
-    capacity-relaxed bound orders the plans, 128 per CP-SAT model, until no bound beats the
-    incumbent (for the time objective; for the others every plan with a finite bound is a
-    candidate, 4,096 at most).
+    Each part's added time in each tier is evaluated for every memory-bound plan at once. Moved
+    together, parts can take longer than the sum of their added times (transfers that share a
+    compute window queue on it), never shorter: so the sum is a lower bound, and the CP-SAT
+    objective and the capacity-relaxed bound are bounds, not values. The relaxed bound orders the
+    plans, 128 per CP-SAT model; each choice the model returns is evaluated by the cost model, its
+    true time becomes the incumbent, and the choice is excluded and the model solved again until
+    no choice's bound beats the incumbent (for the time objective; for the others every plan with
+    a finite bound is a candidate, 4,096 at most).
     """
     time_objective = options.objective == "time"
     incumbent = float(table.columns["step_time_s"].min()) if len(table) and time_objective else np.inf
@@ -315,18 +322,25 @@ def _offload_branch_and_bound(spec, machine, work, cols, result, memory_bound, p
         batch = order[start:start + 128]
         if bound[batch[0]] >= incumbent:
             break  # no remaining bound beats the incumbent: proven
-        solved, _ = _solve_offload(base_time[batch], delta[batch], part_bytes[batch], fixed[batch], hbm_cap,
-                                   tier_caps, incumbent)
-        models += 1
-        if solved is None:
-            continue
-        i, assignment, value, _ = solved
-        row = {f: np.asarray(cols[f])[memory_bound[batch[i]]] for f in PLAN_FIELDS}
-        for (field_name, _), t in zip(PARTS, assignment):
-            row[field_name] = PLACES.index(places[t])
-        rows.append(row)
-        if time_objective:
-            incumbent = min(incumbent, value * (1 + 1e-9))
+        evaluated: list = []
+        while True:
+            solved, _ = _solve_offload(base_time[batch], delta[batch], part_bytes[batch], fixed[batch], hbm_cap,
+                                       tier_caps, incumbent, evaluated)
+            models += 1
+            if solved is None:
+                break
+            i, assignment, _, _ = solved
+            row = {f: np.asarray(cols[f])[memory_bound[batch[i]]] for f in PLAN_FIELDS}
+            for (field_name, _), t in zip(PARTS, assignment):
+                row[field_name] = PLACES.index(places[t])
+            rows.append(row)
+            evaluated.append((i, assignment))
+            if not time_objective:
+                break
+            true = estimate_training(spec, machine, TrainPlan(**{f: np.array([v]) for f, v in row.items()}), work,
+                                     detail=False)
+            if bool(true.feasible[0]):
+                incumbent = min(incumbent, float(true.step_time_s[0]) * (1 + 1e-9))
     return rows, models
 
 
