@@ -386,15 +386,19 @@ def run() -> None:  # console-script entry point
 
 # --- calibrate ---------------------------------------------------------------------------------
 
+MeasuredOn = Annotated[str, typer.Option("--device", help="Accelerator the timings were measured on.")]
+CalibrationOut = Annotated[Optional[Path], typer.Option("--out", help="Directory to write calibration-<device>.yaml "
+                                                                      "to (use it with --hardware-db).")]
+SplitSeed = Annotated[int, typer.Option("--seed", help="Seed of the fitted / held-out split.")]
+
 @calibrate_app.callback(invoke_without_command=True)
 def calibrate_all(
     ctx: typer.Context,
-    device: Annotated[str, typer.Option(help="Accelerator the timings were measured on.")] = "h100-sxm",
+    device: MeasuredOn = "h100-sxm",
     source: Annotated[Optional[str], typer.Option("--from", help="aiconfigurator: every table the installed "
                                                                "aiconfigurator-core ships for the device.")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Directory to write calibration-<device>.yaml to (use it "
-                                                     "with --hardware-db).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the fitted / held-out split.")] = 0,
+    out: CalibrationOut = None,
+    seed: SplitSeed = 0,
     json_out: JsonFlag = False,
 ) -> None:
     """Fit kernel and collective costs to measured timings. Without a family: every family that
@@ -409,14 +413,13 @@ def calibrate_all(
 @calibrate_app.command("gemm")
 def calibrate_gemm(
     ctx: typer.Context,
-    device: Annotated[str, typer.Option(help="Accelerator the timings were measured on.")] = "h100-sxm",
+    device: MeasuredOn = "h100-sxm",
     table: Annotated[Optional[Path], typer.Option(help="Measured GEMMs: CSV (m,n,k,dtype,seconds) or "
                                                        "aiconfigurator's gemm_perf.parquet.")] = None,
     source: Annotated[Optional[str], typer.Option("--from", help="aiconfigurator: the TensorRT-LLM GEMM table the "
                                                                "installed aiconfigurator-core ships.")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Directory to write calibration-<device>.yaml to (use it "
-                                                     "with --hardware-db).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the fitted / held-out split.")] = 0,
+    out: CalibrationOut = None,
+    seed: SplitSeed = 0,
     json_out: JsonFlag = False,
 ) -> None:
     """Fit GEMM kernel costs (compute and memory fractions, launch, tiles) per precision to measured
@@ -429,14 +432,13 @@ def calibrate_gemm(
 @calibrate_app.command("collectives")
 def calibrate_collectives(
     ctx: typer.Context,
-    device: Annotated[str, typer.Option(help="Accelerator the timings were measured on.")] = "h100-sxm",
+    device: MeasuredOn = "h100-sxm",
     table: Annotated[Optional[Path], typer.Option(help="Measured timings: CSV (op,ranks,bytes,seconds) or "
                                                        "aiconfigurator's nccl_perf.parquet.")] = None,
     source: Annotated[Optional[str], typer.Option("--from", help="aiconfigurator: the NCCL table the installed "
                                                                "aiconfigurator-core ships for the device.")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Directory to write calibration-<device>.yaml to (use it "
-                                                     "with --hardware-db).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the fitted / held-out split.")] = 0,
+    out: CalibrationOut = None,
+    seed: SplitSeed = 0,
     json_out: JsonFlag = False,
 ) -> None:
     """Fit collective costs (launch, hop, bandwidth per protocol) inside the scale-up domain to measured

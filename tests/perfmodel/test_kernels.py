@@ -107,3 +107,10 @@ def test_distinct_rows_are_exact():
     assert len(first) == 6
     assert np.array_equal(a[first][inverse], a) and np.array_equal(b[first][inverse], b)
     assert distinct_rows(a[:10], b[:10]) is None          # small inputs are evaluated directly
+
+
+def test_calibrate_without_a_source_is_a_one_line_error(capsys):
+    from cli.app import main
+
+    assert main(["calibrate"]) == 2
+    assert "needs --from aiconfigurator" in capsys.readouterr().err
