@@ -136,7 +136,7 @@ def plan_serve_inputs(db, flags: dict[str, Any]):
     from perfmodel.catalog import load_model
     from perfmodel.machine import build_machine
     from perfmodel.queueing import rate_from_concurrency
-    from perfmodel.serving import ACTIVATION_PRECISIONS, KV_PRECISIONS, WEIGHT_PRECISIONS
+    from perfmodel.plan import ACTIVATION_PRECISIONS, KV_PRECISIONS, WEIGHT_PRECISIONS
     from search.serve import MODES, OBJECTIVES, Demand, ServeSearchOptions
 
     from .routing_io import routing_for

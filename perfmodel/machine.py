@@ -2,7 +2,9 @@
 
 Built once from the database and passed to every cost function, so the vectorized formulas never
 touch pydantic objects. Achievable = datasheet peak x the device's measured fraction
-(``calibrations`` in the database, each with its measurement).
+(``calibrations`` in the database, each with its measurement); GEMMs use the device's fitted
+kernel model where it has one (perfmodel.kernels), and collectives inside the scale-up domain
+its fitted NCCL costs.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from .layout import Layout
 from .machine import Machine
 from .memory import kv_cache_bytes_per_device
 from .model import TransformerSpec
-from .plan import ACTIVATION_PRECISIONS, KV_PRECISIONS, WEIGHT_PRECISIONS, QuantScheme  # noqa: F401
+from .plan import QuantScheme
 from .power import device_power_w, run_cost
 from .roofline import OpTimes, layer_ops, lm_head_ops, merge, ops_time
 

@@ -301,8 +301,9 @@ def _layer_times(spec: TransformerSpec, machine: Machine, precision, sp, flash, 
 
 
 def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: TrainWorkload) -> Compute:
-    """Forward, backward (2 x forward; Narayanan et al. 2021 Sec. 5.1) and recompute of one
-    microbatch on the busiest stage, and the step's FLOPs summed over every device."""
+    """Forward, backward (each GEMM's data- and weight-gradient kernels, every other operator 2 x
+    forward; Narayanan et al. 2021 Sec. 5.1) and recompute of one microbatch on the busiest
+    stage, and the step's FLOPs summed over every device."""
     lay, sp, flash = sh.layout, c["sp"].astype(bool), c["flash"].astype(bool)
     inputs = (c["precision"], sp, flash, sh.tokens, sh.context, sh.gemm_input_bytes, sh.imbalance,
               lay.tp, lay.cp, lay.dp, lay.ep, lay.etp)
