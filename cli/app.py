@@ -429,6 +429,25 @@ def calibrate_gemm(
     render.calibrate_gemm(database(ctx), device, table, source, out, seed, json_out)
 
 
+@calibrate_app.command("attention")
+def calibrate_attention(
+    ctx: typer.Context,
+    device: MeasuredOn = "h100-sxm",
+    table: Annotated[Optional[Path], typer.Option(help="Measured attention kernels: CSV (phase,batch,seq_len,heads,"
+                                                       "kv_heads,head_dim,dtype,kv_dtype,seconds).")] = None,
+    source: Annotated[Optional[str], typer.Option("--from", help="aiconfigurator: the TensorRT-LLM context and "
+                                                               "generation attention tables it ships.")] = None,
+    out: CalibrationOut = None,
+    seed: SplitSeed = 0,
+    json_out: JsonFlag = False,
+) -> None:
+    """Fit attention kernel costs (prefill per precision, decode per KV precision) to measured
+    timings; print the held-out error; write a calibration entry."""
+    from . import render
+
+    render.calibrate_attention(database(ctx), device, table, source, out, seed, json_out)
+
+
 @calibrate_app.command("collectives")
 def calibrate_collectives(
     ctx: typer.Context,

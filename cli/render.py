@@ -322,9 +322,8 @@ def estimate_train(spec, machine, plan, work, json_out: bool) -> None:
                   f"sp {'on' if plan.sp else 'off'}, {plan.precision}", markup=False)
     run = report["run"]
     low, high = report["step_time_range_s"]
-    rows = [("step time", f"{_seconds(report['step_time_s'])} (range {_seconds(low)}-{_seconds(high)}; constants: "
-                          f"GEMM {report['constants_from']['gemm']}, collectives "
-                          f"{report['constants_from']['collectives']})"),
+    rows = [("step time", f"{_seconds(report['step_time_s'])} (range {_seconds(low)}-{_seconds(high)}; "
+                          f"constants: {_constants(report)})"),
             ("tokens/s", fmt(report["tokens_per_s"])),
             ("MFU", f"{report['mfu']:.1%}"), ("HFU", f"{report['hfu']:.1%}"),
             ("microbatches per step", fmt(report["microbatches"])),
@@ -361,9 +360,8 @@ def estimate_serve(spec, machine, plan, work, json_out: bool) -> None:
                   f"kv {plan.kv_precision}", markup=False)
     (tl, th), (pl, ph) = report["ttft_range_s"], report["tpot_range_s"]
     rows = [("time to first token", f"{_seconds(report['ttft_s'])} (range {_seconds(tl)}-{_seconds(th)})"),
-            ("time per output token", f"{_seconds(report['tpot_s'])} (range {_seconds(pl)}-{_seconds(ph)}; constants: "
-                                      f"GEMM {report['constants_from']['gemm']}, collectives "
-                                      f"{report['constants_from']['collectives']})"),
+            ("time per output token", f"{_seconds(report['tpot_s'])} (range {_seconds(pl)}-{_seconds(ph)}; "
+                                      f"constants: {_constants(report)})"),
             ("devices per instance", fmt(report["devices_per_instance"])),
             ("largest batch the KV cache allows", fmt(report["max_batch"])),
             ("prefill tokens/s per device", fmt(report["prefill_tokens_per_s_per_device"])),
@@ -665,6 +663,12 @@ def place_experts(spec, machine, problem, time_limit: float, json_out: bool) -> 
     console.print("--json writes the placement map: layer -> expert -> devices", style="dim")
 
 
+def _constants(report) -> str:
+    """Where an estimate's constants came from, for its summary line."""
+    c = report["constants_from"]
+    return f"GEMM {c['gemm']}, attention {c['attention']}, collectives {c['collectives']}"
+
+
 # --- calibrate ---------------------------------------------------------------------------------
 
 def _calibration_source(db, device: str, table, source: str | None, seed: int):
@@ -702,6 +706,8 @@ def write_calibration(db, acc, blocks: dict, notes: list[str], out):
             entry["collectives"] = _file_units(own.collectives.model_dump())
         if own.gemm and "gemm" not in blocks:
             entry["gemm"] = {p: _file_units(f.model_dump()) for p, f in own.gemm.items()}
+        if own.attention is not None and "attention" not in blocks:
+            entry["attention"] = _file_units(own.attention.model_dump())
     entry.update(blocks)
     entry["sources"] = [s for s in (own.sources if own else ()) if not any(s.startswith(f"{b}:") for b in blocks)] \
         + notes
@@ -760,6 +766,88 @@ def _fit_gemm(acc, table, source, seed):
     return results, provenance, note
 
 
+def _fit_attention(acc, table, source, seed):
+    """Prefill fits by attention precision and decode fits by KV precision, their source and note."""
+    from hardware_db.errors import SpecError
+    from perfmodel.calibrate import fit_attention
+
+    from .timings_io import MAX_DECODE_GROUP, aiconfigurator_table, read_attention_timings
+
+    if not acc.compute_units:
+        raise SpecError(f"{acc.name} has no compute_units (SMs / CUs) in the database; attention tiles need it")
+    if source:
+        prefill_path, provenance = aiconfigurator_table(acc.name, "attention/trtllm", "context_attention_perf.parquet")
+        decode_path, decode_from = aiconfigurator_table(acc.name, "attention/trtllm", "generation_attention_perf.parquet")
+        provenance += f" and {decode_from.split(', ', 1)[1]}"
+    else:
+        prefill_path, decode_path, provenance = table, None, f"the measurements in {table.name}"
+    timings, left_out = read_attention_timings(prefill_path, decode_path)
+    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
+    results = {}
+    for (phase, precision), cols in sorted(timings.items()):
+        math = sixteen if phase == "decode" else precision
+        if math not in acc.peak_flops:
+            raise SpecError(f"{acc.name} has no {math} peak; the timings' {phase} {precision} rows cannot be fitted")
+        results[(phase, precision)] = fit_attention(*cols, acc.peak_flops[math], acc.hbm_bytes_per_s,
+                                                    acc.compute_units, phase == "decode", seed)
+    mape = ", ".join(f"{ph} {p} {r.held_out_mape:.1%}" for (ph, p), r in results.items())
+    note = (f"attention: fitted by perfmodel calibrate (seed {seed}) on {provenance}: "
+            + "; ".join(f"{ph} {p} {r.train_rows} rows fitted, {r.test_rows} held out" for (ph, p), r in results.items())
+            + f"; held-out MAPE {mape}; {left_out} rows left out (sliding-window kernels, and decode groups above "
+              f"{MAX_DECODE_GROUP} query heads per KV head, which run another kernel)")
+    return results, provenance, note
+
+
+def _attention_block(results) -> dict:
+    return {"prefill": {p: r.as_yaml() for (ph, p), r in results.items() if ph == "prefill"},
+            "decode": {p: r.as_yaml() for (ph, p), r in results.items() if ph == "decode"}}
+
+
+def _score_moe(acc, gemm):
+    """(MAPE, table) of the fitted fp8 GEMM kernel on aiconfigurator's wide-EP MoE table, or None
+    when the install has no such table for the device or no fp8 fit."""
+    from hardware_db.errors import SpecError
+    from perfmodel.calibrate import score_moe
+
+    from .timings_io import aiconfigurator_table, read_moe_timings
+
+    if "fp8" not in gemm:
+        return None
+    try:
+        path, provenance = aiconfigurator_table(acc.name, "moe/sglang", "wideep_generation_moe_perf.parquet")
+    except SpecError:
+        return None
+    mape, _ = score_moe(gemm["fp8"].kernel.fused(), *read_moe_timings(path))
+    return mape, provenance.split(", ", 1)[1]
+
+
+def calibrate_attention(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
+    acc = _calibration_source(db, device, table, source, seed)
+    results, provenance, note = _fit_attention(acc, table, source, seed)
+    block = _attention_block(results)
+    written = write_calibration(db, acc, {"attention": block}, [note], out)
+    if json_out:
+        emit_json({"device": acc.name, "source": provenance, "fit": block,
+                   "held_out_p90": {f"{ph} {p}": r.held_out_p90 for (ph, p), r in results.items()},
+                   "written": str(written) if written else None})
+        return
+    _attention_table(acc, provenance, results)
+    if written:
+        console.print(f"wrote {written} (use it with --hardware-db {out})")
+
+
+def _attention_table(acc, provenance, results) -> None:
+    t = Table(title=f"attention kernels on {acc.name}, fitted on {provenance}", title_justify="left")
+    for col in ("kernel", "compute", "memory", "launch", "per wave", "held-out error", "p90"):
+        t.add_column(col, justify="left" if col == "kernel" else "right")
+    for (phase, p), r in results.items():
+        k = r.kernel
+        t.add_row(f"{phase} {p}" + (" KV" if phase == "decode" else ""), f"{k.compute_fraction:.1%}",
+                  f"{k.memory_fraction:.1%}", f"{k.launch_s * 1e6:.2f} us", f"{k.tile_s * 1e6:.3f} us",
+                  f"{r.held_out_mape:.1%}", f"{r.held_out_p90:.1%}")
+    console.print(t)
+
+
 def calibrate_collectives(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
     acc = _calibration_source(db, device, table, source, seed)
     result, provenance, note = _fit_collectives(acc, table, source, seed)
@@ -813,7 +901,7 @@ def _gemm_table(acc, provenance, results) -> None:
 
 
 def calibrate_all(db, device: str, source: str | None, out, seed: int, json_out: bool) -> None:
-    """Every kernel family aiconfigurator measured for the device: GEMMs and NCCL collectives."""
+    """Every kernel family aiconfigurator measured for the device: GEMMs, attention and NCCL collectives."""
     from hardware_db.errors import SpecError
 
     if source is None:
@@ -821,21 +909,31 @@ def calibrate_all(db, device: str, source: str | None, out, seed: int, json_out:
                         "perfmodel calibrate gemm|collectives --table FILE")
     acc = _calibration_source(db, device, None, source, seed)
     gemm, gemm_from, gemm_note = _fit_gemm(acc, None, source, seed)
+    attention, attention_from, attention_note = _fit_attention(acc, None, source, seed)
     coll, coll_from, coll_note = _fit_collectives(acc, None, source, seed)
-    blocks = {"gemm": {p: r.as_yaml() for p, r in gemm.items()}, "collectives": coll.as_yaml()}
-    written = write_calibration(db, acc, blocks, [gemm_note, coll_note], out)
+    moe = _score_moe(acc, gemm)
+    blocks = {"gemm": {p: r.as_yaml() for p, r in gemm.items()}, "attention": _attention_block(attention),
+              "collectives": coll.as_yaml()}
+    written = write_calibration(db, acc, blocks, [gemm_note, attention_note, coll_note], out)
     families = {f"gemm {p}": r.held_out_mape for p, r in gemm.items()}
+    families.update({f"attention {ph} {p}": r.held_out_mape for (ph, p), r in attention.items()})
+    if moe is not None:
+        families["moe fp8 (the fp8 GEMM fit, scored, not refitted)"] = moe[0]
     families.update({f"nccl {op}": v for op, v in coll.held_out_mape.items()})
     if json_out:
-        emit_json({"device": acc.name, "sources": {"gemm": gemm_from, "collectives": coll_from},
+        emit_json({"device": acc.name, "sources": {"gemm": gemm_from, "attention": attention_from,
+                                                   "collectives": coll_from, "moe": moe[1] if moe else None},
                    "held_out_mape": families, "fit": blocks, "written": str(written) if written else None})
         return
     _gemm_table(acc, gemm_from, gemm)
+    _attention_table(acc, attention_from, attention)
     t = Table(title=f"held-out error per kernel family on {acc.name}", title_justify="left")
     t.add_column("family")
     t.add_column("held-out MAPE", justify="right")
     for name, v in families.items():
         t.add_row(name, f"{v:.1%}")
     console.print(t)
+    if moe is not None:
+        console.print(f"moe: the uniformly routed rows of {moe[1]}", style="dim")
     if written:
         console.print(f"wrote {written} (use it with --hardware-db {out})")

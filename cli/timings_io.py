@@ -6,9 +6,14 @@ Formats:
   alltoall);
 - GEMMs, CSV with a header ``m,n,k,dtype,seconds``: M x K activations by K x N weights, dtype bf16,
   fp16 or fp8 (fp8 rows include the kernel that quantizes the activations, as a framework runs it);
+- attention kernels, CSV with a header ``phase,batch,seq_len,heads,kv_heads,head_dim,dtype,kv_dtype,seconds``:
+  phase prefill (a causal prompt of seq_len tokens per sequence) or decode (one new token per
+  sequence over seq_len cached tokens); dtype the attention math (bf16 or fp8), kv_dtype the cache's;
 - the tables NVIDIA ships with aiconfigurator (``nccl_perf.parquet``: op_name, nccl_dtype,
   num_gpus, message_size in elements, latency in ms; ``gemm_perf.parquet``: gemm_dtype, m, n, k,
-  latency in ms); reading Parquet needs pyarrow.
+  latency in ms; ``context_attention_perf.parquet`` and ``generation_attention_perf.parquet``:
+  batch_size, isl, step, num_heads, num_key_value_heads, head_dim, window_size, attn_dtype,
+  kv_cache_dtype, latency in ms); reading Parquet needs pyarrow.
 """
 
 from __future__ import annotations
@@ -101,6 +106,81 @@ def read_gemm_timings(path: Path) -> dict[str, tuple]:
     if not out:
         raise SpecError(f"{path}: no GEMM rows in bf16, fp16 or fp8")
     return out
+
+
+ATTENTION_COLUMNS = ("phase", "batch", "seq_len", "heads", "kv_heads", "head_dim", "dtype", "kv_dtype", "seconds")
+ATTENTION_DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "fp8": "fp8"}
+# Decode rows with more query heads per KV head than this run a kernel ~3x slower than the rest at
+# every shape in TensorRT-LLM's tables; no model in the catalog has such groups, so they are left out.
+MAX_DECODE_GROUP = 32
+
+
+def read_attention_timings(path: Path, decode_path: Path | None = None) -> tuple[dict, int]:
+    """({(phase, precision): (batch, queries, context, heads, kv_heads, head_dim, act_bytes,
+    kv_bytes, seconds)}, rows left out) from a CSV, or from aiconfigurator's context (``path``) and
+    generation (``decode_path``) attention tables. Prefill is keyed by the attention precision,
+    decode by the KV cache's; in prefill the context is the causal mean, queries / 2. Sliding-window
+    rows and decode groups above MAX_DECODE_GROUP are left out."""
+    rows = []   # (phase, batch, seq_len, step, heads, kv_heads, head_dim, dtype, kv_dtype, seconds, window)
+    for file, phase in ((path, None), (decode_path, "decode")):
+        if file is None:
+            continue
+        if not file.is_file():
+            raise SpecError(f"{file}: no such file")
+        if file.suffix.lower() == ".parquet":
+            t = _parquet(file, ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "attn_dtype",
+                                "kv_cache_dtype", "latency"), "context/generation_attention_perf")
+            n = len(t["latency"])
+            step, window = t.get("step", [0] * n), t.get("window_size", [0] * n)
+            rows += [(phase or "prefill", *r) for r in zip(t["batch_size"], t["isl"], step, t["num_heads"],
+                                                           t["num_key_value_heads"], t["head_dim"], t["attn_dtype"],
+                                                           t["kv_cache_dtype"], (x * 1e-3 for x in t["latency"]), window)]
+            continue
+        lines = [line for line in file.read_text(encoding="utf-8", errors="replace").splitlines()
+                 if line.strip() and not line.lstrip().startswith("#")]
+        reader = csv.DictReader(lines)
+        if reader.fieldnames is None or not set(ATTENTION_COLUMNS) <= {f.strip() for f in reader.fieldnames}:
+            raise SpecError(f"{file}: needs a header with the columns {', '.join(ATTENTION_COLUMNS)}")
+        for line, row in enumerate(reader, start=2):
+            try:
+                shape = tuple(float(row[k]) for k in ("batch", "seq_len", "heads", "kv_heads", "head_dim", "seconds"))
+                phase_, dtype, kv_dtype = (row[k].strip().lower() for k in ("phase", "dtype", "kv_dtype"))
+            except (TypeError, ValueError, AttributeError):
+                raise SpecError(f"{file}:{line}: needs numbers batch, seq_len, heads, kv_heads, head_dim and "
+                                "seconds, and a phase, dtype and kv_dtype") from None
+            if phase_ not in ("prefill", "decode") or dtype not in ATTENTION_DTYPES or kv_dtype not in ATTENTION_DTYPES:
+                raise SpecError(f"{file}:{line}: phase needs prefill or decode and dtype, kv_dtype one of "
+                                f"{', '.join(sorted(ATTENTION_DTYPES))}")
+            rows.append((phase_, shape[0], shape[1], 0, *shape[2:5], dtype, kv_dtype, shape[5], 0))
+    out: dict = {}
+    left_out = 0
+    for phase, b, s, step, h, kv, d, dtype, kv_dtype, seconds, window in rows:
+        if window or dtype not in ATTENTION_DTYPES or kv_dtype not in ATTENTION_DTYPES or \
+                (phase == "decode" and h > MAX_DECODE_GROUP * kv):
+            left_out += 1
+            continue
+        decode = phase == "decode"
+        key = (phase, ATTENTION_DTYPES[kv_dtype] if decode else ATTENTION_DTYPES[dtype])
+        values = (b, 1.0 if decode else s, s + step if decode else s / 2.0, h, kv, d,
+                  DTYPE_BYTES[dtype], DTYPE_BYTES[kv_dtype], seconds)
+        cols = out.setdefault(key, tuple([] for _ in values))
+        for column, value in zip(cols, values):
+            column.append(float(value))
+    if not out:
+        raise SpecError(f"{path}: no attention rows in bf16, fp16 or fp8")
+    return out, left_out
+
+
+def read_moe_timings(path: Path) -> tuple:
+    """(tokens, ep, num_experts, top_k, hidden, expert_hidden, seconds) of the uniformly routed fp8
+    rows of aiconfigurator's wide-EP MoE table (SGLang DeepEP, ``wideep_generation_moe_perf``)."""
+    t = _parquet(path, ("num_tokens", "moe_ep_size", "num_experts", "topk", "hidden_size", "inter_size",
+                        "distribution", "moe_dtype", "latency"), "wideep_generation_moe_perf")
+    keep = [i for i, (d, q) in enumerate(zip(t["distribution"], t["moe_dtype"])) if d == "uniform" and "fp8" in q]
+    if not keep:
+        raise SpecError(f"{path}: no uniformly routed fp8 MoE rows")
+    cols = ("num_tokens", "moe_ep_size", "num_experts", "topk", "hidden_size", "inter_size")
+    return tuple([float(t[c][i]) for i in keep] for c in cols) + ([t["latency"][i] * 1e-3 for i in keep],)
 
 
 def _parquet(path: Path, needed: tuple, kind: str) -> dict:

@@ -319,6 +319,30 @@ class GemmFit(BaseModel):
     samples: Annotated[int, Field(ge=1)]
 
 
+class AttentionFit(BaseModel):
+    """Attention-core kernel time (perfmodel.kernels.AttentionKernel), prefill at one precision or
+    decode, fitted on measured attention kernels by ``perfmodel calibrate attention``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    units: Annotated[int, Field(ge=1, le=100_000)]
+    compute_fraction: Fraction
+    memory_fraction: Fraction
+    launch_us: LatencyUs
+    tile_us: LatencyUs
+    sharpness: Annotated[float, Field(ge=1, le=1000)] = 1.0
+    saturation: Annotated[float, Field(ge=0, le=1000)] = 0.0
+    held_out_mape: Annotated[float, Field(ge=0, le=10)]
+    samples: Annotated[int, Field(ge=1)]
+
+
+class AttentionFits(BaseModel):
+    """Prefill kernels by attention precision, and decode kernels (bf16 math) by KV-cache precision."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    prefill: dict[Precision, AttentionFit] = {}
+    decode: dict[Precision, AttentionFit] = {}
+
+
 class Calibration(Entry):
     """Achievable fractions of a device's peaks, each from a named measurement in ``sources``.
 
@@ -336,6 +360,7 @@ class Calibration(Entry):
     scale_out_fraction: Fraction | None = None
     collectives: CollectiveFit | None = None   # measured collective costs inside the scale-up domain
     gemm: dict[Precision, GemmFit] = {}        # measured GEMM kernel costs by precision
+    attention: AttentionFits | None = None     # measured attention kernel costs
 
 
 class Constant(Entry):

@@ -1,6 +1,10 @@
 """Fit kernel and collective costs to measured timings: the models ``kernels.GemmKernel`` and
 ``collectives.FittedCollectives`` evaluate.
 
+Attention: prefill per precision and decode, the fractions, launch and per-wave costs (and, in
+decode, the bandwidth saturation) of ``AttentionKernel``, fitted the same way on the FLOPs and
+bytes ``roofline.attention_core`` counts for each measured shape.
+
 GEMMs: per precision, the compute and memory fractions, the launch time, the roofline blend and
 the tile overhead of ``GemmKernel``, fitted by robust least squares (soft-L1 on the relative
 error) on a seeded share of the rows; the rest are held out and scored.
@@ -22,7 +26,8 @@ import numpy as np
 from hardware_db.errors import SpecError
 
 from .collectives import COLLECTIVES, FittedCollectives
-from .kernels import GemmKernel
+from .kernels import AttentionKernel, GemmKernel
+from .roofline import attention_core
 
 ALIASES = {"alltoall": "all_to_all", "all2all": "all_to_all", "allreduce": "all_reduce",
            "allgather": "all_gather", "reducescatter": "reduce_scatter"}
@@ -187,3 +192,82 @@ def fit_gemm(m, n, k, seconds, peak: float, bandwidth: float, units: int, elemen
     error = np.abs(predict(fitted, ~train) / t[~train] - 1.0)
     return GemmCalibration(fitted, float(error.mean()), float(np.quantile(error, 0.9)), int(train.sum()),
                            int((~train).sum()))
+
+
+@dataclass(frozen=True)
+class AttentionCalibration:
+    """The fitted attention kernel (prefill at one precision, or decode), its held-out error and
+    the rows each way."""
+
+    kernel: AttentionKernel
+    held_out_mape: float
+    held_out_p90: float
+    train_rows: int
+    test_rows: int
+
+    def as_yaml(self) -> dict:
+        """One kernel of a calibration entry's ``attention`` block, in the database's units."""
+        k = self.kernel
+        return {"units": int(k.units), "compute_fraction": round(float(k.compute_fraction), 4),
+                "memory_fraction": round(float(k.memory_fraction), 4), "launch_us": round(k.launch_s * 1e6, 3),
+                "tile_us": round(k.tile_s * 1e6, 4), "sharpness": round(float(k.sharpness), 3),
+                "saturation": round(float(k.saturation), 4), "held_out_mape": round(self.held_out_mape, 4),
+                "samples": self.train_rows + self.test_rows}
+
+
+def fit_attention(batch, queries, context, heads, kv_heads, head_dim, act_bytes, kv_bytes, seconds, peak: float,
+                  bandwidth: float, units: int, decode: bool, seed: int = 0, held_out: float = 0.5) -> AttentionCalibration:
+    """Fit ``AttentionKernel`` to measured attention kernels, one row per call: ``batch``
+    sequences of ``queries`` new tokens (1 in decode) attending to ``context`` keys (in prefill,
+    the causal mean, queries / 2), with ``heads`` query and ``kv_heads`` KV heads of ``head_dim``."""
+    from scipy.optimize import least_squares
+
+    cols = [np.asarray(x, dtype=float) for x in (batch, queries, context, heads, kv_heads, head_dim, act_bytes,
+                                                  kv_bytes, seconds)]
+    b, q, ctx, h, kv, d, act, kvb, t = np.broadcast_arrays(*cols)
+    if t.ndim != 1 or len(t) < 20:
+        raise SpecError(f"attention timings need at least 20 rows, has {t.size}")
+    if not all(np.all(np.isfinite(x)) and np.all(x > 0) for x in (b, q, ctx, h, kv, d, t)):
+        raise SpecError("attention timings need positive finite shapes and seconds")
+    op = attention_core(b * q, ctx, h * d, h * d, h * d, 2.0 * kv * d, h, kv, act, kvb, decode, True)
+    flops, moved, tiles = op.flops, op.bytes, op.attention.tiles
+    train = split_rows(len(t), seed, held_out)
+    sigmoid = lambda v: 1.0 / (1.0 + np.exp(-v))                                  # noqa: E731
+
+    def unpack(x) -> AttentionKernel:
+        return AttentionKernel(peak=peak, bandwidth=bandwidth, compute_fraction=float(sigmoid(x[0])),
+                               memory_fraction=float(sigmoid(x[1])), launch_s=float(np.exp(x[2])),
+                               tile_s=float(np.exp(x[3])), sharpness=1.0 if decode else float(1.0 + np.exp(x[4])),
+                               saturation=float(np.exp(x[4])) if decode else 0.0, units=int(units))
+
+    def predict(kernel, rows):
+        if decode:
+            return kernel.decode(flops[rows], moved[rows], tiles[rows], ctx[rows])
+        return kernel.prefill(flops[rows], moved[rows], tiles[rows])
+
+    def residuals(x):
+        return predict(unpack(x), train) / t[train] - 1.0
+
+    # Start: 50% of the peak, 80% of HBM, 5 us launch, 0.1 us a wave, p = 2 (prefill) or
+    # saturation at one block per SM (decode).
+    x0 = np.array([0.0, np.log(4.0), np.log(5e-6), np.log(1e-7), 0.0])
+    fitted = unpack(least_squares(residuals, x0, loss="soft_l1", f_scale=0.1).x)
+    error = np.abs(predict(fitted, ~train) / t[~train] - 1.0)
+    return AttentionCalibration(fitted, float(error.mean()), float(np.quantile(error, 0.9)), int(train.sum()),
+                                int((~train).sum()))
+
+
+def score_moe(kernel: GemmKernel, tokens, ep, num_experts, top_k, hidden, expert_hidden, seconds) -> tuple[float, float]:
+    """(MAPE, p90) of the routed experts' grouped GEMMs as perfmodel.roofline.layer_ops runs them
+    (gate-up then down, over the experts a rank's tokens hit, uniform routing) against measured
+    MoE layers of ``tokens`` tokens over an EP group of ``ep`` ranks. A check of the GEMM fit on
+    MoE shapes, not a fit: nothing is tuned on these rows."""
+    from .serving import distinct_experts
+
+    t, n, e, k, h, f, sec = (np.asarray(x, dtype=float) for x in (tokens, ep, num_experts, top_k, hidden,
+                                                                 expert_hidden, seconds))
+    read = e / n * distinct_experts(e, k, t) / e
+    rows = t / n * k / np.maximum(read, 1e-9)
+    predicted = kernel.time(rows, 2.0 * f, h, 1.0, 1.0, 2.0, read) + kernel.time(rows, h, f, 1.0, 1.0, 2.0, read)
+    error = np.abs(predicted / sec - 1.0)
+    return float(error.mean()), float(np.quantile(error, 0.9))

@@ -104,13 +104,14 @@ class Topology:
     lat: np.ndarray
     fitted: FittedCollectives | None = None   # measured costs for groups inside level ``fitted_level``
     fitted_level: int = 0
+    launch: float = 0.0                       # s per collective when none is measured (a kernel launch)
 
     def _measured(self, op: str, size_bytes, stride, n, modelled):
         """The measured cost for a group inside the measured level; for one reaching beyond it,
         ``modelled`` plus the measured launch time (every collective is a kernel launch), and never
         less than the measured cost over the members it has inside one domain."""
         if self.fitted is None:
-            return modelled
+            return modelled + np.where(_n(n) > 1, self.launch, 0.0)
         # The members inside one measured domain (all of them when the group fits in it): a group
         # reaching beyond is the link model plus a launch, never cheaper than the measured
         # collective over those members.

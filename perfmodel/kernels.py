@@ -102,6 +102,69 @@ class GemmKernel:
         return best * np.where(m < 1.0, np.maximum(m, 0.0), 1.0)
 
 
+# Query rows of one FlashAttention prefill tile (Dao 2023, FlashAttention-2, Sec. 3.2: one thread
+# block per 128-row block of queries of one head), and the keys a decode kernel's block reads before
+# the KV is split over more blocks (TensorRT-LLM multi-block mode; FlashDecoding, Dao et al. 2023).
+ATTENTION_QUERY_TILE = 128
+DECODE_SPLIT_TOKENS = 1024
+
+
+@dataclass(frozen=True)
+class AttentionKernel:
+    """Time of the attention core (QK^T, softmax, PV) as FlashAttention-style kernels run it.
+
+    Prefill: query tiles of ``ATTENTION_QUERY_TILE`` rows per head spread over the SMs in waves;
+
+        launch + ((flops / (peak x compute_fraction x wave_efficiency) + waves x tile_s)^p
+                  + (bytes / (bandwidth x memory_fraction))^p)^(1/p)
+
+    Decode: one block per sequence and KV head, split further for contexts beyond
+    ``DECODE_SPLIT_TOKENS``; memory bound; few blocks cannot draw the full bandwidth (utilization
+    1 - exp(-blocks x max(context / DECODE_SPLIT_TOKENS, 1) / (units x saturation))):
+
+        launch + max(flops / (peak x compute_fraction) + waves x tile_s,
+                     bytes / (bandwidth x memory_fraction x utilization))
+
+    Fitted per device on measured attention kernels by ``perfmodel calibrate attention``; without a
+    fit the attention core is the plain roofline of perfmodel.roofline.
+    """
+
+    peak: float                     # dense peak at the attention precision, FLOP/s
+    bandwidth: float                # HBM peak, bytes/s
+    compute_fraction: float
+    memory_fraction: float
+    launch_s: float = 0.0
+    tile_s: float = 0.0             # fixed cost of one wave of tiles (blocks), s
+    sharpness: float = 1.0          # p of the prefill blend
+    saturation: float = 0.0         # decode: blocks per SM at which bandwidth is 63% drawn; 0: always full
+    units: int = 0
+    source: str = "fitted"
+
+    def prefill(self, flops, bytes_moved, tiles):
+        """Seconds of a prefill attention kernel of ``tiles`` query tiles (sequences x heads x
+        ceil(queries / ATTENTION_QUERY_TILE))."""
+        flops, bytes_moved, tiles = (np.asarray(x, dtype=float) for x in (flops, bytes_moved, tiles))
+        waves = np.ceil(np.maximum(tiles, 1.0) / self.units)
+        efficiency = np.maximum(tiles, 1e-9) / (waves * self.units)
+        compute = flops / (self.peak * self.compute_fraction * np.minimum(efficiency, 1.0)) + waves * self.tile_s
+        memory = bytes_moved / (self.bandwidth * self.memory_fraction)
+        big = np.maximum(np.maximum(compute, memory), 1e-30)
+        p = self.sharpness
+        return self.launch_s + big * ((compute / big) ** p + (memory / big) ** p) ** (1.0 / p)
+
+    def decode(self, flops, bytes_moved, blocks, context):
+        """Seconds of a decode attention kernel over ``blocks`` (sequences x KV heads) each
+        reading ``context`` cached tokens."""
+        flops, bytes_moved, blocks, context = (np.asarray(x, dtype=float)
+                                               for x in (flops, bytes_moved, blocks, context))
+        waves = np.ceil(np.maximum(blocks, 1.0) / self.units)
+        split = blocks * np.maximum(context / DECODE_SPLIT_TOKENS, 1.0)   # continuous: longer never faster
+        utilization = 1.0 - np.exp(-split / (self.units * self.saturation)) if self.saturation else 1.0
+        compute = flops / (self.peak * self.compute_fraction) + waves * self.tile_s
+        memory = bytes_moved / (self.bandwidth * self.memory_fraction * utilization)
+        return self.launch_s + np.maximum(compute, memory)
+
+
 def distinct_rows(*args, least: int = 4096):
     """(first, inverse) such that row i of the broadcast 1-D arguments equals row first[inverse[i]],
     or None when there are fewer than ``least`` rows or the grouping fails its check. A search's

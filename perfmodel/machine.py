@@ -18,7 +18,7 @@ from hardware_db.loader import Database, MemoryTier
 from hardware_db.schema import PRECISIONS, Accelerator, System
 
 from .collectives import COLLECTIVES, FittedCollectives, Topology
-from .kernels import GemmKernel
+from .kernels import AttentionKernel, GemmKernel
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,8 @@ class Machine:
     constants: dict[str, float]
     scale_up_domain: int = 1              # devices joined by the largest scale-up (or in-package) level
     gemm_kernels: dict[str, GemmKernel] | None = None   # GEMM cost by precision (fitted or datasheet)
+    attention_kernels: dict[str, AttentionKernel] | None = None   # prefill, by precision (fitted only)
+    decode_attention: dict[str, AttentionKernel] | None = None     # decode, by KV precision (fitted only)
     gemm_error: float = 0.0               # relative error of compute time: the GEMM fit's held-out MAPE
     collective_error: float = 0.0         # relative error of a collective's time: its fit's held-out MAPE
 
@@ -74,6 +76,16 @@ class Machine:
                           sharpness=column("sharpness"), tile_overhead=column("tile_overhead"),
                           units=first.units, cast=column("cast"), cast_launch_s=column("cast_launch_s"),
                           source=first.source)
+
+    def attention_kernel(self, precision: str, decode: bool = False) -> AttentionKernel | None:
+        """The fitted attention kernel for prefill at attention ``precision``, or for decode over
+        a KV cache of ``precision`` (that precision's fit or its nearest fitted one); None without
+        a fit (the attention core is then a roofline)."""
+        fits = (self.decode_attention if decode else self.attention_kernels) or {}
+        for p in (precision, *NEAREST.get(precision, ("bf16",))):
+            if p in fits:
+                return fits[p]
+        return None
 
     def flops(self, precision: str) -> float:
         """Achievable FLOP/s at ``precision`` (an unsupported precision is an error)."""
@@ -123,6 +135,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None) ->
     sizes[-1] = max(devices, 1)
     kinds = [db.link(level.link).kind for level in levels]
     fit = cal.collectives
+    constants = {name: c.value for name, c in db.constants.items()}
     topology = Topology(
         names=tuple(lv.name for lv in levels), sizes=sizes,
         bw=np.array([lv.bytes_per_s * (f or 1.0) for lv, f in zip(levels, fractions)]),
@@ -136,14 +149,16 @@ def build_machine(db: Database, system_name: str, devices: int | None = None) ->
             launch={op: p.launch_us for op, p in fit.ops.items()},
             fraction={op: p.fraction for op, p in fit.ops.items()})
         if fit is not None and "scale-up" in kinds and len(fit.ops) == len(COLLECTIVES) else None,
-        fitted_level=kinds.index("scale-up") if "scale-up" in kinds else 0)
+        fitted_level=kinds.index("scale-up") if "scale-up" in kinds else 0,
+        launch=constants.get("unfitted-collective-launch-us", 0.0) * 1e-6)
     default = db.calibration_default()
-    constants = {name: c.value for name, c in db.constants.items()}
     # Large-GEMM microbenchmarks overstate what GEMMs reach inside a framework's step (launch
     # gaps, shapes, power capping): one factor, fitted on Narayanan et al. 2021 Table 1 only.
     in_framework = constants.get("framework-gemm-efficiency", 1.0)
-    kernels = {p: gemm_kernel(acc.peak_flops[p], acc.hbm_bytes_per_s, cal, default, p, in_framework)
+    launch = constants.get("unfitted-kernel-launch-us", 0.0) * 1e-6
+    kernels = {p: gemm_kernel(acc.peak_flops[p], acc.hbm_bytes_per_s, cal, default, p, in_framework, launch)
                for p in acc.peak_flops}
+    prefill, decode = attention_kernels(acc, cal, in_framework)
     # Full-tile GEMM rate: the fitted kernel's, else the measured large-GEMM fraction's.
     achievable = {p: acc.peak_flops[p] * k.compute_fraction for p, k in kernels.items()}
     host_link = db.link(acc.host_link).bytes_per_s if acc.host_link else 0.0
@@ -161,7 +176,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None) ->
         hbm_bytes=acc.hbm_bytes, hbm_bytes_per_s=acc.hbm_bytes_per_s * (cal.hbm_fraction or 1.0),
         host_bytes_per_s=host_link, tdp_w=acc.tdp_w, idle_w=idle, overhead_w_per_device=overhead,
         price_usd_per_device=price, cloud_usd_per_hour=acc.cloud_usd_per_hour, constants=constants,
-        scale_up_domain=domain, gemm_kernels=kernels,
+        scale_up_domain=domain, gemm_kernels=kernels, attention_kernels=prefill, decode_attention=decode,
         gemm_error=max([f.held_out_mape for f in cal.gemm.values()] or [constants.get("unfitted-gemm-error", 0.0)]),
         collective_error=max([constants.get("unfitted-collective-error", 0.0)]
                              + ([float(np.mean(list(fit.held_out_mape.values())))] if fit and fit.held_out_mape else [])))
@@ -183,11 +198,30 @@ def matmul_fraction(own: dict, default: dict, precision: str) -> float:
     raise UnsupportedPrecisionError(f"no matmul_fraction for {precision} in the calibration data")
 
 
-def gemm_kernel(peak: float, hbm_bytes_per_s: float, cal, default, precision: str, in_framework: float) -> GemmKernel:
+def attention_kernels(acc, cal, in_framework: float) -> tuple[dict, dict]:
+    """(prefill kernels by precision, decode kernels by KV precision) fitted on measured attention kernels
+    (calibration.yaml ``attention``); the compute rate scaled by ``in_framework`` like the GEMMs'."""
+    fits = cal.attention
+    if fits is None:
+        return {}, {}
+
+    def kernel(fit, precision):
+        return AttentionKernel(peak=acc.peak_flops[precision], bandwidth=acc.hbm_bytes_per_s,
+                               compute_fraction=fit.compute_fraction * in_framework,
+                               memory_fraction=fit.memory_fraction, launch_s=fit.launch_us, tile_s=fit.tile_us,
+                               sharpness=fit.sharpness, saturation=fit.saturation, units=fit.units)
+    prefill = {p: kernel(f, p) for p, f in fits.prefill.items() if p in acc.peak_flops}
+    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
+    return prefill, {p: kernel(f, sixteen) for p, f in fits.decode.items()}
+
+
+def gemm_kernel(peak: float, hbm_bytes_per_s: float, cal, default, precision: str, in_framework: float,
+                launch_s: float = 0.0) -> GemmKernel:
     """The GEMM kernel model of a device at ``precision``: fitted on measured GEMMs at this
     precision or its nearest fitted one (calibration.yaml ``gemm``), else the plain roofline at
-    the measured large-GEMM and HBM fractions. ``in_framework`` scales the compute rate either way
-    (framework-gemm-efficiency, fitted on Narayanan et al. 2021 Table 1)."""
+    the measured large-GEMM and HBM fractions plus ``launch_s`` per kernel. ``in_framework``
+    scales the compute rate either way (framework-gemm-efficiency, fitted on Narayanan et al.
+    2021 Table 1)."""
     for p in (precision, *NEAREST.get(precision, ("bf16",))):
         fit = cal.gemm.get(p)
         if fit is not None:
@@ -198,5 +232,5 @@ def gemm_kernel(peak: float, hbm_bytes_per_s: float, cal, default, precision: st
     measured = any(p in cal.matmul_fraction for p in (precision, *NEAREST.get(precision, ("bf16",))))
     return GemmKernel(peak=peak, bandwidth=hbm_bytes_per_s,
                       compute_fraction=matmul_fraction(cal.matmul_fraction, default.matmul_fraction, precision)
-                      * in_framework, memory_fraction=cal.hbm_fraction or 1.0,
+                      * in_framework, memory_fraction=cal.hbm_fraction or 1.0, launch_s=launch_s,
                       source="datasheet" if measured else "default")

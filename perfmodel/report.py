@@ -70,7 +70,7 @@ def train_report(result: TrainResult, machine: Machine) -> dict[str, Any]:
     return {
         "step_time_s": _f(result.step_time_s),
         "step_time_range_s": [_f(result.step_time_low_s), _f(result.step_time_high_s)],
-        "constants_from": {"gemm": _source(machine), "collectives": "fitted" if machine.topology.fitted else "datasheet"},
+        "constants_from": constants_from(machine),
         "tokens_per_s": _f(result.tokens_per_s), "mfu": _f(result.mfu),
         "hfu": _f(result.hfu), "microbatches": _f(result.num_microbatches),
         "time_components_s": times, "time_on_link_s": {k: _f(v) for k, v in result.link_times.items()},
@@ -87,7 +87,7 @@ def serve_report(result: ServeResult, machine: Machine) -> dict[str, Any]:
     return {
         "ttft_s": _f(result.ttft_s), "tpot_s": _f(result.tpot_s),
         "ttft_range_s": [_f(x) for x in result.ttft_range_s], "tpot_range_s": [_f(x) for x in result.tpot_range_s],
-        "constants_from": {"gemm": _source(machine), "collectives": "fitted" if machine.topology.fitted else "datasheet"},
+        "constants_from": constants_from(machine),
         "devices_per_instance": _f(result.devices_per_instance), "max_batch": _f(result.max_batch),
         "prefill_tokens_per_s_per_device": _f(result.prefill_tokens_per_s_per_device),
         "decode_tokens_per_s_per_device": _f(result.decode_tokens_per_s_per_device),
@@ -112,3 +112,9 @@ def _source(machine: Machine) -> str:
     fractions (datasheet peak x measurement), or the cross-device default."""
     sources = {k.source for k in (machine.gemm_kernels or {}).values()}
     return next((s for s in ("fitted", "datasheet", "default") if s in sources), "default")
+
+
+def constants_from(machine: Machine) -> dict:
+    """Where the GEMM, attention and collective constants of an estimate came from."""
+    return {"gemm": _source(machine), "attention": "fitted" if machine.attention_kernels else "roofline",
+            "collectives": "fitted" if machine.topology.fitted else "datasheet"}

@@ -11,11 +11,11 @@ the score matrix is written and read by the softmax and the value GEMM as in Meg
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .kernels import GemmKernel
+from .kernels import ATTENTION_QUERY_TILE, AttentionKernel, GemmKernel
 from .layout import Layout
 from .model import TransformerSpec
 
@@ -39,6 +39,21 @@ class Gemm:
 
 
 @dataclass(frozen=True)
+class AttentionWork:
+    """How the attention core's kernel is launched: in prefill, ``tiles`` query tiles (sequences x
+    heads x ceil(queries / ATTENTION_QUERY_TILE)); in decode, ``tiles`` blocks (sequences x KV
+    heads), each reading ``context`` cached keys. ``flash`` False: the unfused kernels of Megatron
+    2021, and ``latent`` True: MLA's absorbed decode (all heads over one latent, on tensor cores),
+    neither of which the fitted FlashAttention model describes."""
+
+    tiles: object
+    context: object
+    decode: bool
+    flash: object = True
+    latent: bool = False
+
+
+@dataclass(frozen=True)
 class Op:
     """One operator of one layer for one device: FLOPs, HBM bytes, and the unit that runs it.
 
@@ -54,6 +69,7 @@ class Op:
     balanced_flops: np.ndarray | None = None   # with balanced routing (the experts on the busiest device differ)
     gemms: tuple[Gemm, ...] = ()               # its kernels' shapes, for the shape-aware kernel model
     element_bytes: tuple = (2.0, 2.0, 2.0)     # input, weight and output bytes per element of those kernels
+    attention: AttentionWork | None = None     # the attention core's launch shape
 
     @property
     def gemm(self) -> bool:
@@ -92,14 +108,21 @@ class OpTimes:
                        {n: t * k for n, t in self.backward.items()}, self.backward_total * k)
 
 
-def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel | None = None) -> OpTimes:
+# FlashAttention's backward pass runs five matrix products to the forward's two (Dao 2023,
+# FlashAttention-2, Sec. 3.1.2 and Algorithm 2: S and P recomputed, then dV, dP, dQ and dK).
+FLASH_BACKWARD_OVER_FORWARD = 2.5
+
+
+def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel | None = None,
+             attention: AttentionKernel | None = None) -> OpTimes:
     """Each operator's time on one device, and their sum (one op after another).
 
     ``rates`` maps an operator's unit ("gemm", "attention", "vector") to achievable FLOP/s. With a
     ``kernel``, operators that list their GEMMs take the kernel model's time for each of them
     (perfmodel.kernels), and their backward pass that of the data-gradient (m x n by n x k) and
-    weight-gradient (k x m by m x n) GEMMs; every other operator is a roofline, and its backward
-    twice its forward (Narayanan et al. 2021 Sec. 5.1).
+    weight-gradient (k x m by m x n) GEMMs. With an ``attention`` kernel, a FlashAttention core
+    takes that model's time; its backward is FLASH_BACKWARD_OVER_FORWARD times its forward. Every
+    other operator is a roofline, and its backward twice its forward (Narayanan et al. 2021 Sec. 5.1).
     """
     seconds, bound, flops, backward = {}, {}, {}, {}
     total, mean, back = 0.0, 0.0, 0.0
@@ -111,6 +134,13 @@ def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel 
             t = sum(kernel.time(g.m, g.n, g.k, x, w, y, g.groups) for g in op.gemms)
             b = sum(kernel.time(g.m, g.k, g.n, y, w, x, g.groups) + kernel.time(g.k, g.n, g.m, x, y, w, g.groups)
                     for g in op.gemms)
+        elif op.attention is not None and np.any(op.attention.flash):
+            a = op.attention
+            if attention is not None and not (a.decode and a.latent):
+                fitted = attention.decode(op.flops, op.bytes, a.tiles, a.context) if a.decode \
+                    else attention.prefill(op.flops, op.bytes, a.tiles)
+                t = np.where(a.flash, fitted, t)
+            b = np.where(a.flash, FLASH_BACKWARD_OVER_FORWARD, 2.0) * t
         seconds[op.name], bound[op.name], flops[op.name], backward[op.name] = t, cb, op.flops, b
         total, back = total + t, back + b
         if op.gemm:
@@ -192,13 +222,10 @@ def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight
     if spec.mla and decode:
         m = spec.mla
         width = spec.num_heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim) / 2
-    core_flops = 4.0 * n * ctx * width / t
-    io = n * (q_w + out_w) / t * act_bytes  # read Q, write O
-    kv_io = n * ctx * kv_w * kv_bytes if decode else n * kv_w * act_bytes
-    core_bytes = io + kv_io
-    if not decode:  # without FlashAttention: QK^T written, softmax read and written, read for PV
-        core_bytes = core_bytes + np.where(flash, 0.0, 4.0 * spec.num_heads / t * n * ctx * act_bytes)
-    ops.append(Op("attention core", core_flops, core_bytes, "attention"))
+    heads = spec.num_heads / t
+    kv_heads = 1.0 if spec.mla else np.maximum(spec.kv_heads / t, 1.0)   # MLA: one latent all heads share
+    ops.append(attention_core(n, ctx, width / t, q_w / t, out_w / t, kv_w, heads, kv_heads, act_bytes, kv_bytes,
+                              decode, flash, latent=bool(spec.mla)))
     gemm("output projection", proj_params, n, out_w / t, h)
     if moe_layer and spec.moe:
         m = spec.moe
@@ -242,6 +269,31 @@ def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight
     return ops
 
 
+def attention_core(tokens, context, width, q_width, out_width, kv_width, heads, kv_heads, act_bytes=2.0,
+                   kv_bytes=2.0, decode=False, flash=True, latent=False) -> Op:
+    """The attention core of ``tokens`` queries each attending to ``context`` keys (the mean over a
+    causal prefill), on one device: Q K^T and scores x V, 2 x 2 x context x ``width`` FLOPs per
+    token (PaLM App. B); bytes: Q read and O written, then in decode every token's cached K and V
+    (``kv_width`` elements per key), in prefill the new K and V once (FlashAttention's IO, Dao et
+    al. 2022 Theorem 2) or, without FlashAttention, the score matrix written and read as well."""
+    n = np.asarray(tokens, dtype=float)
+    ctx = np.asarray(context, dtype=float)
+    flops = 4.0 * n * ctx * width
+    io = n * (q_width + out_width) * act_bytes
+    kv_io = n * ctx * kv_width * kv_bytes if decode else n * kv_width * act_bytes
+    moved = io + kv_io
+    if decode:
+        tiles = n * kv_heads
+    else:
+        moved = moved + np.where(flash, 0.0, 4.0 * heads * n * ctx * act_bytes)
+        # A causal prefill's queries per sequence are twice its mean context (all of the tokens
+        # when they are one sequence's shard under context parallelism).
+        queries = np.clip(2.0 * ctx, 1.0, np.maximum(n, 1.0))
+        tiles = n / queries * heads * np.ceil(queries / ATTENTION_QUERY_TILE)
+    return Op("attention core", flops, moved, "attention",
+              attention=AttentionWork(tiles, ctx, bool(decode), np.asarray(flash, dtype=bool), latent))
+
+
 def lm_head_ops(spec: TransformerSpec, tokens, tp, weight_bytes=2.0, act_bytes=2.0, with_loss=True):
     """The LM head GEMM and (in training) the fp32 softmax cross-entropy over the vocabulary."""
     t = np.maximum(np.asarray(tp, dtype=float), 1.0)
@@ -269,5 +321,4 @@ def mtp_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, act_byte
     ops += layer_ops(spec, n, context, layout, sp, act_bytes=act_bytes, moe_layer=spec.moe is not None,
                      imbalance=imbalance, flash=flash)
     ops += lm_head_ops(spec, n, t, act_bytes=act_bytes)
-    return [Op(f"mtp {op.name}", op.flops, op.bytes, op.unit, op.balanced_flops, op.gemms, op.element_bytes)
-            for op in ops]
+    return [replace(op, name=f"mtp {op.name}") for op in ops]

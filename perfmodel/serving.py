@@ -157,7 +157,9 @@ def _phase(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local
     bw = machine.hbm_bytes_per_s
     kw = dict(sp=True, weight_bytes=q.weight_bytes, act_bytes=q.activation_bytes, flash=True, decode=decode,
               kv_bytes=q.kv_bytes)
-    parts = [ops_time(layer_ops(spec, tokens_local, context, lay, **kw), inst.rates, bw, inst.kernel)
+    kernels = (inst.kernel, machine.attention_kernel(q.kv if decode else q.attention_precision(machine.supports),
+                                                     decode))
+    parts = [ops_time(layer_ops(spec, tokens_local, context, lay, **kw), inst.rates, bw, *kernels)
              .scaled(inst.layers * (1 - inst.moe_frac))] if spec.dense_layers else []
     if spec.moe:
         # Each of an EP rank's experts is hit with the same probability as any expert, by the
@@ -165,7 +167,7 @@ def _phase(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local
         read = lay.expert_slots(spec) * distinct_experts(spec.moe.num_experts, spec.moe.top_k,
                                                           tokens_local * lay.dp / lay.edp) / spec.moe.num_experts
         parts.append(ops_time(layer_ops(spec, tokens_local, context, lay, moe_layer=True, imbalance=inst.imbalance,
-                                        experts_read=read, **kw), inst.rates, bw, inst.kernel).scaled(inst.layers * inst.moe_frac))
+                                        experts_read=read, **kw), inst.rates, bw, *kernels).scaled(inst.layers * inst.moe_frac))
     # Logits of the last position only, on the last stage.
     head = ops_time(lm_head_ops(spec, inst.local_batch, lay.tp, q.weight_bytes, q.activation_bytes,
                                 with_loss=False), inst.rates, bw, inst.kernel).scaled(1.0 / lay.pp)

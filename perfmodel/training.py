@@ -288,15 +288,15 @@ def _layer_times(spec: TransformerSpec, machine: Machine, precision, sp, flash, 
     (None where the model has none) for one microbatch on one device."""
     lay = Layout(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp)
     rates, bw = _rates(machine, precision), machine.hbm_bytes_per_s
-    kernel = machine.gemm_kernel(precision)
+    kernels = (machine.gemm_kernel(precision), machine.attention_kernel("bf16" if machine.supports("bf16") else "fp16"))
     kw = dict(sp=sp, act_bytes=gemm_input_bytes, flash=flash)
-    dense = ops_time(layer_ops(spec, tokens, context, lay, **kw), rates, bw, kernel)
+    dense = ops_time(layer_ops(spec, tokens, context, lay, **kw), rates, bw, *kernels)
     moe = ops_time(layer_ops(spec, tokens, context, lay, moe_layer=True, imbalance=imbalance, **kw),
-                   rates, bw, kernel) if spec.moe else None
-    head = ops_time(lm_head_ops(spec, tokens, lay.tp, act_bytes=gemm_input_bytes), rates, bw, kernel)
+                   rates, bw, *kernels) if spec.moe else None
+    head = ops_time(lm_head_ops(spec, tokens, lay.tp, act_bytes=gemm_input_bytes), rates, bw, *kernels)
     # The last stage also runs the multi-token-prediction depths (DeepSeek-V3 Sec. 2.2).
     mtp = ops_time(mtp_ops(spec, tokens, context, lay, sp, gemm_input_bytes, imbalance, flash),
-                   rates, bw, kernel).scaled(spec.mtp_layers) if spec.mtp_layers else None
+                   rates, bw, *kernels).scaled(spec.mtp_layers) if spec.mtp_layers else None
     return dense, moe, head, mtp
 
 
