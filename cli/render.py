@@ -548,15 +548,37 @@ def _deployment_json(d) -> dict:
     return data
 
 
-def _deployments_table(title: str, deployments: list) -> Table:
+def _deployment_error(d) -> float:
+    """Relative half-width of a deployment's prediction: its least certain pool latency's."""
+    return max(max(p.ttft_error, p.tpot_error) for p in d.pools)
+
+
+def _serve_ties(best, deployments: list, objective: str) -> list[bool]:
+    """Whether each deployment's objective range (+- its prediction error) overlaps the best's."""
+    def value(d):
+        v = {"cost": d.usd_per_hour, "energy": d.power_w, "devices": d.devices}[objective]
+        return float("inf") if v is None else float(v)
+    high = value(best) * (1.0 + _deployment_error(best))
+    return [d != best and value(d) * (1.0 - _deployment_error(d)) <= high for d in deployments]
+
+
+def _deployments_table(title: str, deployments: list, ties: list[bool] | None = None) -> Table:
     table = Table(title=title, title_justify="left")
     for col in ("#", "pools", "devices", "TTFT p90", "TPOT p90", "$/M tok", "J/tok"):
         table.add_column(col, justify="left" if col == "pools" else "right", overflow="fold")
     for i, d in enumerate(deployments, start=1):
         pools = "; ".join(f"{p.role} {p.instances}x{p.devices_per_instance} {p.system}" for p in d.pools)
-        table.add_row(str(i), pools, f"{d.devices:,}", _ms(d.ttft_p90_s), _ms(d.tpot_p90_s),
+        mark = " ≈" if ties and ties[i - 1] else ""
+        table.add_row(f"{i}{mark}", pools, f"{d.devices:,}", _ms(d.ttft_p90_s), _ms(d.tpot_p90_s),
                       _usd(d.usd_per_million_tokens), fmt(d.joules_per_token))
     return table
+
+
+def _range(value, error) -> str:
+    """' (p90 range low-high)' of a predicted latency and its relative error, or '' without one."""
+    if value is None or not error:
+        return ""
+    return f" (p90 range {_ms(value * (1 - error))}-{_ms(value * (1 + error))})"
 
 
 def plan_serve(db, spec, systems, demand, options, json_out: bool, pareto: bool, timing: bool) -> None:
@@ -573,6 +595,7 @@ def plan_serve(db, spec, systems, demand, options, json_out: bool, pareto: bool,
                               "output_len": vars(demand.output_len),
                               "slo_s": {k: getattr(demand, k) for k in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90")}},
                    "best": _deployment_json(result.best), "top": [_deployment_json(d) for d in result.top],
+                   "top_ties": [i for i, t in enumerate(_serve_ties(result.best, result.top, options.objective)) if t],
                    **({"pareto": [_deployment_json(d) for d in result.pareto]} if pareto else {}),
                    "evidence": evidence})
         return
@@ -588,8 +611,9 @@ def plan_serve(db, spec, systems, demand, options, json_out: bool, pareto: bool,
         console.print(_kv_table(
             f"{p.role} pool: {p.instances:,} instance{'s' if p.instances > 1 else ''} of {p.devices_per_instance} x "
             f"{p.accelerator} ({p.system})",
-            [("instance", _config_text(p.config)), ("TTFT p50 / p90", f"{_ms(p.ttft_p50_s)} / {_ms(p.ttft_p90_s)}"),
-             ("TPOT p50 / p90", f"{_ms(p.tpot_p50_s)} / {_ms(p.tpot_p90_s)}"),
+            [("instance", _config_text(p.config)),
+             ("TTFT p50 / p90", f"{_ms(p.ttft_p50_s)} / {_ms(p.ttft_p90_s)}" + _range(p.ttft_p90_s, p.ttft_error)),
+             ("TPOT p50 / p90", f"{_ms(p.tpot_p50_s)} / {_ms(p.tpot_p90_s)}" + _range(p.tpot_p90_s, p.tpot_error)),
              ("requests/s it carries", fmt(p.requests_per_s)), ("HBM per device", f"{fmt(p.hbm_used_bytes, 1e9)} GB"),
              ("power", f"{fmt(p.power_w / 1e3)} kW"), ("cost", _usd(p.usd_per_hour) + (" per hour" if p.usd_per_hour
                                                                                         else ""))]))
@@ -598,7 +622,12 @@ def plan_serve(db, spec, systems, demand, options, json_out: bool, pareto: bool,
                                       ("cost per hour", _usd(best.usd_per_hour)),
                                       ("cost per million output tokens", _usd(best.usd_per_million_tokens)),
                                       ("energy per output token (with PUE)", f"{fmt(best.joules_per_token)} J")]))
-    console.print(_deployments_table(f"top {len(result.top)} single-configuration deployments", result.top))
+    ties = _serve_ties(best, result.top, options.objective)
+    console.print(_deployments_table(f"top {len(result.top)} single-configuration deployments", result.top, ties))
+    if any(ties):
+        console.print(f"≈: a tie, its {options.objective} within the prediction error of the optimum's "
+                      f"(+-{_deployment_error(best):.0%}); the optimum is not better than these by more than the "
+                      "model can tell", style="dim")
     if pareto:
         console.print(_deployments_table("Pareto front (cost per token, latency, energy per token)", result.pareto))
     e = result.evidence

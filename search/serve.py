@@ -99,6 +99,8 @@ class Pool:
     hbm_used_bytes: float
     power_w: float            # all devices of the pool, with their node share
     usd_per_hour: float | None
+    ttft_error: float = 0.0   # relative half-width of the TTFT and TPOT prediction intervals
+    tpot_error: float = 0.0
 
     @property
     def devices(self) -> int:
@@ -182,13 +184,20 @@ def _precision_combos(machine: Machine, options: ServeSearchOptions):
     return combos
 
 
+def _half_width(interval, value) -> np.ndarray:
+    """(high - low) / 2 over the value: a prediction interval's relative half-width."""
+    low, high = (np.asarray(x, dtype=float) for x in interval)
+    return np.where(np.asarray(value) > 0, (high - low) / 2.0 / np.maximum(value, 1e-30), 0.0)
+
+
 def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearchOptions, counter: dict):
     layouts = _layouts(spec, machine, options.max_instance_devices)
     places = ["hbm"] + ([t.kind for t in machine.memory_tiers if t.kind in ("ddr", "cxl", "pooled")]
                         if options.kv_offload else [])
     rows: dict[str, list] = {k: [] for k in ("tp", "pp", "dpa", "ep", "batch", "wp", "ap", "kvp", "kv_place",
                                              "devices", "prefill_s50", "prefill_s90", "tpot50", "tpot90",
-                                             "hbm", "power_w", "feasible_decode", "feasible_prefill")}
+                                             "hbm", "power_w", "feasible_decode", "feasible_prefill",
+                                             "ttft_error", "tpot_error")}
     if not layouts:
         return rows
     lay = np.array(layouts, dtype=float)
@@ -220,7 +229,10 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
                                  ("tpot50", dec["50"].tpot_s), ("tpot90", dec["90"].tpot_s),
                                  ("hbm", dec["90"].hbm_used_bytes), ("power_w", dec["50"].power_w),
                                  ("feasible_decode", dec["90"].feasible),
-                                 ("feasible_prefill", pre["90"].feasible[pre_i])):
+                                 ("feasible_prefill", pre["90"].feasible[pre_i]),
+                                 # Relative half-widths of the prediction intervals (Machine.interval).
+                                 ("ttft_error", _half_width(pre["90"].ttft_range_s, pre["90"].ttft_s)[pre_i]),
+                                 ("tpot_error", _half_width(dec["90"].tpot_range_s, dec["90"].tpot_s))):
                 rows[name].append(np.asarray(values))
             for name, value in (("wp", wp), ("ap", ap), ("kvp", kvp), ("kv_place", place)):
                 rows[name].append(np.full(len(grid), value, dtype=object))
@@ -424,6 +436,7 @@ def _pool_options(role, system, cols, price, demand, slo, options, max_devices):
             "devices_per_instance": int(sub["devices"][j]),
             "usd_per_hour": float(usd[j]) if np.isfinite(usd[j]) else None, "power_w": float(power[j]),
             "ttft50": float(t50[j]), "ttft90": float(t90[j]), "tpot50": float(p50[j]), "tpot90": float(p90[j]),
+            "ttft_error": float(cols["ttft_error"][k]), "tpot_error": float(cols["tpot_error"][k]),
             "kvp": str(cols["kvp"][k]), "hbm": float(cols["hbm"][k]),
             "config": {"tp": int(cols["tp"][k]), "pp": int(cols["pp"][k]), "ep": int(cols["ep"][k]),
                        "dp_attention": int(cols["dpa"][k]), "batch": int(cols["batch"][k]),
@@ -444,7 +457,8 @@ def _deployment(mode, parts, demand: Demand, kv_s: float = 0.0, counts: list[int
                           tpot_p50_s=o["tpot50"] if o["role"] != "prefill" else None,
                           tpot_p90_s=o["tpot90"] if o["role"] != "prefill" else None,
                           requests_per_s=o["capacity"] * n, hbm_used_bytes=o["hbm"], power_w=o["power_w"] * scale,
-                          usd_per_hour=None if o["usd_per_hour"] is None else o["usd_per_hour"] * scale))
+                          usd_per_hour=None if o["usd_per_hour"] is None else o["usd_per_hour"] * scale,
+                          ttft_error=o.get("ttft_error", 0.0), tpot_error=o.get("tpot_error", 0.0)))
     front = [p for p in pools if p.ttft_p90_s is not None]
     back = [p for p in pools if p.tpot_p90_s is not None]
     usd = None if any(p.usd_per_hour is None for p in pools) else sum(p.usd_per_hour for p in pools)

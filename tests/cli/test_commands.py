@@ -240,6 +240,20 @@ def test_plan_serve_tables_and_heterogeneous_candidates(capsys):
     assert "optimal deployment" in out and "fleet" in out and "Pareto front" in out and "evidence" in out
 
 
+def test_plan_serve_prints_ranges_and_ties(capsys):
+    data = run_json(capsys, "plan", "serve", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--rate", "5")
+    pools = data["best"]["pools"]
+    assert all(0.0 < max(p["ttft_error"], p["tpot_error"]) < 0.5 for p in pools)
+    # a tie is a deployment whose objective, low end of its range, is within the best's high end
+    error = lambda d: max(max(p["ttft_error"], p["tpot_error"]) for p in d["pools"])   # noqa: E731
+    best = data["best"]["usd_per_hour"] * (1 + error(data["best"]))
+    expected = [i for i, d in enumerate(data["top"]) if d != data["best"]
+                and d["usd_per_hour"] * (1 - error(d)) <= best]
+    assert data["top_ties"] == expected
+    code, out, _ = run(capsys, "plan", "serve", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--rate", "5")
+    assert code == 0 and "p90 range" in out
+
+
 @pytest.mark.parametrize("argv, message", [
     (["plan", "serve", "--rate", "-1"], "--rate needs a positive number"),
     (["plan", "serve", "--rate", "1", "--concurrency", "5"], "not both"),
