@@ -130,14 +130,30 @@ def fit_collectives(ops, ranks, size_bytes, seconds, link_bytes_per_s: float, se
 
 
 @dataclass(frozen=True)
-class GemmCalibration:
-    """The fitted GEMM kernel at one precision, its held-out error, and the rows each way."""
+class KernelCalibration:
+    """A fitted kernel, its held-out error, and the rows each way."""
 
-    kernel: GemmKernel
+    kernel: object
     held_out_mape: float
     held_out_p90: float
     train_rows: int
     test_rows: int
+
+
+def _fit_held_out(unpack, predict, seconds, x0, seed: int, held_out: float) -> tuple:
+    """Robust least squares (soft-L1 on the relative error) on a seeded share of the rows; the
+    fitted kernel scored on the rest: (kernel, MAPE, p90, rows fitted, rows held out)."""
+    from scipy.optimize import least_squares
+
+    train = split_rows(len(seconds), seed, held_out)
+    x = least_squares(lambda v: predict(unpack(v), train) / seconds[train] - 1.0, x0, loss="soft_l1", f_scale=0.1).x
+    fitted = unpack(x)
+    error = np.abs(predict(fitted, ~train) / seconds[~train] - 1.0)
+    return fitted, float(error.mean()), float(np.quantile(error, 0.9)), int(train.sum()), int((~train).sum())
+
+
+class GemmCalibration(KernelCalibration):
+    """The fitted GEMM kernel at one precision."""
 
     def as_yaml(self) -> dict:
         """One precision of a calibration entry's ``gemm`` block, in the database's units."""
@@ -163,14 +179,11 @@ def fit_gemm(m, n, k, seconds, peak: float, bandwidth: float, units: int, elemen
     are bf16; ``cast`` says the timings include kernels that quantize the activations, whose own
     fixed cost (measured apart) is ``cast_launch_s``.
     """
-    from scipy.optimize import least_squares
-
     m, n, k, t = (np.asarray(x, dtype=float) for x in (m, n, k, seconds))
     if not (len(m) == len(n) == len(k) == len(t)) or len(t) < 20:
         raise SpecError(f"GEMM timings need at least 20 rows with m, n, k and seconds, has {len(t)}")
     if not all(np.all(np.isfinite(x)) and np.all(x > 0) for x in (m, n, k, t)):
         raise SpecError("GEMM timings need positive finite m, n, k and seconds")
-    train = split_rows(len(t), seed, held_out)
     sigmoid = lambda v: 1.0 / (1.0 + np.exp(-v))                                  # noqa: E731
 
     def unpack(x) -> GemmKernel:
@@ -183,27 +196,13 @@ def fit_gemm(m, n, k, seconds, peak: float, bandwidth: float, units: int, elemen
     def predict(kernel, rows):
         return kernel.time(m[rows], n[rows], k[rows], element_bytes, element_bytes, 2.0)
 
-    def residuals(x):
-        return predict(unpack(x), train) / t[train] - 1.0
-
     # Start: 80% of the peak and of HBM, 5 us launch, p = 3, tile overhead 8 elements.
     x0 = np.array([np.log(4.0), np.log(4.0), np.log(5e-6), np.log(2.0), np.log(8.0)])
-    fitted = unpack(least_squares(residuals, x0, loss="soft_l1", f_scale=0.1).x)
-    error = np.abs(predict(fitted, ~train) / t[~train] - 1.0)
-    return GemmCalibration(fitted, float(error.mean()), float(np.quantile(error, 0.9)), int(train.sum()),
-                           int((~train).sum()))
+    return GemmCalibration(*_fit_held_out(unpack, predict, t, x0, seed, held_out))
 
 
-@dataclass(frozen=True)
-class AttentionCalibration:
-    """The fitted attention kernel (prefill at one precision, or decode), its held-out error and
-    the rows each way."""
-
-    kernel: AttentionKernel
-    held_out_mape: float
-    held_out_p90: float
-    train_rows: int
-    test_rows: int
+class AttentionCalibration(KernelCalibration):
+    """The fitted attention kernel (prefill at one precision, or decode)."""
 
     def as_yaml(self) -> dict:
         """One kernel of a calibration entry's ``attention`` block, in the database's units."""
@@ -220,8 +219,6 @@ def fit_attention(batch, queries, context, heads, kv_heads, head_dim, act_bytes,
     """Fit ``AttentionKernel`` to measured attention kernels, one row per call: ``batch``
     sequences of ``queries`` new tokens (1 in decode) attending to ``context`` keys (in prefill,
     the causal mean, queries / 2), with ``heads`` query and ``kv_heads`` KV heads of ``head_dim``."""
-    from scipy.optimize import least_squares
-
     cols = [np.asarray(x, dtype=float) for x in (batch, queries, context, heads, kv_heads, head_dim, act_bytes,
                                                   kv_bytes, seconds)]
     b, q, ctx, h, kv, d, act, kvb, t = np.broadcast_arrays(*cols)
@@ -231,7 +228,6 @@ def fit_attention(batch, queries, context, heads, kv_heads, head_dim, act_bytes,
         raise SpecError("attention timings need positive finite shapes and seconds")
     op = attention_core(b * q, ctx, h * d, h * d, h * d, 2.0 * kv * d, h, kv, act, kvb, decode, True)
     flops, moved, tiles = op.flops, op.bytes, op.attention.tiles
-    train = split_rows(len(t), seed, held_out)
     sigmoid = lambda v: 1.0 / (1.0 + np.exp(-v))                                  # noqa: E731
 
     def unpack(x) -> AttentionKernel:
@@ -245,16 +241,10 @@ def fit_attention(batch, queries, context, heads, kv_heads, head_dim, act_bytes,
             return kernel.decode(flops[rows], moved[rows], tiles[rows], ctx[rows])
         return kernel.prefill(flops[rows], moved[rows], tiles[rows])
 
-    def residuals(x):
-        return predict(unpack(x), train) / t[train] - 1.0
-
     # Start: 50% of the peak, 80% of HBM, 5 us launch, 0.1 us a wave, p = 2 (prefill) or
     # saturation at one block per SM (decode).
     x0 = np.array([0.0, np.log(4.0), np.log(5e-6), np.log(1e-7), 0.0])
-    fitted = unpack(least_squares(residuals, x0, loss="soft_l1", f_scale=0.1).x)
-    error = np.abs(predict(fitted, ~train) / t[~train] - 1.0)
-    return AttentionCalibration(fitted, float(error.mean()), float(np.quantile(error, 0.9)), int(train.sum()),
-                                int((~train).sum()))
+    return AttentionCalibration(*_fit_held_out(unpack, predict, t, x0, seed, held_out))
 
 
 def score_moe(kernel: GemmKernel, tokens, ep, num_experts, top_k, hidden, expert_hidden, seconds) -> tuple[float, float]:
