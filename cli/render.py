@@ -853,14 +853,20 @@ def _score_moe(acc, gemm):
 def calibrate_attention(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
     acc = _calibration_source(db, device, table, source, seed)
     results, provenance, note = _fit_attention(acc, table, source, seed)
-    block = _attention_block(results)
-    written = write_calibration(db, acc, {"attention": block}, [note], out)
+    _report_fit(db, acc, "attention", _attention_block(results),
+                {f"{ph} {p}": r.held_out_p90 for (ph, p), r in results.items()}, provenance, note, out, json_out,
+                lambda: _attention_table(acc, provenance, results))
+
+
+def _report_fit(db, acc, family: str, block: dict, p90: dict, provenance: str, note: str, out, json_out: bool,
+                print_table) -> None:
+    """Write one refitted family's block (with ``--out``) and print or emit the fit."""
+    written = write_calibration(db, acc, {family: block}, [note], out)
     if json_out:
-        emit_json({"device": acc.name, "source": provenance, "fit": block,
-                   "held_out_p90": {f"{ph} {p}": r.held_out_p90 for (ph, p), r in results.items()},
+        emit_json({"device": acc.name, "source": provenance, "fit": block, "held_out_p90": p90,
                    "written": str(written) if written else None})
         return
-    _attention_table(acc, provenance, results)
+    print_table()
     if written:
         console.print(f"wrote {written} (use it with --hardware-db {out})")
 
@@ -904,16 +910,9 @@ def calibrate_collectives(db, device: str, table, source: str | None, out, seed:
 def calibrate_gemm(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
     acc = _calibration_source(db, device, table, source, seed)
     results, provenance, note = _fit_gemm(acc, table, source, seed)
-    block = {p: r.as_yaml() for p, r in results.items()}
-    written = write_calibration(db, acc, {"gemm": block}, [note], out)
-    if json_out:
-        emit_json({"device": acc.name, "source": provenance, "fit": block,
-                   "held_out_p90": {p: r.held_out_p90 for p, r in results.items()},
-                   "written": str(written) if written else None})
-        return
-    _gemm_table(acc, provenance, results)
-    if written:
-        console.print(f"wrote {written} (use it with --hardware-db {out})")
+    _report_fit(db, acc, "gemm", {p: r.as_yaml() for p, r in results.items()},
+                {p: r.held_out_p90 for p, r in results.items()}, provenance, note, out, json_out,
+                lambda: _gemm_table(acc, provenance, results))
 
 
 def _gemm_table(acc, provenance, results) -> None:
