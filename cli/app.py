@@ -448,6 +448,27 @@ def calibrate_attention(
     render.calibrate_attention(database(ctx), device, table, source, out, seed, json_out)
 
 
+@calibrate_app.command("dispatch")
+def calibrate_dispatch(
+    ctx: typer.Context,
+    device: MeasuredOn = "h100-sxm",
+    table: Annotated[Optional[Path], typer.Option(help="Measured DeepEP low-latency kernels: CSV (op,ranks,"
+                                                       "ranks_per_node,tokens,top_k,hidden,dtype,seconds).")] = None,
+    source: Annotated[Optional[str], typer.Option("--from", help="aiconfigurator: the SGLang DeepEP low-latency "
+                                                               "tables it ships (every version).")] = None,
+    system: Annotated[str, typer.Option(help="With --table: the system the measurements ran on (its scale-up and "
+                                             "scale-out links scale the fitted shares).")] = "dgx-h100",
+    out: CalibrationOut = None,
+    seed: SplitSeed = 0,
+    json_out: JsonFlag = False,
+) -> None:
+    """Fit the MoE expert dispatch and combine of decode (DeepEP low-latency kernels: launch and
+    link shares) to measured timings; print the held-out error; write a calibration entry."""
+    from . import render
+
+    render.calibrate_dispatch(database(ctx), device, table, source, system, out, seed, json_out)
+
+
 @calibrate_app.command("collectives")
 def calibrate_collectives(
     ctx: typer.Context,

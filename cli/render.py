@@ -737,6 +737,8 @@ def write_calibration(db, acc, blocks: dict, notes: list[str], out):
             entry["gemm"] = {p: _file_units(f.model_dump()) for p, f in own.gemm.items()}
         if own.attention is not None and "attention" not in blocks:
             entry["attention"] = _file_units(own.attention.model_dump())
+        if own.dispatch is not None and "dispatch" not in blocks:
+            entry["dispatch"] = _file_units(own.dispatch.model_dump(exclude_none=True))
     entry.update(blocks)
     entry["sources"] = [s for s in (own.sources if own else ()) if not any(s.startswith(f"{b}:") for b in blocks)] \
         + notes
@@ -748,9 +750,12 @@ def write_calibration(db, acc, blocks: dict, notes: list[str], out):
 
 def _file_units(block):
     """A block as loaded (SI) back in the units its YAML keys name (``_us``, ``_gb_per_s``)."""
+    def scaled(value, factor):
+        return {k: x * factor for k, x in value.items()} if isinstance(value, dict) else value * factor
+
     if isinstance(block, dict):
-        return {k: (v * 1e6 if k.endswith("_us") else v / 1e9 if k.endswith("_gb_per_s") else _file_units(v))
-                for k, v in block.items()}
+        return {k: (scaled(v, 1e6) if k.endswith("_us") else scaled(v, 1e-9) if k.endswith("_gb_per_s")
+                    else _file_units(v)) for k, v in block.items()}
     return block
 
 
@@ -825,6 +830,55 @@ def _fit_attention(acc, table, source, seed):
             + f"; held-out MAPE {mape}; {left_out} rows left out (sliding-window kernels, and decode groups above "
               f"{MAX_DECODE_GROUP} query heads per KV head, which run another kernel)")
     return results, provenance, note
+
+
+def _fit_dispatch(db, acc, table, source, seed, system_name):
+    """The low-latency dispatch / combine fit, its source and note: aiconfigurator's DeepEP tables
+    with the link bandwidths its system file gives, or a CSV with those of ``system_name``'s links."""
+    from hardware_db.errors import SpecError
+    from perfmodel.calibrate import fit_dispatch
+
+    from .timings_io import aiconfigurator_dispatch_tables, read_dispatch_timings
+
+    if source:
+        paths, per_node, up, out, provenance = aiconfigurator_dispatch_tables(acc.name)
+    else:
+        system = db.system(system_name)
+        links = {db.link(lv.link).kind: db.link(lv.link).bytes_per_s for lv in reversed(db.levels(system))}
+        if "scale-up" not in links or "scale-out" not in links:
+            raise SpecError(f"{system_name} needs a scale-up and a scale-out level to scale the measured bandwidths")
+        paths, per_node, up, out = [table], system.devices_per_node, links["scale-up"], links["scale-out"]
+        provenance = f"the measurements in {table.name} (links of {system_name})"
+    result = fit_dispatch(*read_dispatch_timings(paths, per_node), up, out, seed=seed)
+    mape = ", ".join(f"{op} {v:.1%}" for op, v in result.op_mape.items())
+    note = (f"dispatch: fitted by perfmodel calibrate (seed {seed}) on {provenance}, link shares of "
+            f"{up / 1e9:g} GB/s scale-up and {out / 1e9:g} GB/s scale-out per direction: {result.train_rows} rows "
+            f"fitted, {result.test_rows} held out; held-out MAPE {mape}"
+            + ("" if result.fitted.out_fraction else "; one scale-up domain measured, so the scale-out level keeps "
+                                                     "its link model"))
+    return result, provenance, note
+
+
+def _dispatch_table(acc, provenance, result) -> None:
+    f = result.fitted
+    t = Table(title=f"expert dispatch and combine (low-latency) on {acc.name}, fitted on {provenance}",
+              title_justify="left")
+    for col in ("op", "launch", "scale-up share", "scale-out share", "held-out error"):
+        t.add_column(col, justify="left" if col == "op" else "right")
+    for op in ("dispatch", "combine"):
+        t.add_row(op, f"{f.launch[op] * 1e6:.2f} us", f"{f.up_fraction[op]:.1%}",
+                  f"{f.out_fraction[op]:.1%}" if f.out_fraction else "-", f"{result.op_mape[op]:.1%}")
+    console.print(t)
+    if f.out_fraction:
+        console.print(f"leaving the scale-up domain adds {f.remote * 1e6:.2f} us", style="dim")
+
+
+def calibrate_dispatch(db, device: str, table, source: str | None, system: str, out, seed: int,
+                       json_out: bool) -> None:
+    acc = _calibration_source(db, device, table, source, seed)
+    result, provenance, note = _fit_dispatch(db, acc, table, source, seed, system)
+    _report_fit(db, acc, "dispatch", result.as_yaml(), {"all": result.held_out_p90}, provenance, note, out,
+                json_out, lambda: _dispatch_table(acc, provenance, result))
 
 
 def _attention_block(results) -> dict:
@@ -939,22 +993,26 @@ def calibrate_all(db, device: str, source: str | None, out, seed: int, json_out:
     gemm, gemm_from, gemm_note = _fit_gemm(acc, None, source, seed)
     attention, attention_from, attention_note = _fit_attention(acc, None, source, seed)
     coll, coll_from, coll_note = _fit_collectives(acc, None, source, seed)
+    dispatch, dispatch_from, dispatch_note = _fit_dispatch(db, acc, None, source, seed, None)
     moe = _score_moe(acc, gemm)
     blocks = {"gemm": {p: r.as_yaml() for p, r in gemm.items()}, "attention": _attention_block(attention),
-              "collectives": coll.as_yaml()}
-    written = write_calibration(db, acc, blocks, [gemm_note, attention_note, coll_note], out)
+              "collectives": coll.as_yaml(), "dispatch": dispatch.as_yaml()}
+    written = write_calibration(db, acc, blocks, [gemm_note, attention_note, coll_note, dispatch_note], out)
     families = {f"gemm {p}": r.held_out_mape for p, r in gemm.items()}
     families.update({f"attention {ph} {p}": r.held_out_mape for (ph, p), r in attention.items()})
     if moe is not None:
         families["moe fp8 (the fp8 GEMM fit, scored, not refitted)"] = moe[0]
     families.update({f"nccl {op}": v for op, v in coll.held_out_mape.items()})
+    families.update({f"deepep low-latency {op}": v for op, v in dispatch.op_mape.items()})
     if json_out:
         emit_json({"device": acc.name, "sources": {"gemm": gemm_from, "attention": attention_from,
-                                                   "collectives": coll_from, "moe": moe[1] if moe else None},
+                                                   "collectives": coll_from, "dispatch": dispatch_from,
+                                                   "moe": moe[1] if moe else None},
                    "held_out_mape": families, "fit": blocks, "written": str(written) if written else None})
         return
     _gemm_table(acc, gemm_from, gemm)
     _attention_table(acc, attention_from, attention)
+    _dispatch_table(acc, dispatch_from, dispatch)
     t = Table(title=f"held-out error per kernel family on {acc.name}", title_justify="left")
     t.add_column("family")
     t.add_column("held-out MAPE", justify="right")

@@ -9,11 +9,17 @@ Formats:
 - attention kernels, CSV with a header ``phase,batch,seq_len,heads,kv_heads,head_dim,dtype,kv_dtype,seconds``:
   phase prefill (a causal prompt of seq_len tokens per sequence) or decode (one new token per
   sequence over seq_len cached tokens); dtype the attention math (bf16 or fp8), kv_dtype the cache's;
+- expert dispatch and combine (DeepEP low-latency kernels), CSV with a header
+  ``op,ranks,ranks_per_node,tokens,top_k,hidden,dtype,seconds``: op dispatch or combine, ``tokens``
+  each rank sends to its ``top_k`` experts over ``ranks`` ranks, ``ranks_per_node`` of them in one
+  scale-up domain; dtype the payload's (fp8 adds one 4-byte scale per 128 values, as DeepEP sends it);
 - the tables NVIDIA ships with aiconfigurator (``nccl_perf.parquet``: op_name, nccl_dtype,
   num_gpus, message_size in elements, latency in ms; ``gemm_perf.parquet``: gemm_dtype, m, n, k,
   latency in ms; ``context_attention_perf.parquet`` and ``generation_attention_perf.parquet``:
   batch_size, isl, step, num_heads, num_key_value_heads, head_dim, window_size, attn_dtype,
-  kv_cache_dtype, latency in ms); reading Parquet needs pyarrow.
+  kv_cache_dtype, latency in ms; ``wideep_deepep_ll_perf.parquet``: node_num, hidden_size, num_token,
+  num_topk, dispatch_avg_t_us and combine_avg_t_us, fp8 dispatch and bf16 combine); reading Parquet
+  needs pyarrow.
 """
 
 from __future__ import annotations
@@ -42,13 +48,8 @@ def read_timings(path: Path) -> tuple[list, list, list, list]:
         raise SpecError(f"{path}: no such file")
     if path.suffix.lower() == ".parquet":
         return _read_parquet(path)
-    rows = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]
-    reader = csv.DictReader(rows)
-    if reader.fieldnames is None or not set(COLUMNS) <= {f.strip() for f in reader.fieldnames}:
-        raise SpecError(f"{path}: needs a header with the columns {', '.join(COLUMNS)}")
     out: tuple[list, list, list, list] = ([], [], [], [])
-    for line, row in enumerate(reader, start=2):
+    for line, row in _csv_rows(path, COLUMNS):
         try:
             values = (row["op"].strip(), int(row["ranks"]), float(row["bytes"]), float(row["seconds"]))
         except (TypeError, ValueError, AttributeError):
@@ -80,13 +81,8 @@ def read_gemm_timings(path: Path) -> dict[str, tuple]:
         table = _parquet(path, ("gemm_dtype", "m", "n", "k", "latency"), "gemm_perf")
         rows = zip(table["m"], table["n"], table["k"], table["gemm_dtype"], (x * 1e-3 for x in table["latency"]))
     else:
-        lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
-                 if line.strip() and not line.lstrip().startswith("#")]
-        reader = csv.DictReader(lines)
-        if reader.fieldnames is None or not set(GEMM_COLUMNS) <= {f.strip() for f in reader.fieldnames}:
-            raise SpecError(f"{path}: needs a header with the columns {', '.join(GEMM_COLUMNS)}")
         rows = []
-        for line, row in enumerate(reader, start=2):
+        for line, row in _csv_rows(path, GEMM_COLUMNS):
             try:
                 values = (float(row["m"]), float(row["n"]), float(row["k"]), row["dtype"].strip().lower(),
                           float(row["seconds"]))
@@ -136,12 +132,7 @@ def read_attention_timings(path: Path, decode_path: Path | None = None) -> tuple
                                                            t["num_key_value_heads"], t["head_dim"], t["attn_dtype"],
                                                            t["kv_cache_dtype"], (x * 1e-3 for x in t["latency"]), window)]
             continue
-        lines = [line for line in file.read_text(encoding="utf-8", errors="replace").splitlines()
-                 if line.strip() and not line.lstrip().startswith("#")]
-        reader = csv.DictReader(lines)
-        if reader.fieldnames is None or not set(ATTENTION_COLUMNS) <= {f.strip() for f in reader.fieldnames}:
-            raise SpecError(f"{file}: needs a header with the columns {', '.join(ATTENTION_COLUMNS)}")
-        for line, row in enumerate(reader, start=2):
+        for line, row in _csv_rows(file, ATTENTION_COLUMNS):
             try:
                 shape = tuple(float(row[k]) for k in ("batch", "seq_len", "heads", "kv_heads", "head_dim", "seconds"))
                 phase_, dtype, kv_dtype = (row[k].strip().lower() for k in ("phase", "dtype", "kv_dtype"))
@@ -183,6 +174,62 @@ def read_moe_timings(path: Path) -> tuple:
     return tuple([float(t[c][i]) for i in keep] for c in cols) + ([t["latency"][i] * 1e-3 for i in keep],)
 
 
+DISPATCH_COLUMNS = ("op", "ranks", "ranks_per_node", "tokens", "top_k", "hidden", "dtype", "seconds")
+
+
+def copy_bytes(hidden: float, dtype: str) -> float:
+    """Bytes of one token-expert copy: fp8 carries one fp32 scale per 128 values (DeepEP's format)."""
+    size = DTYPE_BYTES[dtype]
+    return hidden * size + (hidden / 128.0 * 4.0 if size == 1 else 0.0)
+
+
+def read_dispatch_timings(paths: list[Path], ranks_per_node: int = 8) -> tuple:
+    """(ops, ranks, ranks per domain, copies, copy bytes, seconds) from CSVs, or from aiconfigurator's
+    low-latency DeepEP tables (``ranks_per_node`` GPUs a node, as its system file says)."""
+    cols = tuple([] for _ in range(6))
+
+    def add(op, ranks, per_node, tokens, top_k, hidden, dtype, seconds):
+        for column, value in zip(cols, (op, ranks, min(per_node, ranks), tokens * top_k,
+                                        copy_bytes(hidden, dtype), seconds)):
+            column.append(value)
+
+    for path in paths:
+        if not path.is_file():
+            raise SpecError(f"{path}: no such file")
+        if path.suffix.lower() == ".parquet":
+            t = _parquet(path, ("node_num", "hidden_size", "num_token", "num_topk", "dispatch_avg_t_us",
+                                "combine_avg_t_us"), "wideep_deepep_ll_perf")
+            for nodes, h, tokens, k, disp, comb in zip(*(t[c] for c in ("node_num", "hidden_size", "num_token",
+                                                                        "num_topk", "dispatch_avg_t_us",
+                                                                        "combine_avg_t_us"))):
+                add("dispatch", nodes * ranks_per_node, ranks_per_node, tokens, k, h, "fp8", disp * 1e-6)
+                add("combine", nodes * ranks_per_node, ranks_per_node, tokens, k, h, "bf16", comb * 1e-6)
+            continue
+        for line, row in _csv_rows(path, DISPATCH_COLUMNS):
+            try:
+                n, per, tokens, k, h, sec = (float(row[c]) for c in ("ranks", "ranks_per_node", "tokens", "top_k",
+                                                                     "hidden", "seconds"))
+                op, dtype = row["op"].strip().lower(), row["dtype"].strip().lower()
+            except (TypeError, ValueError, AttributeError):
+                raise SpecError(f"{path}:{line}: needs numbers ranks, ranks_per_node, tokens, top_k, hidden and "
+                                "seconds, and an op and dtype") from None
+            if dtype not in DTYPE_BYTES or not all(math.isfinite(x) and x > 0 for x in (n, per, tokens, k, h, sec)):
+                raise SpecError(f"{path}:{line}: needs positive finite numbers and a dtype among "
+                                f"{', '.join(sorted(DTYPE_BYTES))}")
+            add(op, n, per, tokens, k, h, dtype, sec)
+    return cols
+
+
+def _csv_rows(path: Path, needed: tuple):
+    """(line number, row dict) of a CSV with a header holding ``needed``; ``#`` lines are comments."""
+    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+             if line.strip() and not line.lstrip().startswith("#")]
+    reader = csv.DictReader(lines)
+    if reader.fieldnames is None or not set(needed) <= {f.strip() for f in reader.fieldnames}:
+        raise SpecError(f"{path}: needs a header with the columns {', '.join(needed)}")
+    return enumerate(reader, start=2)
+
+
 def _parquet(path: Path, needed: tuple, kind: str) -> dict:
     try:
         import pyarrow.parquet as pq
@@ -219,6 +266,26 @@ def aiconfigurator_table(device: str, family: str = "comm/nccl", name: str = "nc
     version = metadata.version("aiconfigurator-core")
     where = tables[-1].relative_to(root.parents[1 + family.count("/") + 1])
     return tables[-1], f"aiconfigurator-core {version} (Apache-2.0), {where}"
+
+
+def aiconfigurator_dispatch_tables(device: str) -> tuple[list[Path], int, float, float, str]:
+    """Every low-latency DeepEP table aiconfigurator-core ships for ``device`` (its SGLang versions
+    measured different node counts), the GPUs per node and the per-direction intra- and
+    inter-node bandwidths (bytes/s) its system file gives for the machines measured, and their
+    provenance."""
+    import yaml
+
+    newest, provenance = aiconfigurator_table(device, "comm/sglang", "wideep_deepep_ll_perf.parquet")
+    root = newest.parents[1]
+    tables = sorted(root.glob("*/wideep_deepep_ll_perf.parquet"))
+    system = root.parents[3] / f"{AICONFIGURATOR_DEVICES[device]}.yaml"
+    try:
+        node = yaml.safe_load(system.read_text())["node"]
+        facts = int(node["num_gpus_per_node"]), float(node["intra_node_bw"]), float(node["inter_node_bw"])
+    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
+        raise SpecError(f"{system}: no node facts (num_gpus_per_node, intra_node_bw, inter_node_bw)") from None
+    where = ", ".join(str(t.relative_to(root.parents[2])) for t in tables)
+    return tables, *facts, f"{provenance.split(', ', 1)[0]}, {where} (node facts from {system.name})"
 
 
 def aiconfigurator_cast_launch(device: str) -> tuple[float, str]:

@@ -343,6 +343,24 @@ class AttentionFits(BaseModel):
     decode: dict[Precision, AttentionFit] = {}
 
 
+ExchangeOp = Literal["dispatch", "combine"]
+
+
+class DispatchFit(BaseModel):
+    """DeepEP low-latency expert dispatch and combine (perfmodel.collectives.expert_exchange_time),
+    fitted on measured kernels by ``perfmodel calibrate dispatch``: per op a launch and the share
+    of the scale-up and scale-out link bandwidth reached, and the latency of leaving the domain.
+    ``scale_out_fraction`` is absent when only one scale-up domain was measured."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    launch_us: dict[ExchangeOp, LatencyUs]
+    remote_us: LatencyUs = 0.0
+    scale_up_fraction: dict[ExchangeOp, Fraction]
+    scale_out_fraction: dict[ExchangeOp, Fraction] | None = None
+    held_out_mape: Annotated[float, Field(ge=0, le=10)]
+    samples: Annotated[int, Field(ge=1)]
+
+
 class Calibration(Entry):
     """Achievable fractions of a device's peaks, each from a named measurement in ``sources``.
 
@@ -361,6 +379,7 @@ class Calibration(Entry):
     collectives: CollectiveFit | None = None   # measured collective costs inside the scale-up domain
     gemm: dict[Precision, GemmFit] = {}        # measured GEMM kernel costs by precision
     attention: AttentionFits | None = None     # measured attention kernel costs
+    dispatch: DispatchFit | None = None        # measured MoE dispatch / combine (DeepEP low-latency)
 
 
 class Constant(Entry):

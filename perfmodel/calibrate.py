@@ -25,7 +25,7 @@ import numpy as np
 
 from hardware_db.errors import SpecError
 
-from .collectives import COLLECTIVES, FittedCollectives
+from .collectives import COLLECTIVES, EXCHANGES, FittedCollectives, FittedDispatch, expert_exchange_time
 from .kernels import AttentionKernel, GemmKernel
 from .roofline import attention_core
 
@@ -245,6 +245,76 @@ def fit_attention(batch, queries, context, heads, kv_heads, head_dim, act_bytes,
     # saturation at one block per SM (decode).
     x0 = np.array([0.0, np.log(4.0), np.log(5e-6), np.log(1e-7), 0.0])
     return AttentionCalibration(*_fit_held_out(unpack, predict, t, x0, seed, held_out))
+
+
+@dataclass(frozen=True)
+class DispatchCalibration:
+    """The fitted dispatch and combine, their held-out error (all rows, and per op) and the rows."""
+
+    fitted: FittedDispatch
+    held_out_mape: float
+    held_out_p90: float
+    op_mape: dict[str, float]
+    train_rows: int
+    test_rows: int
+
+    def as_yaml(self) -> dict:
+        """The ``dispatch`` block of a calibration entry, in the database's units."""
+        f = self.fitted
+        block = {"launch_us": {op: round(f.launch[op] * 1e6, 3) for op in EXCHANGES},
+                 "remote_us": round(f.remote * 1e6, 3),
+                 "scale_up_fraction": {op: round(f.up_fraction[op], 4) for op in EXCHANGES}}
+        if f.out_fraction is not None:
+            block["scale_out_fraction"] = {op: round(f.out_fraction[op], 4) for op in EXCHANGES}
+        return block | {"held_out_mape": round(self.held_out_mape, 4), "samples": self.train_rows + self.test_rows}
+
+
+def fit_dispatch(ops, ranks, ranks_per_domain, copies, copy_bytes, seconds, scale_up_bytes_per_s: float,
+                 scale_out_bytes_per_s: float, seed: int = 0, held_out: float = 0.5) -> DispatchCalibration:
+    """Fit the low-latency dispatch and combine (``collectives.expert_exchange_time``) to measured
+    kernels: each row one op over ``ranks`` ranks, ``ranks_per_domain`` of them per scale-up
+    domain, moving ``copies`` token-expert pairs of ``copy_bytes`` from each rank. The link shares
+    are of the per-direction bandwidths the measurements ran on; rows that all stay in one domain
+    leave the scale-out share and the remote latency out of the fit."""
+    op = normalize_exchanges(ops)
+    n, k, c, b, t = (np.asarray(x, dtype=float) for x in (ranks, ranks_per_domain, copies, copy_bytes, seconds))
+    if not (len(op) == len(n) == len(k) == len(c) == len(b) == len(t)) or len(t) < 20:
+        raise SpecError(f"dispatch timings need at least 20 rows with op, ranks, ranks per domain, tokens and "
+                        f"seconds, has {len(t)}")
+    if not all(np.all(np.isfinite(x)) and np.all(x > 0) for x in (n, k, c, b, t)) or np.any(n < 2):
+        raise SpecError("dispatch timings need positive finite values and at least 2 ranks")
+    remote_rows = bool(np.any(n > k))
+    combine = op == "combine"
+    sigmoid = lambda v: 1.0 / (1.0 + np.exp(-v))                                  # noqa: E731
+
+    def unpack(x) -> FittedDispatch:
+        pair = lambda a, z: {"dispatch": float(a), "combine": float(z)}         # noqa: E731
+        return FittedDispatch(launch=pair(np.exp(x[0]), np.exp(x[1])), remote=float(np.exp(x[2])) if remote_rows else 0.0,
+                              up_fraction=pair(sigmoid(x[3]), sigmoid(x[4])),
+                              out_fraction=pair(sigmoid(x[5]), sigmoid(x[6])) if remote_rows else None)
+
+    def predict(fit, rows):
+        per_op = lambda d: np.where(combine[rows], d["combine"], d["dispatch"])   # noqa: E731
+        out = per_op(fit.out_fraction) if fit.out_fraction else 1.0
+        return expert_exchange_time(c[rows], b[rows], n[rows], k[rows], scale_up_bytes_per_s * per_op(fit.up_fraction),
+                                    scale_out_bytes_per_s * out, per_op(fit.launch), fit.remote)
+
+    # Start: 10 us launches and remote latency, half of each link.
+    x0 = np.array([np.log(1e-5), np.log(1e-5), np.log(1e-5), 0.0, 0.0, 0.0, 0.0])
+    fitted, mape, p90, fitted_rows, test_rows = _fit_held_out(unpack, predict, t, x0, seed, held_out)
+    test = ~split_rows(len(t), seed, held_out)
+    error = np.abs(predict(fitted, test) / t[test] - 1.0)
+    op_mape = {name: float(error[op[test] == name].mean()) for name in EXCHANGES if np.any(op[test] == name)}
+    return DispatchCalibration(fitted, mape, p90, op_mape, fitted_rows, test_rows)
+
+
+def normalize_exchanges(names) -> np.ndarray:
+    """Dispatch / combine op names; anything else is an error."""
+    ops = np.array([str(x).strip().lower() for x in names], dtype=object)
+    bad = sorted(set(ops) - set(EXCHANGES))
+    if bad:
+        raise SpecError(f"dispatch timings: unknown op {bad[0]!r}; use dispatch or combine")
+    return ops
 
 
 def score_moe(kernel: GemmKernel, tokens, ep, num_experts, top_k, hidden, expert_hidden, seconds) -> tuple[float, float]:

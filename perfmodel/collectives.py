@@ -90,6 +90,35 @@ class FittedCollectives:
         return np.where(n > 1, np.minimum(low, bulk), 0.0)
 
 
+EXCHANGES = ("dispatch", "combine")
+
+
+@dataclass(frozen=True)
+class FittedDispatch:
+    """DeepEP's low-latency expert dispatch and combine, fitted on measured kernels (SI): per op a
+    launch time and the share of the scale-up and of the scale-out link's per-direction bandwidth
+    it reaches, and one latency more when the group leaves the scale-up domain. ``out_fraction``
+    is None where only one domain was measured (the scale-out level then keeps its link model)."""
+
+    launch: dict[str, float]
+    remote: float
+    up_fraction: dict[str, float]
+    out_fraction: dict[str, float] | None = None
+
+
+def expert_exchange_time(copies, copy_bytes, n, k, inner_bw, outer_bw, launch, remote):
+    """One device's low-latency dispatch (or combine) over an EP group of ``n`` ranks, ``k`` of
+    them in its own scale-up domain: each of its ``copies`` token-expert pairs goes straight to
+    the expert's rank (DeepEP low-latency kernels: IBGDA RDMA across domains, no forwarding or
+    deduplication over NVLink; DeepEP README, "Low-latency kernels"). With uniform routing (k-1)/n
+    of the copies cross the inner level and (n-k)/n the outer one, concurrently; the slower sets
+    the time, after a launch and, when the group leaves the domain, one remote latency."""
+    n, k = _n(n), np.minimum(_n(k), _n(n))
+    volume = np.asarray(copies, dtype=float) * copy_bytes
+    wire = np.maximum(volume * (k - 1) / n / inner_bw, volume * (n - k) / n / outer_bw)
+    return np.where(n > 1, launch + np.where(n > k, remote, 0.0) + wire, 0.0)
+
+
 @dataclass(frozen=True)
 class Topology:
     """A sized system's levels as arrays, innermost first (SI units, achievable bandwidths).
@@ -105,6 +134,9 @@ class Topology:
     fitted: FittedCollectives | None = None   # measured costs for groups inside level ``fitted_level``
     fitted_level: int = 0
     launch: float = 0.0                       # s per collective when none is measured (a kernel launch)
+    link_bw: np.ndarray | None = None         # per level: the link's datasheet bandwidth (what fits scale)
+    kinds: tuple[str, ...] = ()               # per level: scale-up, package or scale-out
+    dispatch: FittedDispatch | None = None    # measured expert dispatch / combine (decode kernels)
 
     def _measured(self, op: str, size_bytes, stride, n, modelled):
         """The measured cost for a group inside the measured level; for one reaching beyond it,
@@ -195,6 +227,27 @@ class Topology:
         spans = (idx > 0) & (k_in > 1) & (groups > 1)
         modelled = np.where(n_ > 1, np.where(spans, np.minimum(hier, flat), flat), 0.0)
         return self._measured("all_to_all", token_bytes * top_k, stride, n, modelled)
+
+    def expert_exchange(self, op: str, copies, copy_bytes, stride, n):
+        """Low-latency expert dispatch or combine (``op``) of one device's ``copies`` token-expert
+        pairs of ``copy_bytes`` over the EP group of ``n`` ranks ``stride`` apart, as decode runs it
+        (expert_exchange_time). The fitted kernel's launch and link shares where the device has
+        one, else the levels' achievable bandwidths, a collective launch and the slow level's hop."""
+        idx, bw, lat, k, ibw, _ = self._two_levels(stride, n)
+        spans = (idx > 0) & (k < _n(n))
+        inner_bw, outer_bw = np.where(spans, ibw, bw), bw
+        launch, remote = self.launch, lat
+        fit = self.dispatch
+        if fit is not None and self.link_bw is not None:
+            kinds = np.array(self.kinds, dtype=object)
+            inner = np.where(spans, np.maximum(idx - 1, 0), idx)
+            inner_bw = np.where(kinds[inner] != "scale-out", self.link_bw[inner] * fit.up_fraction[op], inner_bw)
+            if fit.out_fraction is not None:
+                outer_bw = np.where(kinds[idx] == "scale-out", self.link_bw[idx] * fit.out_fraction[op], outer_bw)
+                remote = np.where(kinds[idx] == "scale-out", fit.remote, lat)
+            launch = fit.launch[op]
+        return expert_exchange_time(copies, copy_bytes, n, np.where(spans, k, _n(n)), inner_bw, outer_bw,
+                                    launch, remote)
 
     def p2p(self, size_bytes, stride):
         """A message between neighbours ``stride`` ranks apart (pipeline stages)."""

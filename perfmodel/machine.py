@@ -17,7 +17,7 @@ from hardware_db.errors import SpecError, UnsupportedPrecisionError  # noqa: F40
 from hardware_db.loader import Database, MemoryTier
 from hardware_db.schema import PRECISIONS, Accelerator, System
 
-from .collectives import COLLECTIVES, FittedCollectives, Topology
+from .collectives import COLLECTIVES, FittedCollectives, FittedDispatch, Topology
 from .kernels import AttentionKernel, GemmKernel
 
 
@@ -150,7 +150,9 @@ def build_machine(db: Database, system_name: str, devices: int | None = None) ->
             fraction={op: p.fraction for op, p in fit.ops.items()})
         if fit is not None and "scale-up" in kinds and len(fit.ops) == len(COLLECTIVES) else None,
         fitted_level=kinds.index("scale-up") if "scale-up" in kinds else 0,
-        launch=constants.get("unfitted-collective-launch-us", 0.0) * 1e-6)
+        launch=constants.get("unfitted-collective-launch-us", 0.0) * 1e-6,
+        link_bw=np.array([lv.bytes_per_s for lv in levels]), kinds=tuple(kinds),
+        dispatch=fitted_dispatch(cal.dispatch))
     default = db.calibration_default()
     # Large-GEMM microbenchmarks overstate what GEMMs reach inside a framework's step (launch
     # gaps, shapes, power capping): one factor, fitted on Narayanan et al. 2021 Table 1 only.
@@ -196,6 +198,14 @@ def matmul_fraction(own: dict, default: dict, precision: str) -> float:
             if p in table:
                 return table[p]
     raise UnsupportedPrecisionError(f"no matmul_fraction for {precision} in the calibration data")
+
+
+def fitted_dispatch(fit) -> FittedDispatch | None:
+    """The measured expert dispatch / combine (calibration.yaml ``dispatch``), or None."""
+    if fit is None:
+        return None
+    return FittedDispatch(launch=dict(fit.launch_us), remote=fit.remote_us, up_fraction=dict(fit.scale_up_fraction),
+                          out_fraction=dict(fit.scale_out_fraction) if fit.scale_out_fraction else None)
 
 
 def attention_kernels(acc, cal, in_framework: float) -> tuple[dict, dict]:

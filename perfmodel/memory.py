@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from .model import TransformerSpec
-from .plan import RECOMPUTE, Recompute  # noqa: F401  (RECOMPUTE re-exported for callers)
+from .plan import Recompute
 
 
 # Bytes per parameter of mixed-precision Adam (ZeRO paper, Sec. 3.1).

@@ -152,7 +152,22 @@ def _instance(spec: TransformerSpec, machine: Machine, plan: ServePlan) -> Insta
 def _phase(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local, context, decode: bool,
            overlap: bool) -> Phase:
     """Prefill (``decode`` False) or one decode step of the last stage's layers, with its TP
-    all-reduces (Pope et al. 2023 Sec. 3), EP dispatch and combine, and the PP hand-over."""
+    all-reduces (Pope et al. 2023 Sec. 3), EP dispatch and combine, and the PP hand-over.
+
+    With ``overlap``, an MoE batch may run as two micro-batches, one's dispatch and combine under
+    the other's compute (DeepSeek-V3 Technical Report, Sec. 3.4; SGLang's two-batch overlap). Each
+    half re-reads the weights and relaunches every kernel, so the pair takes 2 x max(compute,
+    exchange) of a half batch; an engine enables it only where that beats the whole batch in turn."""
+    ops, tp, ep, pp = _pass(spec, machine, inst, tokens_local, context, decode)
+    if spec.moe and overlap:
+        half_ops, _, half_ep, _ = _pass(spec, machine, inst, tokens_local / 2.0, context, decode)
+        paired = 2.0 * np.maximum(half_ops.total, half_ep)
+        ep = np.maximum(np.minimum(ops.total + ep, paired) - ops.total, 0.0)
+    return Phase(ops, tp, ep, pp)
+
+
+def _pass(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local, context, decode: bool) -> tuple:
+    """(operator times, TP, EP and PP communication) of the last stage's layers over ``tokens_local``."""
     lay, q, topo, h = inst.layout, inst.quant, machine.topology, spec.hidden_size
     bw = machine.hbm_bytes_per_s
     kw = dict(sp=True, weight_bytes=q.weight_bytes, act_bytes=q.activation_bytes, flash=True, decode=decode,
@@ -176,19 +191,21 @@ def _phase(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local
     tp = inst.layers * 2.0 * topo.all_reduce(act, lay.tp_group.stride, lay.tp_group.size)
     ep = 0.0
     if spec.moe:
-        # Each device dispatches the rows it holds at the GEMM input width (fp8 with W8A8) and
-        # receives the combine in bf16.
-        token_bytes = lay.expert_rows(tokens_local, 1) * h * inst.imbalance
-        g = lay.ep_group
-        ep = inst.layers * inst.moe_frac * (
-            topo.moe_all_to_all(token_bytes * q.activation_bytes, spec.moe.top_k, g.stride, g.size)
-            + topo.moe_all_to_all(token_bytes * 2.0, spec.moe.top_k, g.stride, g.size))
-        if overlap:
-            # DeepSeek-V3 Sec. 3.4 / SGLang two-batch overlap: one micro-batch's all-to-all runs
-            # under the other's compute, so only the excess is exposed.
-            ep = np.maximum(ep - ops.total, 0.0)
+        rows, g = lay.expert_rows(tokens_local, 1) * inst.imbalance, lay.ep_group
+        if decode:
+            # Low-latency kernels: each token-expert copy goes to its rank, fp8 (with one scale
+            # per 128 values) under W8A8, else bf16; the combine returns bf16 (DeepEP).
+            copies = rows * spec.moe.top_k
+            sent = h * q.activation_bytes + (h / 128.0 * 4.0 if q.activation_bytes == 1 else 0.0)
+            exchange = topo.expert_exchange("dispatch", copies, sent, g.stride, g.size) \
+                + topo.expert_exchange("combine", copies, h * 2.0, g.stride, g.size)
+        else:
+            # Normal kernels: a token crosses to each remote domain once and is forwarded inside.
+            exchange = topo.moe_all_to_all(rows * h * q.activation_bytes, spec.moe.top_k, g.stride, g.size) \
+                + topo.moe_all_to_all(rows * h * 2.0, spec.moe.top_k, g.stride, g.size)
+        ep = inst.layers * inst.moe_frac * exchange
     pp = (lay.pp - 1) / lay.pp * topo.p2p(act / lay.tp, lay.pp_neighbour_stride) * (lay.pp > 1)
-    return Phase(ops, tp, ep, pp)
+    return ops, tp, ep, pp
 
 
 def _memory(spec: TransformerSpec, machine: Machine, inst: Instance, work: ServeWorkload, kv_tier) -> ServeMemory:
