@@ -735,6 +735,8 @@ def write_calibration(db, acc, blocks: dict, notes: list[str], out):
             entry["collectives"] = _file_units(own.collectives.model_dump())
         if own.gemm and "gemm" not in blocks:
             entry["gemm"] = {p: _file_units(f.model_dump()) for p, f in own.gemm.items()}
+        if own.weight_only and "gemm" not in blocks:
+            entry["weight_only"] = {p: _file_units(f.model_dump()) for p, f in own.weight_only.items()}
         if own.attention is not None and "attention" not in blocks:
             entry["attention"] = _file_units(own.attention.model_dump())
         if own.dispatch is not None and "dispatch" not in blocks:
@@ -777,7 +779,8 @@ def _fit_gemm(acc, table, source, seed):
     from hardware_db.errors import SpecError
     from perfmodel.calibrate import fit_gemm
 
-    from .timings_io import aiconfigurator_cast_launch, aiconfigurator_table, read_gemm_timings
+    from .timings_io import (WEIGHT_ONLY, aiconfigurator_cast_launch, aiconfigurator_table,
+                             aiconfigurator_weight_only_table, read_gemm_timings)
 
     if not acc.compute_units:
         raise SpecError(f"{acc.name} has no compute_units (SMs / CUs) in the database; GEMM tiles need it")
@@ -785,19 +788,38 @@ def _fit_gemm(acc, table, source, seed):
                         else (table, f"the measurements in {table.name}"))
     results = {}
     timings = read_gemm_timings(path)
+    if source and not set(timings) & set(WEIGHT_ONLY):
+        # Weight-only kernels, where another of aiconfigurator's tables measured them.
+        extra = aiconfigurator_weight_only_table(acc.name)
+        if extra is not None:
+            timings.update({p: cols for p, cols in read_gemm_timings(extra[0]).items() if p in WEIGHT_ONLY})
+            provenance += f"; weight-only rows from {extra[1].split(', ', 1)[1]}"
     cast_launch, cast_from = (aiconfigurator_cast_launch(acc.name) if source and "fp8" in timings else (0.0, ""))
-    for precision, (m, n, k, seconds, cast) in sorted(timings.items()):
-        if precision not in acc.peak_flops:
-            raise SpecError(f"{acc.name} has no {precision} peak; the timings' {precision} rows cannot be fitted")
-        results[precision] = fit_gemm(m, n, k, seconds, acc.peak_flops[precision], acc.hbm_bytes_per_s,
-                                      acc.compute_units, 1.0 if precision == "fp8" else 2.0, cast, cast_launch, seed)
+    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
+    for name, (m, n, k, seconds, cast) in sorted(timings.items()):
+        math, weight = (sixteen, WEIGHT_ONLY[name][1]) if name in WEIGHT_ONLY else (name, None)
+        if math not in acc.peak_flops:
+            raise SpecError(f"{acc.name} has no {math} peak; the timings' {name} rows cannot be fitted")
+        results[name] = fit_gemm(m, n, k, seconds, acc.peak_flops[math], acc.hbm_bytes_per_s, acc.compute_units,
+                                 1.0 if math == "fp8" else 2.0, cast, cast_launch, seed, weight_bytes=weight)
     mape = ", ".join(f"{p} {r.held_out_mape:.1%}" for p, r in results.items())
     note = (f"gemm: fitted by perfmodel calibrate (seed {seed}) on {provenance}: "
             + "; ".join(f"{p} {r.train_rows} rows fitted, {r.test_rows} held out" for p, r in results.items())
             + f"; held-out MAPE {mape}"
             + (f"; fp8 rows include the activation cast (amax and quantize kernels), whose fixed cost "
-               f"{cast_launch * 1e6:.2f} us is the smallest latency of {cast_from}" if cast_launch else ""))
+               f"{cast_launch * 1e6:.2f} us is the smallest latency of {cast_from}" if cast_launch else "")
+            + ("; w8a16 / w4a16: int8 / int4 weights dequantized inside a bf16 GEMM (block weight_only)"
+               if set(results) & set(WEIGHT_ONLY) else ""))
     return results, provenance, note
+
+
+def _gemm_blocks(results) -> dict:
+    """The ``gemm`` block (by precision) and, when measured, the ``weight_only`` one (by weight format)."""
+    from .timings_io import WEIGHT_ONLY
+
+    blocks = {"gemm": {p: r.as_yaml() for p, r in results.items() if p not in WEIGHT_ONLY}}
+    weight_only = {WEIGHT_ONLY[p][0]: r.as_yaml() for p, r in results.items() if p in WEIGHT_ONLY}
+    return blocks | ({"weight_only": weight_only} if weight_only else {})
 
 
 def _fit_attention(acc, table, source, seed):
@@ -877,7 +899,7 @@ def calibrate_dispatch(db, device: str, table, source: str | None, system: str, 
                        json_out: bool) -> None:
     acc = _calibration_source(db, device, table, source, seed)
     result, provenance, note = _fit_dispatch(db, acc, table, source, seed, system)
-    _report_fit(db, acc, "dispatch", result.as_yaml(), {"all": result.held_out_p90}, provenance, note, out,
+    _report_fit(db, acc, {"dispatch": result.as_yaml()}, {"all": result.held_out_p90}, provenance, note, out,
                 json_out, lambda: _dispatch_table(acc, provenance, result))
 
 
@@ -907,16 +929,17 @@ def _score_moe(acc, gemm):
 def calibrate_attention(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
     acc = _calibration_source(db, device, table, source, seed)
     results, provenance, note = _fit_attention(acc, table, source, seed)
-    _report_fit(db, acc, "attention", _attention_block(results),
+    _report_fit(db, acc, {"attention": _attention_block(results)},
                 {f"{ph} {p}": r.held_out_p90 for (ph, p), r in results.items()}, provenance, note, out, json_out,
                 lambda: _attention_table(acc, provenance, results))
 
 
-def _report_fit(db, acc, family: str, block: dict, p90: dict, provenance: str, note: str, out, json_out: bool,
+def _report_fit(db, acc, blocks: dict, p90: dict, provenance: str, note: str, out, json_out: bool,
                 print_table) -> None:
-    """Write one refitted family's block (with ``--out``) and print or emit the fit."""
-    written = write_calibration(db, acc, {family: block}, [note], out)
+    """Write one refitted family's blocks (with ``--out``) and print or emit the fit."""
+    written = write_calibration(db, acc, blocks, [note], out)
     if json_out:
+        block = blocks if len(blocks) > 1 else next(iter(blocks.values()))
         emit_json({"device": acc.name, "source": provenance, "fit": block, "held_out_p90": p90,
                    "written": str(written) if written else None})
         return
@@ -964,7 +987,7 @@ def calibrate_collectives(db, device: str, table, source: str | None, out, seed:
 def calibrate_gemm(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
     acc = _calibration_source(db, device, table, source, seed)
     results, provenance, note = _fit_gemm(acc, table, source, seed)
-    _report_fit(db, acc, "gemm", {p: r.as_yaml() for p, r in results.items()},
+    _report_fit(db, acc, _gemm_blocks(results),
                 {p: r.held_out_p90 for p, r in results.items()}, provenance, note, out, json_out,
                 lambda: _gemm_table(acc, provenance, results))
 
@@ -995,8 +1018,8 @@ def calibrate_all(db, device: str, source: str | None, out, seed: int, json_out:
     coll, coll_from, coll_note = _fit_collectives(acc, None, source, seed)
     dispatch, dispatch_from, dispatch_note = _fit_dispatch(db, acc, None, source, seed, None)
     moe = _score_moe(acc, gemm)
-    blocks = {"gemm": {p: r.as_yaml() for p, r in gemm.items()}, "attention": _attention_block(attention),
-              "collectives": coll.as_yaml(), "dispatch": dispatch.as_yaml()}
+    blocks = _gemm_blocks(gemm) | {"attention": _attention_block(attention), "collectives": coll.as_yaml(),
+                                   "dispatch": dispatch.as_yaml()}
     written = write_calibration(db, acc, blocks, [gemm_note, attention_note, coll_note, dispatch_note], out)
     families = {f"gemm {p}": r.held_out_mape for p, r in gemm.items()}
     families.update({f"attention {ph} {p}": r.held_out_mape for (ph, p), r in attention.items()})

@@ -5,7 +5,8 @@ Formats:
   measured call a row, ``op`` one of all_reduce, all_gather, reduce_scatter, all_to_all (or NCCL's
   alltoall);
 - GEMMs, CSV with a header ``m,n,k,dtype,seconds``: M x K activations by K x N weights, dtype bf16,
-  fp16 or fp8 (fp8 rows include the kernel that quantizes the activations, as a framework runs it);
+  fp16 or fp8 (fp8 rows include the kernel that quantizes the activations, as a framework runs it),
+  or w8a16 / w4a16 (int8 or int4 weights dequantized inside a bf16 GEMM);
 - attention kernels, CSV with a header ``phase,batch,seq_len,heads,kv_heads,head_dim,dtype,kv_dtype,seconds``:
   phase prefill (a causal prompt of seq_len tokens per sequence) or decode (one new token per
   sequence over seq_len cached tokens); dtype the attention math (bf16 or fp8), kv_dtype the cache's;
@@ -39,7 +40,12 @@ GEMM_COLUMNS = ("m", "n", "k", "dtype", "seconds")
 # GEMM dtypes perfmodel models, as aiconfigurator and users spell them: (precision, includes a cast).
 # Block-scaled fp8 (fp8_block), nvfp4 and weight-only formats are other kernels, not read here.
 GEMM_DTYPES = {"bfloat16": ("bf16", False), "bf16": ("bf16", False), "float16": ("fp16", False),
-               "fp16": ("fp16", False), "fp8": ("fp8", True)}
+               "fp16": ("fp16", False), "fp8": ("fp8", True),
+               # Weight-only formats: int8 / int4 weights dequantized inside a bf16 GEMM.
+               "int8_wo": ("w8a16", False), "w8a16": ("w8a16", False), "int4_wo": ("w4a16", False),
+               "w4a16": ("w4a16", False)}
+# The stored weight format and bytes per weight of each weight-only GEMM.
+WEIGHT_ONLY = {"w8a16": ("int8", 1.0), "w4a16": ("int4", 0.5)}
 
 
 def read_timings(path: Path) -> tuple[list, list, list, list]:
@@ -100,7 +106,7 @@ def read_gemm_timings(path: Path) -> dict[str, tuple]:
         for column, value in zip(cols, (m, n, k, seconds)):
             column.append(float(value))
     if not out:
-        raise SpecError(f"{path}: no GEMM rows in bf16, fp16 or fp8")
+        raise SpecError(f"{path}: no GEMM rows in bf16, fp16, fp8, w8a16 or w4a16")
     return out
 
 
@@ -286,6 +292,20 @@ def aiconfigurator_dispatch_tables(device: str) -> tuple[list[Path], int, float,
         raise SpecError(f"{system}: no node facts (num_gpus_per_node, intra_node_bw, inter_node_bw)") from None
     where = ", ".join(str(t.relative_to(root.parents[2])) for t in tables)
     return tables, *facts, f"{provenance.split(', ', 1)[0]}, {where} (node facts from {system.name})"
+
+
+def aiconfigurator_weight_only_table(device: str) -> tuple[Path, str] | None:
+    """The newest GEMM table aiconfigurator-core ships for ``device`` with weight-only rows
+    (int8_wo / int4_wo; TensorRT-LLM's first, then any framework's), or None."""
+    newest, provenance = aiconfigurator_table(device, "gemm/trtllm", "gemm_perf.parquet")
+    root = newest.parents[2]
+    for framework in ("trtllm", *sorted(p.name for p in root.iterdir() if p.name != "trtllm")):
+        for path in sorted(root.glob(f"{framework}/*/gemm_perf.parquet"), reverse=True,
+                           key=lambda p: [int(x) if x.isdigit() else x for x in p.parent.name.replace("-", ".").split(".")]):
+            dtypes = set(_parquet(path, ("gemm_dtype",), "gemm_perf")["gemm_dtype"])
+            if dtypes & {"int8_wo", "int4_wo"}:
+                return path, f"{provenance.split(', ', 1)[0]}, {path.relative_to(root.parents[1])}"
+    return None
 
 
 def aiconfigurator_cast_launch(device: str) -> tuple[float, str]:

@@ -378,6 +378,7 @@ class Calibration(Entry):
     scale_out_fraction: Fraction | None = None
     collectives: CollectiveFit | None = None   # measured collective costs inside the scale-up domain
     gemm: dict[Precision, GemmFit] = {}        # measured GEMM kernel costs by precision
+    weight_only: dict[Literal["int8", "int4"], GemmFit] = {}   # int8 / int4 weights in bf16 GEMMs
     attention: AttentionFits | None = None     # measured attention kernel costs
     dispatch: DispatchFit | None = None        # measured MoE dispatch / combine (DeepEP low-latency)
 

@@ -172,12 +172,15 @@ def split_rows(count: int, seed: int, held_out: float) -> np.ndarray:
 
 
 def fit_gemm(m, n, k, seconds, peak: float, bandwidth: float, units: int, element_bytes: float,
-             cast: bool = False, cast_launch_s: float = 0.0, seed: int = 0, held_out: float = 0.5) -> GemmCalibration:
+             cast: bool = False, cast_launch_s: float = 0.0, seed: int = 0, held_out: float = 0.5,
+             weight_bytes: float | None = None) -> GemmCalibration:
     """Fit ``GemmKernel`` to measured GEMMs (M, N, K, seconds) at one precision.
 
     ``element_bytes`` is the size of an input and weight element (2 for bf16, 1 for fp8), outputs
     are bf16; ``cast`` says the timings include kernels that quantize the activations, whose own
-    fixed cost (measured apart) is ``cast_launch_s``.
+    fixed cost (measured apart) is ``cast_launch_s``. A weight-only format gives its own
+    ``weight_bytes`` (1 for int8, 0.5 for int4) over bf16 math: the fitted fractions then carry
+    the in-kernel dequantization's cost.
     """
     m, n, k, t = (np.asarray(x, dtype=float) for x in (m, n, k, seconds))
     if not (len(m) == len(n) == len(k) == len(t)) or len(t) < 20:
@@ -194,7 +197,8 @@ def fit_gemm(m, n, k, seconds, peak: float, bandwidth: float, units: int, elemen
                           source="fitted")
 
     def predict(kernel, rows):
-        return kernel.time(m[rows], n[rows], k[rows], element_bytes, element_bytes, 2.0)
+        return kernel.time(m[rows], n[rows], k[rows], element_bytes,
+                           element_bytes if weight_bytes is None else weight_bytes, 2.0)
 
     # Start: 80% of the peak and of HBM, 5 us launch, p = 3, tile overhead 8 elements.
     x0 = np.array([np.log(4.0), np.log(4.0), np.log(5e-6), np.log(2.0), np.log(8.0)])

@@ -45,6 +45,7 @@ class Machine:
     gemm_kernels: dict[str, GemmKernel] | None = None   # GEMM cost by precision (fitted or datasheet)
     attention_kernels: dict[str, AttentionKernel] | None = None   # prefill, by precision (fitted only)
     decode_attention: dict[str, AttentionKernel] | None = None     # decode, by KV precision (fitted only)
+    weight_only_kernels: dict[str, GemmKernel] | None = None   # int8 / int4 weights in bf16 GEMMs (fitted only)
     gemm_error: float = 0.0               # relative error of compute time: the GEMM fit's held-out MAPE
     collective_error: float = 0.0         # relative error of a collective's time: its fit's held-out MAPE
 
@@ -76,6 +77,14 @@ class Machine:
                           sharpness=column("sharpness"), tile_overhead=column("tile_overhead"),
                           units=first.units, cast=column("cast"), cast_launch_s=column("cast_launch_s"),
                           source=first.source)
+
+    def serving_kernel(self, quant) -> GemmKernel:
+        """The weight GEMMs' kernel for a serving scheme: the fitted weight-only kernel for int8 or
+        int4 weights over bf16 math (its dequantization cost measured), else the kernel at the
+        scheme's GEMM precision; activation casts fused either way. A width without its own fit
+        keeps the bf16 kernel: one framework's int8 kernel says nothing of another's int4 one."""
+        fitted = (self.weight_only_kernels or {}).get(quant.weight) if quant.activation == "a16" else None
+        return (fitted or self.gemm_kernel(quant.gemm_precision)).fused()
 
     def attention_kernel(self, precision: str, decode: bool = False) -> AttentionKernel | None:
         """The fitted attention kernel for prefill at attention ``precision``, or for decode over
@@ -161,6 +170,9 @@ def build_machine(db: Database, system_name: str, devices: int | None = None) ->
     kernels = {p: gemm_kernel(acc.peak_flops[p], acc.hbm_bytes_per_s, cal, default, p, in_framework, launch)
                for p in acc.peak_flops}
     prefill, decode = attention_kernels(acc, cal, in_framework)
+    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
+    weight_only = {w: gemm_kernel(acc.peak_flops[sixteen], acc.hbm_bytes_per_s, cal, default, sixteen, in_framework,
+                                  launch, fit=f) for w, f in cal.weight_only.items()}
     # Full-tile GEMM rate: the fitted kernel's, else the measured large-GEMM fraction's.
     achievable = {p: acc.peak_flops[p] * k.compute_fraction for p, k in kernels.items()}
     host_link = db.link(acc.host_link).bytes_per_s if acc.host_link else 0.0
@@ -179,6 +191,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None) ->
         host_bytes_per_s=host_link, tdp_w=acc.tdp_w, idle_w=idle, overhead_w_per_device=overhead,
         price_usd_per_device=price, cloud_usd_per_hour=acc.cloud_usd_per_hour, constants=constants,
         scale_up_domain=domain, gemm_kernels=kernels, attention_kernels=prefill, decode_attention=decode,
+        weight_only_kernels=weight_only,
         gemm_error=max([f.held_out_mape for f in cal.gemm.values()] or [constants.get("unfitted-gemm-error", 0.0)]),
         collective_error=max([constants.get("unfitted-collective-error", 0.0)]
                              + ([float(np.mean(list(fit.held_out_mape.values())))] if fit and fit.held_out_mape else [])))
@@ -226,14 +239,14 @@ def attention_kernels(acc, cal, in_framework: float) -> tuple[dict, dict]:
 
 
 def gemm_kernel(peak: float, hbm_bytes_per_s: float, cal, default, precision: str, in_framework: float,
-                launch_s: float = 0.0) -> GemmKernel:
+                launch_s: float = 0.0, fit=None) -> GemmKernel:
     """The GEMM kernel model of a device at ``precision``: fitted on measured GEMMs at this
     precision or its nearest fitted one (calibration.yaml ``gemm``), else the plain roofline at
     the measured large-GEMM and HBM fractions plus ``launch_s`` per kernel. ``in_framework``
     scales the compute rate either way (framework-gemm-efficiency, fitted on Narayanan et al.
-    2021 Table 1)."""
+    2021 Table 1). A given ``fit`` (a weight-only kernel's) is used as is."""
     for p in (precision, *NEAREST.get(precision, ("bf16",))):
-        fit = cal.gemm.get(p)
+        fit = fit or cal.gemm.get(p)
         if fit is not None:
             return GemmKernel(peak=peak, bandwidth=hbm_bytes_per_s, compute_fraction=fit.compute_fraction * in_framework,
                               memory_fraction=fit.memory_fraction, launch_s=fit.launch_us, sharpness=fit.sharpness,

@@ -141,7 +141,7 @@ def _instance(spec: TransformerSpec, machine: Machine, plan: ServePlan) -> Insta
     given = np.asarray(plan.moe_imbalance, dtype=float)
     return Instance(
         layout=Layout(tp=tp, dp=dpa, pp=pp, ep=ep, etp=tp * dpa / ep), quant=quant, rates=rates,
-        kernel=machine.gemm_kernel(quant.gemm_precision).fused(), batch=batch,
+        kernel=machine.serving_kernel(quant), batch=batch,
         # Each attention DP rank serves batch / dp_attention sequences; experts see every rank's tokens.
         local_batch=batch / dpa, layers=np.ceil(spec.num_layers / pp),
         moe_frac=spec.moe_layers / spec.num_layers if spec.moe else 0.0,

@@ -114,3 +114,27 @@ def test_calibrate_without_a_source_is_a_one_line_error(capsys):
 
     assert main(["calibrate"]) == 2
     assert "needs --from aiconfigurator" in capsys.readouterr().err
+
+
+def test_weight_only_kernels_pay_their_dequantization_and_never_beat_their_bytes():
+    """A100's int8 / int4 weight-only kernels (fitted on TensorRT-LLM's tables): at one token a
+    GEMM is faster than bf16 but never by more than the weight bytes saved; at 4,096 tokens it runs
+    bf16 math and is no faster than the bf16 GEMM's compute; a decode step follows."""
+    from hardware_db import load_database
+    from perfmodel.catalog import load_model
+    from perfmodel.machine import build_machine
+    from perfmodel.plan import QuantScheme
+    from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving
+
+    machine = build_machine(load_database(), "dgx-a100", 1)
+    bf16 = machine.gemm_kernel("bf16")
+    for weight, size in (("int8", 1.0), ("int4", 0.5)):
+        wo = machine.serving_kernel(QuantScheme(weight, "a16"))
+        assert wo is not machine.gemm_kernel("bf16").fused()
+        small, small16 = float(wo.time(1, 14336, 4096, 2, size, 2)), float(bf16.time(1, 14336, 4096))
+        assert small16 * size / 2.0 <= small < small16
+        assert float(wo.time(4096, 14336, 4096, 2, size, 2)) >= 0.9 * float(bf16.time(4096, 14336, 4096))
+    spec = load_model("llama-3.1-8b")
+    tpot = {w: float(estimate_serving(spec, machine, ServePlan(tp=1, batch=1, weight_precision=w),
+                                      ServeWorkload(2048, 128)).tpot_s) for w in ("bf16", "int8", "int4")}
+    assert tpot["bf16"] / 2.0 < tpot["int8"] < tpot["bf16"] and tpot["bf16"] / 4.0 < tpot["int4"] < tpot["bf16"]
