@@ -157,11 +157,16 @@ def _phase(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local
     With ``overlap``, an MoE batch may run as two micro-batches, one's dispatch and combine under
     the other's compute (DeepSeek-V3 Technical Report, Sec. 3.4; SGLang's two-batch overlap). Each
     half re-reads the weights and relaunches every kernel, so the pair takes 2 x max(compute,
-    exchange) of a half batch; an engine enables it only where that beats the whole batch in turn."""
+    exchange) of a half batch; an engine enables it only where that beats the whole batch in turn.
+    In prefill the exchange kernels hold ``exchange-sms`` of the device's SMs, so the overlapped
+    compute runs on the rest; decode's low-latency kernels hold none."""
     ops, tp, ep, pp = _pass(spec, machine, inst, tokens_local, context, decode)
     if spec.moe and overlap:
         half_ops, _, half_ep, _ = _pass(spec, machine, inst, tokens_local / 2.0, context, decode)
-        paired = 2.0 * np.maximum(half_ops.total, half_ep)
+        units = float(machine.accelerator.compute_units or 0)
+        held = 0.0 if decode or units <= 0 else min(machine.constants.get("exchange-sms", 0.0), units / 2.0)
+        paired = 2.0 * np.maximum(half_ops.total * units / max(units - held, 1.0) if units else half_ops.total,
+                                  half_ep)
         ep = np.maximum(np.minimum(ops.total + ep, paired) - ops.total, 0.0)
     return Phase(ops, tp, ep, pp)
 

@@ -88,3 +88,7 @@ def test_two_batch_overlap_never_slows_a_step_and_hides_at_most_the_exchange():
     assert np.all(on.tpot_s <= off.tpot_s * (1 + 1e-12))
     assert np.all(on.tpot_s >= off.decode_components["compute and memory"])
     assert np.all(on.decode_components["ep all-to-all"] <= off.decode_components["ep all-to-all"] + 1e-15)
+    # Prefill overlap never beats the compute slowed by the exchange kernels' SMs (20 of 132).
+    assert np.all(on.ttft_s <= off.ttft_s * (1 + 1e-12))
+    slowed = off.prefill_components["compute"] * 132 / 112
+    assert np.all(on.ttft_s >= np.minimum(slowed, off.ttft_s) * (1 - 1e-9))
