@@ -356,6 +356,8 @@ def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[
         raise SpecError("--budget needs --tokens (the budget caps the cost of the whole run)")
     if not 0 <= options.memory_headroom < 1:
         raise SpecError(f"--memory-headroom needs a fraction in [0, 1), has {options.memory_headroom}")
+    # Names as the database spells them (lookups are case-insensitive; results are keyed by these).
+    candidates = [(db.system(system).name, devices) for system, devices in candidates]
     started = time.perf_counter()
     counter: Counter = Counter()
     outcomes = [_evaluate_candidate(spec, db, system, devices, work, options, counter, progress, k)

@@ -358,3 +358,14 @@ def test_deepseek_int8_on_four_npus_exits_3_naming_hbm(capsys):
     assert code == 3 and out == ""
     needs = float(err.split("needs ")[1].split(" GB")[0])
     assert "HBM per device" in err and needs >= 168
+
+
+def test_names_are_case_insensitive_in_every_plan_command(capsys):
+    """`plan train --system DGX-H100` once searched and then crashed on the result lookup."""
+    code, out, err = run(capsys, "plan", "train", "--model", "llama-3.1-8b", "--system", "DGX-H100",
+                         "--global-batch", "64", "--seq-len", "4096", "--json")
+    assert code == 0 and "Traceback" not in err, err
+    assert json.loads(out)["best"]["system"] == "dgx-h100"
+    code, out, err = run(capsys, "plan", "serve", "--model", "Llama-3.1-8B", "--system", "DGX-H100", "--rate", "5",
+                         "--json")
+    assert code == 0 and "Traceback" not in err, err
