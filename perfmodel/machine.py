@@ -193,8 +193,10 @@ def build_machine(db: Database, system_name: str, devices: int | None = None) ->
         scale_up_domain=domain, gemm_kernels=kernels, attention_kernels=prefill, decode_attention=decode,
         weight_only_kernels=weight_only,
         gemm_error=max([f.held_out_mape for f in cal.gemm.values()] or [constants.get("unfitted-gemm-error", 0.0)]),
+        # Communication is +- the larger of the NCCL fit's and the expert-exchange fit's error.
         collective_error=max([constants.get("unfitted-collective-error", 0.0)]
-                             + ([float(np.mean(list(fit.held_out_mape.values())))] if fit and fit.held_out_mape else [])))
+                             + ([float(np.mean(list(fit.held_out_mape.values())))] if fit and fit.held_out_mape else [])
+                             + ([cal.dispatch.held_out_mape] if cal.dispatch else [])))
 
 
 NEAREST = {"fp16": ("bf16",), "bf16": ("fp16",), "int8": ("fp8", "bf16"), "fp8": ("int8", "bf16"),
