@@ -695,7 +695,8 @@ def place_experts(spec, machine, problem, time_limit: float, json_out: bool) -> 
 def _constants(report) -> str:
     """Where an estimate's constants came from, for its summary line."""
     c = report["constants_from"]
-    return f"GEMM {c['gemm']}, attention {c['attention']}, collectives {c['collectives']}"
+    return (f"GEMM {c['gemm']}, attention {c['attention']}, collectives {c['collectives']}, "
+            f"MoE exchange {c['expert_exchange']}")
 
 
 # --- calibrate ---------------------------------------------------------------------------------
@@ -854,6 +855,41 @@ def _fit_attention(acc, table, source, seed):
     return results, provenance, note
 
 
+def _fit_mla(acc, gemm, decode_memory, seed):
+    """MLA core fits by phase on aiconfigurator's SGLang wide-EP MLA module tables (DeepSeek-V3),
+    with the device's fitted fp8 ``gemm`` kernel for the module's projections and, in decode, the
+    HBM fraction ``decode_memory`` of its fitted decode attention; their source and note; None
+    when the install has no such tables for the device or there is no fp8 GEMM fit."""
+    from hardware_db.errors import SpecError
+    from perfmodel.calibrate import fit_mla
+    from perfmodel.catalog import load_model
+
+    from .timings_io import aiconfigurator_table, read_mla_timings
+
+    if gemm is None or decode_memory is None:
+        return None
+    spec = load_model("deepseek-v3")
+    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
+    results, where = {}, []
+    for phase, name in (("prefill", "context"), ("decode", "generation")):
+        try:
+            path, provenance = aiconfigurator_table(acc.name, "mla/sglang", f"wideep_{name}_mla_perf.parquet")
+        except SpecError:
+            return None
+        cols, backend = read_mla_timings(path, name)
+        results[phase] = fit_mla(spec, *cols, gemm, acc.peak_flops[sixteen], acc.hbm_bytes_per_s,
+                                 acc.compute_units, phase == "decode",
+                                 decode_memory if phase == "decode" else None, seed)
+        where.append(f"{provenance.split(', ', 1)[1]} ({backend} rows)")
+    provenance = f"{provenance.split(', ', 1)[0]}, {' and '.join(where)}"
+    note = (f"attention: MLA core fitted by perfmodel calibrate (seed {seed}) on {provenance}, DeepSeek-V3's MLA "
+            f"module less the fitted fp8 GEMMs of its projections, decode at the decode attention fit's HBM share "
+            f"{decode_memory:.1%}: "
+            + "; ".join(f"{ph} {r.train_rows} rows fitted, {r.test_rows} held out" for ph, r in results.items())
+            + "; held-out MAPE of the module " + ", ".join(f"{ph} {r.held_out_mape:.1%}" for ph, r in results.items()))
+    return results, provenance, note
+
+
 def _fit_dispatch(db, acc, table, source, seed, system_name):
     """The low-latency dispatch / combine fit, its source and note: aiconfigurator's DeepEP tables
     with the link bandwidths its system file gives, or a CSV with those of ``system_name``'s links."""
@@ -899,13 +935,34 @@ def calibrate_dispatch(db, device: str, table, source: str | None, system: str, 
                        json_out: bool) -> None:
     acc = _calibration_source(db, device, table, source, seed)
     result, provenance, note = _fit_dispatch(db, acc, table, source, seed, system)
-    _report_fit(db, acc, {"dispatch": result.as_yaml()}, {"all": result.held_out_p90}, provenance, note, out,
+    _report_fit(db, acc, {"dispatch": result.as_yaml()}, {"all": result.held_out_p90}, provenance, [note], out,
                 json_out, lambda: _dispatch_table(acc, provenance, result))
 
 
-def _attention_block(results) -> dict:
-    return {"prefill": {p: r.as_yaml() for (ph, p), r in results.items() if ph == "prefill"},
-            "decode": {p: r.as_yaml() for (ph, p), r in results.items() if ph == "decode"}}
+def _attention_block(results, mla=None) -> dict:
+    block = {"prefill": {p: r.as_yaml() for (ph, p), r in results.items() if ph == "prefill"},
+             "decode": {p: r.as_yaml() for (ph, p), r in results.items() if ph == "decode"}}
+    if mla:
+        block["mla"] = {ph: r.as_yaml() for ph, r in mla[0].items()}
+    return block
+
+
+def _decode_memory(results) -> float | None:
+    """HBM fraction of the fitted decode attention kernel over an fp8 KV cache (else bf16), or None."""
+    fit = results.get(("decode", "fp8")) or results.get(("decode", "bf16"))
+    return fit.kernel.memory_fraction if fit else None
+
+
+def _db_fp8_gemm(db, acc):
+    """The device's fp8 GEMM kernel as its calibration entry fits it (fused activation cast), or None."""
+    from perfmodel.machine import gemm_kernel
+
+    if "fp8" not in acc.peak_flops:
+        return None
+    cal = db.calibration(acc.name)
+    if "fp8" not in cal.gemm:
+        return None
+    return gemm_kernel(acc.peak_flops["fp8"], acc.hbm_bytes_per_s, cal, db.calibration_default(), "fp8", 1.0).fused()
 
 
 def _score_moe(acc, gemm):
@@ -929,15 +986,19 @@ def _score_moe(acc, gemm):
 def calibrate_attention(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
     acc = _calibration_source(db, device, table, source, seed)
     results, provenance, note = _fit_attention(acc, table, source, seed)
-    _report_fit(db, acc, {"attention": _attention_block(results)},
-                {f"{ph} {p}": r.held_out_p90 for (ph, p), r in results.items()}, provenance, note, out, json_out,
-                lambda: _attention_table(acc, provenance, results))
+    mla = _fit_mla(acc, _db_fp8_gemm(db, acc), _decode_memory(results), seed) if source else None
+    p90 = {f"{ph} {p}": r.held_out_p90 for (ph, p), r in results.items()}
+    if mla:
+        p90.update({f"mla {ph}": r.held_out_p90 for ph, r in mla[0].items()})
+    _report_fit(db, acc, {"attention": _attention_block(results, mla)}, p90, provenance,
+                [note, mla[2]] if mla else [note], out, json_out,
+                lambda: _attention_table(acc, provenance, results, mla))
 
 
-def _report_fit(db, acc, blocks: dict, p90: dict, provenance: str, note: str, out, json_out: bool,
+def _report_fit(db, acc, blocks: dict, p90: dict, provenance: str, notes: list[str], out, json_out: bool,
                 print_table) -> None:
     """Write one refitted family's blocks (with ``--out``) and print or emit the fit."""
-    written = write_calibration(db, acc, blocks, [note], out)
+    written = write_calibration(db, acc, blocks, notes, out)
     if json_out:
         block = blocks if len(blocks) > 1 else next(iter(blocks.values()))
         emit_json({"device": acc.name, "source": provenance, "fit": block, "held_out_p90": p90,
@@ -948,16 +1009,19 @@ def _report_fit(db, acc, blocks: dict, p90: dict, provenance: str, note: str, ou
         console.print(f"wrote {written} (use it with --hardware-db {out})")
 
 
-def _attention_table(acc, provenance, results) -> None:
+def _attention_table(acc, provenance, results, mla=None) -> None:
     t = Table(title=f"attention kernels on {acc.name}, fitted on {provenance}", title_justify="left")
     for col in ("kernel", "compute", "memory", "launch", "per wave", "held-out error", "p90"):
         t.add_column(col, justify="left" if col == "kernel" else "right")
-    for (phase, p), r in results.items():
+    rows = [(f"{phase} {p}" + (" KV" if phase == "decode" else ""), r) for (phase, p), r in results.items()]
+    rows += [(f"mla {phase} (module)", r) for phase, r in (mla[0] if mla else {}).items()]
+    for name, r in rows:
         k = r.kernel
-        t.add_row(f"{phase} {p}" + (" KV" if phase == "decode" else ""), f"{k.compute_fraction:.1%}",
-                  f"{k.memory_fraction:.1%}", f"{k.launch_s * 1e6:.2f} us", f"{k.tile_s * 1e6:.3f} us",
-                  f"{r.held_out_mape:.1%}", f"{r.held_out_p90:.1%}")
+        t.add_row(name, f"{k.compute_fraction:.1%}", f"{k.memory_fraction:.1%}", f"{k.launch_s * 1e6:.2f} us",
+                  f"{k.tile_s * 1e6:.3f} us", f"{r.held_out_mape:.1%}", f"{r.held_out_p90:.1%}")
     console.print(t)
+    if mla:
+        console.print(f"mla: {mla[1]}", style="dim")
 
 
 def calibrate_collectives(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
@@ -988,7 +1052,7 @@ def calibrate_gemm(db, device: str, table, source: str | None, out, seed: int, j
     acc = _calibration_source(db, device, table, source, seed)
     results, provenance, note = _fit_gemm(acc, table, source, seed)
     _report_fit(db, acc, _gemm_blocks(results),
-                {p: r.held_out_p90 for p, r in results.items()}, provenance, note, out, json_out,
+                {p: r.held_out_p90 for p, r in results.items()}, provenance, [note], out, json_out,
                 lambda: _gemm_table(acc, provenance, results))
 
 
@@ -1015,26 +1079,30 @@ def calibrate_all(db, device: str, source: str | None, out, seed: int, json_out:
     acc = _calibration_source(db, device, None, source, seed)
     gemm, gemm_from, gemm_note = _fit_gemm(acc, None, source, seed)
     attention, attention_from, attention_note = _fit_attention(acc, None, source, seed)
+    mla = _fit_mla(acc, gemm["fp8"].kernel.fused() if "fp8" in gemm else None, _decode_memory(attention), seed)
     coll, coll_from, coll_note = _fit_collectives(acc, None, source, seed)
     dispatch, dispatch_from, dispatch_note = _fit_dispatch(db, acc, None, source, seed, None)
     moe = _score_moe(acc, gemm)
-    blocks = _gemm_blocks(gemm) | {"attention": _attention_block(attention), "collectives": coll.as_yaml(),
+    blocks = _gemm_blocks(gemm) | {"attention": _attention_block(attention, mla), "collectives": coll.as_yaml(),
                                    "dispatch": dispatch.as_yaml()}
-    written = write_calibration(db, acc, blocks, [gemm_note, attention_note, coll_note, dispatch_note], out)
+    notes = [gemm_note, attention_note] + ([mla[2]] if mla else []) + [coll_note, dispatch_note]
+    written = write_calibration(db, acc, blocks, notes, out)
     families = {f"gemm {p}": r.held_out_mape for p, r in gemm.items()}
     families.update({f"attention {ph} {p}": r.held_out_mape for (ph, p), r in attention.items()})
+    families.update({f"mla {ph} (module)": r.held_out_mape for ph, r in (mla[0] if mla else {}).items()})
     if moe is not None:
         families["moe fp8 (the fp8 GEMM fit, scored, not refitted)"] = moe[0]
     families.update({f"nccl {op}": v for op, v in coll.held_out_mape.items()})
     families.update({f"deepep low-latency {op}": v for op, v in dispatch.op_mape.items()})
     if json_out:
         emit_json({"device": acc.name, "sources": {"gemm": gemm_from, "attention": attention_from,
+                                                   "mla": mla[1] if mla else None,
                                                    "collectives": coll_from, "dispatch": dispatch_from,
                                                    "moe": moe[1] if moe else None},
                    "held_out_mape": families, "fit": blocks, "written": str(written) if written else None})
         return
     _gemm_table(acc, gemm_from, gemm)
-    _attention_table(acc, attention_from, attention)
+    _attention_table(acc, attention_from, attention, mla)
     _dispatch_table(acc, dispatch_from, dispatch)
     t = Table(title=f"held-out error per kernel family on {acc.name}", title_justify="left")
     t.add_column("family")

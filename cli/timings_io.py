@@ -168,6 +168,29 @@ def read_attention_timings(path: Path, decode_path: Path | None = None) -> tuple
     return out, left_out
 
 
+# SGLang's default MLA attention backend per GPU generation (fa3 on Hopper, trtllm_mla on
+# Blackwell); aiconfigurator measured the MLA module under each backend it ran.
+MLA_BACKENDS = ("fa3", "trtllm_mla", "flashinfer")
+
+
+def read_mla_timings(path: Path, phase: str) -> tuple[tuple, str]:
+    """((batch, isl, heads, kv_bytes, seconds), backend) of aiconfigurator's wide-EP MLA module
+    table (``wideep_context_mla_perf`` or ``wideep_generation_mla_perf``, DeepSeek-V3, SGLang),
+    the rows of the first of MLA_BACKENDS it measured. ``heads`` are the query heads on one rank."""
+    t = _parquet(path, ("kernel_source", "batch_size", "isl", "num_heads", "kv_cache_dtype", "latency"),
+                 f"wideep_{phase}_mla_perf")
+    measured = set(t["kernel_source"])
+    backend = next((b for b in MLA_BACKENDS if b in measured), None)
+    if backend is None:
+        raise SpecError(f"{path}: no MLA rows from {', '.join(MLA_BACKENDS)} (has {', '.join(sorted(measured))})")
+    keep = [i for i, (b, kv) in enumerate(zip(t["kernel_source"], t["kv_cache_dtype"]))
+            if b == backend and kv in DTYPE_BYTES]
+    cols = ([float(t["batch_size"][i]) for i in keep], [float(t["isl"][i]) for i in keep],
+            [float(t["num_heads"][i]) for i in keep], [float(DTYPE_BYTES[t["kv_cache_dtype"][i]]) for i in keep],
+            [t["latency"][i] * 1e-3 for i in keep])
+    return cols, backend
+
+
 def read_moe_timings(path: Path) -> tuple:
     """(tokens, ep, num_experts, top_k, hidden, expert_hidden, seconds) of the uniformly routed fp8
     rows of aiconfigurator's wide-EP MoE table (SGLang DeepEP, ``wideep_generation_moe_perf``)."""

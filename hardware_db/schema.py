@@ -336,11 +336,13 @@ class AttentionFit(BaseModel):
 
 
 class AttentionFits(BaseModel):
-    """Prefill kernels by attention precision, and decode kernels (bf16 math) by KV-cache precision."""
+    """Prefill kernels by attention precision, decode kernels (bf16 math) by KV-cache precision, and
+    the multi-head latent attention core by phase (fitted on MLA modules, bf16 math)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     prefill: dict[Precision, AttentionFit] = {}
     decode: dict[Precision, AttentionFit] = {}
+    mla: dict[Literal["prefill", "decode"], AttentionFit] = {}
 
 
 ExchangeOp = Literal["dispatch", "combine"]

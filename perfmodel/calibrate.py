@@ -27,7 +27,8 @@ from hardware_db.errors import SpecError
 
 from .collectives import COLLECTIVES, EXCHANGES, FittedCollectives, FittedDispatch, expert_exchange_time
 from .kernels import AttentionKernel, GemmKernel
-from .roofline import attention_core
+from .layout import Layout
+from .roofline import attention_core, layer_ops
 
 ALIASES = {"alltoall": "all_to_all", "all2all": "all_to_all", "allreduce": "all_reduce",
            "allgather": "all_gather", "reducescatter": "reduce_scatter"}
@@ -247,6 +248,62 @@ def fit_attention(batch, queries, context, heads, kv_heads, head_dim, act_bytes,
 
     # Start: 50% of the peak, 80% of HBM, 5 us launch, 0.1 us a wave, p = 2 (prefill) or
     # saturation at one block per SM (decode).
+    x0 = np.array([0.0, np.log(4.0), np.log(5e-6), np.log(1e-7), 0.0])
+    return AttentionCalibration(*_fit_held_out(unpack, predict, t, x0, seed, held_out))
+
+
+def mla_module_parts(spec, batch, isl, heads, kv_bytes, decode: bool) -> tuple:
+    """(GEMMs, attention-core op) of one MLA attention module as ``layer_ops`` runs it, for
+    ``batch`` sequences of ``isl`` tokens (decode: one new token over ``isl`` cached ones) with
+    ``heads`` of the model's query heads on the rank (tensor parallelism 128 / heads for
+    DeepSeek-V3), fp8 projections. The module is what SGLang's MLA layer runs after the fused
+    q/kv down-projection: the q up-projection, the kv up-projection (absorbed in decode), the
+    attention core and the output projection (aiconfigurator's wide-EP MLA tables)."""
+    b, s, hd = (np.asarray(x, dtype=float) for x in (batch, isl, heads))
+    tokens, context = (b, s) if decode else (b * s, s / 2.0)
+    ops = {op.name: op for op in layer_ops(spec, tokens, context, Layout(tp=spec.num_heads / hd), sp=True,
+                                           weight_bytes=1.0, act_bytes=1.0, decode=decode, kv_bytes=kv_bytes)}
+    gemms = ops["qkv projection"].gemms[1:] + ops["output projection"].gemms      # [0]: the down-projection
+    return gemms, ops["attention core"]
+
+
+def fit_mla(spec, batch, isl, heads, kv_bytes, seconds, gemm: GemmKernel, peak: float, bandwidth: float,
+            units: int, decode: bool, memory_fraction: float | None = None, seed: int = 0,
+            held_out: float = 0.5) -> AttentionCalibration:
+    """Fit the MLA attention core (``AttentionKernel`` with ``latent`` set) to measured MLA
+    modules of ``spec`` (see ``mla_module_parts``): each row's time is the fitted fp8 ``gemm``
+    kernel's projections plus the core, whose fractions, launch, per-wave cost and (decode)
+    saturation are fitted; the held-out error is that of the whole module. A given
+    ``memory_fraction`` is kept, not fitted: absorbed MLA decode over an fp8 cache does about 480
+    FLOPs per byte read, compute bound at every measured shape, so the rows cannot tell its
+    streaming rate, which a bf16 cache (half the intensity) would need."""
+    cols = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (batch, isl, heads, kv_bytes, seconds)))
+    b, s, hd, kvb, t = cols
+    if spec.mla is None:
+        raise SpecError(f"{spec.name} has no multi-head latent attention to fit MLA timings to")
+    if t.ndim != 1 or len(t) < 20:
+        raise SpecError(f"MLA timings need at least 20 rows, has {t.size}")
+    if not all(np.all(np.isfinite(x)) and np.all(x > 0) for x in cols):
+        raise SpecError("MLA timings need positive finite shapes and seconds")
+    gemms, core = mla_module_parts(spec, b, s, hd, kvb, decode)
+    projections = sum(np.broadcast_to(gemm.time(g.m, g.n, g.k, 1.0, 1.0, 2.0, g.groups), t.shape) for g in gemms)
+    flops = np.broadcast_to(core.flops * core.attention.padding, t.shape)
+    moved = np.broadcast_to(core.bytes, t.shape)
+    tiles, ctx = np.broadcast_to(core.attention.tiles, t.shape), np.broadcast_to(core.attention.context, t.shape)
+    sigmoid = lambda v: 1.0 / (1.0 + np.exp(-v))                                  # noqa: E731
+
+    def unpack(x) -> AttentionKernel:
+        memory = float(sigmoid(x[1])) if memory_fraction is None else float(memory_fraction)
+        return AttentionKernel(peak=peak, bandwidth=bandwidth, compute_fraction=float(sigmoid(x[0])),
+                               memory_fraction=memory, launch_s=float(np.exp(x[2])),
+                               tile_s=float(np.exp(x[3])), sharpness=1.0 if decode else float(1.0 + np.exp(x[4])),
+                               saturation=float(np.exp(x[4])) if decode else 0.0, units=int(units), latent=True)
+
+    def predict(kernel, rows):
+        core_s = kernel.decode(flops[rows], moved[rows], tiles[rows], ctx[rows]) if decode \
+            else kernel.prefill(flops[rows], moved[rows], tiles[rows])
+        return projections[rows] + core_s
+
     x0 = np.array([0.0, np.log(4.0), np.log(5e-6), np.log(1e-7), 0.0])
     return AttentionCalibration(*_fit_held_out(unpack, predict, t, x0, seed, held_out))
 

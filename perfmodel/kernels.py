@@ -107,6 +107,12 @@ class GemmKernel:
 # the KV is split over more blocks (TensorRT-LLM multi-block mode; FlashDecoding, Dao et al. 2023).
 ATTENTION_QUERY_TILE = 128
 DECODE_SPLIT_TOKENS = 1024
+# MLA decode kernels run a sequence's query heads over its one latent KV head in row blocks
+# (FlashMLA, deepseek-ai/FlashMLA: h_q / h_k x s_q query rows per KV head, in tiles of 64): fewer
+# heads per rank still cost a block. aiconfigurator's measured SGLang MLA modules (H100 fa3, B200
+# trtllm_mla, DeepSeek-V3) take about the same time per cached token from 8 to 128 heads per
+# rank, so the block perfmodel uses is 128 rows; fitted with 64, 128 heads ran 20-40% slow.
+MLA_QUERY_BLOCK = 128
 
 
 @dataclass(frozen=True)
@@ -126,7 +132,8 @@ class AttentionKernel:
                      bytes / (bandwidth x memory_fraction x utilization))
 
     Fitted per device on measured attention kernels by ``perfmodel calibrate attention``; without a
-    fit the attention core is the plain roofline of perfmodel.roofline.
+    fit the attention core is the plain roofline of perfmodel.roofline. MLA's core (absorbed in
+    decode) has its own fit, on measured MLA modules, marked ``latent``.
     """
 
     peak: float                     # dense peak at the attention precision, FLOP/s
@@ -139,6 +146,7 @@ class AttentionKernel:
     saturation: float = 0.0         # decode: blocks per SM at which bandwidth is 63% drawn; 0: always full
     units: int = 0
     source: str = "fitted"
+    latent: bool = False            # fitted on MLA modules (perfmodel.calibrate.fit_mla), for MLA's core only
 
     def prefill(self, flops, bytes_moved, tiles):
         """Seconds of a prefill attention kernel of ``tiles`` query tiles (sequences x heads x

@@ -9,7 +9,7 @@ its fitted NCCL costs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -45,6 +45,7 @@ class Machine:
     gemm_kernels: dict[str, GemmKernel] | None = None   # GEMM cost by precision (fitted or datasheet)
     attention_kernels: dict[str, AttentionKernel] | None = None   # prefill, by precision (fitted only)
     decode_attention: dict[str, AttentionKernel] | None = None     # decode, by KV precision (fitted only)
+    mla_attention: dict[str, AttentionKernel] | None = None        # MLA core: "prefill", "decode" (fitted only)
     weight_only_kernels: dict[str, GemmKernel] | None = None   # int8 / int4 weights in bf16 GEMMs (fitted only)
     gemm_error: float = 0.0               # relative error of compute time: the GEMM fit's held-out MAPE
     collective_error: float = 0.0         # relative error of a collective's time: its fit's held-out MAPE
@@ -86,10 +87,14 @@ class Machine:
         fitted = (self.weight_only_kernels or {}).get(quant.weight) if quant.activation == "a16" else None
         return (fitted or self.gemm_kernel(quant.gemm_precision)).fused()
 
-    def attention_kernel(self, precision: str, decode: bool = False) -> AttentionKernel | None:
+    def attention_kernel(self, precision: str, decode: bool = False, latent: bool = False) -> AttentionKernel | None:
         """The fitted attention kernel for prefill at attention ``precision``, or for decode over
-        a KV cache of ``precision`` (that precision's fit or its nearest fitted one); None without
-        a fit (the attention core is then a roofline)."""
+        a KV cache of ``precision`` (that precision's fit or its nearest fitted one); for MLA
+        (``latent``) the fit on MLA modules first; None without a fit (the attention core is then
+        a roofline)."""
+        mla = (self.mla_attention or {}).get("decode" if decode else "prefill")
+        if latent and mla is not None:
+            return mla
         fits = (self.decode_attention if decode else self.attention_kernels) or {}
         for p in (precision, *NEAREST.get(precision, ("bf16",))):
             if p in fits:
@@ -169,7 +174,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None) ->
     launch = constants.get("unfitted-kernel-launch-us", 0.0) * 1e-6
     kernels = {p: gemm_kernel(acc.peak_flops[p], acc.hbm_bytes_per_s, cal, default, p, in_framework, launch)
                for p in acc.peak_flops}
-    prefill, decode = attention_kernels(acc, cal, in_framework)
+    prefill, decode, mla = attention_kernels(acc, cal, in_framework)
     sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
     weight_only = {w: gemm_kernel(acc.peak_flops[sixteen], acc.hbm_bytes_per_s, cal, default, sixteen, in_framework,
                                   launch, fit=f) for w, f in cal.weight_only.items()}
@@ -191,7 +196,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None) ->
         host_bytes_per_s=host_link, tdp_w=acc.tdp_w, idle_w=idle, overhead_w_per_device=overhead,
         price_usd_per_device=price, cloud_usd_per_hour=acc.cloud_usd_per_hour, constants=constants,
         scale_up_domain=domain, gemm_kernels=kernels, attention_kernels=prefill, decode_attention=decode,
-        weight_only_kernels=weight_only,
+        mla_attention=mla, weight_only_kernels=weight_only,
         gemm_error=max([f.held_out_mape for f in cal.gemm.values()] or [constants.get("unfitted-gemm-error", 0.0)]),
         # Communication is +- the larger of the NCCL fit's and the expert-exchange fit's error.
         collective_error=max([constants.get("unfitted-collective-error", 0.0)]
@@ -223,12 +228,13 @@ def fitted_dispatch(fit) -> FittedDispatch | None:
                           out_fraction=dict(fit.scale_out_fraction) if fit.scale_out_fraction else None)
 
 
-def attention_kernels(acc, cal, in_framework: float) -> tuple[dict, dict]:
-    """(prefill kernels by precision, decode kernels by KV precision) fitted on measured attention kernels
-    (calibration.yaml ``attention``); the compute rate scaled by ``in_framework`` like the GEMMs'."""
+def attention_kernels(acc, cal, in_framework: float) -> tuple[dict, dict, dict]:
+    """(prefill kernels by precision, decode kernels by KV precision, MLA cores by phase) fitted on
+    measured attention kernels (calibration.yaml ``attention``); the compute rate scaled by
+    ``in_framework`` like the GEMMs'."""
     fits = cal.attention
     if fits is None:
-        return {}, {}
+        return {}, {}, {}
 
     def kernel(fit, precision):
         return AttentionKernel(peak=acc.peak_flops[precision], bandwidth=acc.hbm_bytes_per_s,
@@ -237,7 +243,8 @@ def attention_kernels(acc, cal, in_framework: float) -> tuple[dict, dict]:
                                sharpness=fit.sharpness, saturation=fit.saturation, units=fit.units)
     prefill = {p: kernel(f, p) for p, f in fits.prefill.items() if p in acc.peak_flops}
     sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
-    return prefill, {p: kernel(f, sixteen) for p, f in fits.decode.items()}
+    mla = {phase: replace(kernel(f, sixteen), latent=True) for phase, f in fits.mla.items()}
+    return prefill, {p: kernel(f, sixteen) for p, f in fits.decode.items()}, mla
 
 
 def gemm_kernel(peak: float, hbm_bytes_per_s: float, cal, default, precision: str, in_framework: float,

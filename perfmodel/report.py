@@ -115,6 +115,9 @@ def _source(machine: Machine) -> str:
 
 
 def constants_from(machine: Machine) -> dict:
-    """Where the GEMM, attention and collective constants of an estimate came from."""
-    return {"gemm": _source(machine), "attention": "fitted" if machine.attention_kernels else "roofline",
-            "collectives": "fitted" if machine.topology.fitted else "datasheet"}
+    """Where the GEMM, attention, collective and MoE-exchange constants of an estimate came from."""
+    attention = "roofline" if not machine.attention_kernels else \
+        "fitted (MLA on measured modules)" if machine.mla_attention else "fitted"
+    return {"gemm": _source(machine), "attention": attention,
+            "collectives": "fitted" if machine.topology.fitted else "datasheet",
+            "expert_exchange": "fitted (DeepEP)" if machine.topology.dispatch else "link model"}

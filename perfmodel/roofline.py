@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .kernels import ATTENTION_QUERY_TILE, AttentionKernel, GemmKernel
+from .kernels import ATTENTION_QUERY_TILE, MLA_QUERY_BLOCK, AttentionKernel, GemmKernel
 from .layout import Layout
 from .model import TransformerSpec
 
@@ -51,6 +51,7 @@ class AttentionWork:
     decode: bool
     flash: object = True
     latent: bool = False
+    padding: object = 1.0     # work the kernel does over the useful FLOPs (MLA decode's 64-row head blocks)
 
 
 @dataclass(frozen=True)
@@ -121,13 +122,16 @@ def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel 
     ``kernel``, operators that list their GEMMs take the kernel model's time for each of them
     (perfmodel.kernels), and their backward pass that of the data-gradient (m x n by n x k) and
     weight-gradient (k x m by m x n) GEMMs. With an ``attention`` kernel, a FlashAttention core
-    takes that model's time; its backward is FLASH_BACKWARD_OVER_FORWARD times its forward. Every
+    takes that model's time (an MLA core only from a kernel fitted on MLA, except in prefill,
+    where the FlashAttention fit also serves); its backward is FLASH_BACKWARD_OVER_FORWARD times
+    its forward. Every
     other operator is a roofline, and its backward twice its forward (Narayanan et al. 2021 Sec. 5.1).
     """
     seconds, bound, flops, backward = {}, {}, {}, {}
     total, mean, back = 0.0, 0.0, 0.0
     for op in ops:
-        t, cb = roofline(op.flops, op.bytes, rates[op.unit], bytes_per_s)
+        work = op.flops * op.attention.padding if op.attention is not None else op.flops
+        t, cb = roofline(work, op.bytes, rates[op.unit], bytes_per_s)
         b = 2.0 * t
         if kernel is not None and op.gemms:
             x, w, y = op.element_bytes
@@ -136,9 +140,9 @@ def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel 
                     for g in op.gemms)
         elif op.attention is not None and np.any(op.attention.flash):
             a = op.attention
-            if attention is not None and not (a.decode and a.latent):
-                fitted = attention.decode(op.flops, op.bytes, a.tiles, a.context) if a.decode \
-                    else attention.prefill(op.flops, op.bytes, a.tiles)
+            if attention is not None and (attention.latent == a.latent or not (a.decode or attention.latent)):
+                fitted = attention.decode(work, op.bytes, a.tiles, a.context) if a.decode \
+                    else attention.prefill(work, op.bytes, a.tiles)
                 t = np.where(a.flash, fitted, t)
             b = np.where(a.flash, FLASH_BACKWARD_OVER_FORWARD, 2.0) * t
         seconds[op.name], bound[op.name], flops[op.name], backward[op.name] = t, cb, op.flops, b
@@ -197,11 +201,11 @@ def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight
 
     def gemm(name, params, tokens_in, width_in, width_out, kernels=None):
         # 2 FLOP per multiply-add; bytes: weights once, input and output activations once.
-        # ``kernels``: (k, n) of each GEMM the operator launches (default: one, width_in deep).
+        # ``kernels``: (k, n[, groups]) of each GEMM the operator launches (default: one, width_in deep).
         flops = 2.0 * tokens_in * params
         moved = params * weight_bytes + tokens_in * (width_in + width_out) * act_bytes
         shapes = kernels or ((width_in, params / width_in),)
-        ops.append(Op(name, flops, moved, "gemm", gemms=tuple(Gemm(tokens_in, nn, kk) for kk, nn in shapes),
+        ops.append(Op(name, flops, moved, "gemm", gemms=tuple(Gemm(tokens_in, s[1], s[0], *s[2:]) for s in shapes),
                       element_bytes=sizes))
 
     attn_params = spec.attention_params / t
@@ -213,7 +217,10 @@ def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight
     if spec.mla:  # down-projections of q and kv (one fused GEMM), then the up-projections
         m = spec.mla
         down = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim
-        qkv_kernels = ((h, down / t), (m.kv_lora_rank, spec.num_heads * (m.qk_nope_head_dim + m.v_head_dim) / t))
+        up = ((m.kv_lora_rank, spec.num_heads * (m.qk_nope_head_dim + m.v_head_dim) / t),)
+        if decode:  # absorbed (DeepSeek-V2 Sec. 2.1.2): per head, q_nope into the latent and the latent out to v
+            up = ((m.qk_nope_head_dim, m.kv_lora_rank, spec.num_heads / t), (m.kv_lora_rank, m.v_head_dim, spec.num_heads / t))
+        qkv_kernels = ((h, down / t),) + up
         if m.q_lora_rank:
             qkv_kernels += ((m.q_lora_rank, q_w / t),)
     gemm("qkv projection", attn_params - proj_params, n, h, q_w / t + kv_w, qkv_kernels)
@@ -226,6 +233,10 @@ def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight
     kv_heads = 1.0 if spec.mla else np.maximum(spec.kv_heads / t, 1.0)   # MLA: one latent all heads share
     ops.append(attention_core(n, ctx, width / t, q_w / t, out_w / t, kv_w, heads, kv_heads, act_bytes, kv_bytes,
                               decode, flash, latent=bool(spec.mla)))
+    if spec.mla and decode:   # one block per sequence and MLA_QUERY_BLOCK query heads
+        blocks = np.ceil(heads / MLA_QUERY_BLOCK)
+        ops[-1] = replace(ops[-1], attention=replace(ops[-1].attention, tiles=n * blocks,
+                                                     padding=blocks * MLA_QUERY_BLOCK / heads))
     gemm("output projection", proj_params, n, out_w / t, h)
     if moe_layer and spec.moe:
         m = spec.moe

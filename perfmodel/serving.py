@@ -178,7 +178,7 @@ def _pass(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local,
     kw = dict(sp=True, weight_bytes=q.weight_bytes, act_bytes=q.activation_bytes, flash=True, decode=decode,
               kv_bytes=q.kv_bytes)
     kernels = (inst.kernel, machine.attention_kernel(q.kv if decode else q.attention_precision(machine.supports),
-                                                     decode))
+                                                     decode, latent=spec.mla is not None))
     parts = [ops_time(layer_ops(spec, tokens_local, context, lay, **kw), inst.rates, bw, *kernels)
              .scaled(inst.layers * (1 - inst.moe_frac))] if spec.dense_layers else []
     if spec.moe:
