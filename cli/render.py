@@ -310,7 +310,7 @@ def estimate_train(spec, machine, plan, work, json_out: bool) -> None:
 
     result = estimate_training(spec, machine, plan, work)
     check_feasible(result, machine)
-    report = train_report(result, machine)
+    report = train_report(result, machine, spec)
     if json_out:
         emit_json({"model": spec.name, "system": machine.system.name, "devices": machine.devices,
                    "plan": {k: (v.item() if hasattr(v, "item") else v) for k, v in vars(plan).items()},
@@ -349,7 +349,7 @@ def estimate_serve(spec, machine, plan, work, json_out: bool) -> None:
 
     result = estimate_serving(spec, machine, plan, work)
     check_feasible(result, machine)
-    report = serve_report(result, machine)
+    report = serve_report(result, machine, spec)
     if json_out:
         emit_json({"model": spec.name, "system": machine.system.name, "devices": machine.devices,
                    "plan": vars(plan), "workload": vars(work), "result": report})
@@ -695,8 +695,8 @@ def place_experts(spec, machine, problem, time_limit: float, json_out: bool) -> 
 def _constants(report) -> str:
     """Where an estimate's constants came from, for its summary line."""
     c = report["constants_from"]
-    return (f"GEMM {c['gemm']}, attention {c['attention']}, collectives {c['collectives']}, "
-            f"MoE exchange {c['expert_exchange']}")
+    exchange = f", MoE exchange {c['expert_exchange']}" if "expert_exchange" in c else ""
+    return f"GEMM {c['gemm']}, attention {c['attention']}, collectives {c['collectives']}{exchange}"
 
 
 # --- calibrate ---------------------------------------------------------------------------------

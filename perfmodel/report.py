@@ -57,7 +57,7 @@ def _cost_status(machine: Machine) -> str:
     return "no price in the database for this system; add price_usd or node_price_usd with --hardware-db"
 
 
-def train_report(result: TrainResult, machine: Machine) -> dict[str, Any]:
+def train_report(result: TrainResult, machine: Machine, spec=None) -> dict[str, Any]:
     times = {k: _f(v) for k, v in result.components.items()}
     ops = {k: {"seconds": _f(v), "bound": "compute" if _b(result.bounds[k]) else "memory"}
            for k, v in result.operator_times.items()}
@@ -70,7 +70,7 @@ def train_report(result: TrainResult, machine: Machine) -> dict[str, Any]:
     return {
         "step_time_s": _f(result.step_time_s),
         "step_time_range_s": [_f(result.step_time_low_s), _f(result.step_time_high_s)],
-        "constants_from": constants_from(machine),
+        "constants_from": constants_from(machine, spec),
         "tokens_per_s": _f(result.tokens_per_s), "mfu": _f(result.mfu),
         "hfu": _f(result.hfu), "microbatches": _f(result.num_microbatches),
         "time_components_s": times, "time_on_link_s": {k: _f(v) for k, v in result.link_times.items()},
@@ -83,11 +83,11 @@ def train_report(result: TrainResult, machine: Machine) -> dict[str, Any]:
     }
 
 
-def serve_report(result: ServeResult, machine: Machine) -> dict[str, Any]:
+def serve_report(result: ServeResult, machine: Machine, spec=None) -> dict[str, Any]:
     return {
         "ttft_s": _f(result.ttft_s), "tpot_s": _f(result.tpot_s),
         "ttft_range_s": [_f(x) for x in result.ttft_range_s], "tpot_range_s": [_f(x) for x in result.tpot_range_s],
-        "constants_from": constants_from(machine),
+        "constants_from": constants_from(machine, spec, serving=True),
         "devices_per_instance": _f(result.devices_per_instance), "max_batch": _f(result.max_batch),
         "prefill_tokens_per_s_per_device": _f(result.prefill_tokens_per_s_per_device),
         "decode_tokens_per_s_per_device": _f(result.decode_tokens_per_s_per_device),
@@ -114,10 +114,13 @@ def _source(machine: Machine) -> str:
     return next((s for s in ("fitted", "datasheet", "default") if s in sources), "default")
 
 
-def constants_from(machine: Machine) -> dict:
-    """Where the GEMM, attention, collective and MoE-exchange constants of an estimate came from."""
-    attention = "roofline" if not machine.attention_kernels else \
-        "fitted (MLA on measured modules)" if machine.mla_attention else "fitted"
-    return {"gemm": _source(machine), "attention": attention,
-            "collectives": "fitted" if machine.topology.fitted else "datasheet",
-            "expert_exchange": "fitted (DeepEP)" if machine.topology.dispatch else "link model"}
+def constants_from(machine: Machine, spec=None, serving: bool = False) -> dict:
+    """Where the GEMM, attention and collective constants of an estimate came from, and for an
+    MoE ``spec`` those of its expert exchange (serving an MLA model uses the MLA module fit)."""
+    mla = serving and spec is not None and spec.mla is not None and bool(machine.mla_attention)
+    attention = "roofline" if not machine.attention_kernels else "fitted (MLA on measured modules)" if mla else "fitted"
+    found = {"gemm": _source(machine), "attention": attention,
+             "collectives": "fitted" if machine.topology.fitted else "datasheet"}
+    if spec is not None and spec.moe:
+        found["expert_exchange"] = "fitted (DeepEP)" if machine.topology.dispatch else "link model"
+    return found
