@@ -51,7 +51,7 @@ class AttentionWork:
     decode: bool
     flash: object = True
     latent: bool = False
-    padding: object = 1.0     # work the kernel does over the useful FLOPs (MLA decode's 64-row head blocks)
+    padding: object = 1.0     # work the kernel does over the useful FLOPs (MLA decode's head blocks)
 
 
 @dataclass(frozen=True)
@@ -124,8 +124,8 @@ def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel 
     weight-gradient (k x m by m x n) GEMMs. With an ``attention`` kernel, a FlashAttention core
     takes that model's time (an MLA core only from a kernel fitted on MLA, except in prefill,
     where the FlashAttention fit also serves); its backward is FLASH_BACKWARD_OVER_FORWARD times
-    its forward. Every
-    other operator is a roofline, and its backward twice its forward (Narayanan et al. 2021 Sec. 5.1).
+    its forward. Every other operator is a roofline, and its backward twice its forward
+    (Narayanan et al. 2021 Sec. 5.1).
     """
     seconds, bound, flops, backward = {}, {}, {}, {}
     total, mean, back = 0.0, 0.0, 0.0
