@@ -232,24 +232,35 @@ def fit_attention(batch, queries, context, heads, kv_heads, head_dim, act_bytes,
     if not all(np.all(np.isfinite(x)) and np.all(x > 0) for x in (b, q, ctx, h, kv, d, t)):
         raise SpecError("attention timings need positive finite shapes and seconds")
     op = attention_core(b * q, ctx, h * d, h * d, h * d, 2.0 * kv * d, h, kv, act, kvb, decode, True)
-    flops, moved, tiles = op.flops, op.bytes, op.attention.tiles
+    return _fit_core(op, 0.0, t, peak, bandwidth, units, decode, seed, held_out)
+
+
+def _fit_core(op, fixed, seconds, peak: float, bandwidth: float, units: int, decode: bool, seed: int,
+              held_out: float, memory_fraction: float | None = None, latent: bool = False) -> AttentionCalibration:
+    """Fit the ``AttentionKernel`` of the attention-core ``op`` (one row per measurement) so that
+    ``fixed`` seconds (other kernels measured with it) plus the core match ``seconds``; a given
+    ``memory_fraction`` is kept, not fitted."""
+    work = op.attention.padding * op.flops
+    flops, moved, tiles, ctx, fixed = (np.broadcast_to(x, seconds.shape) for x in
+                                       (work, op.bytes, op.attention.tiles, op.attention.context, fixed))
     sigmoid = lambda v: 1.0 / (1.0 + np.exp(-v))                                  # noqa: E731
 
     def unpack(x) -> AttentionKernel:
+        memory = float(sigmoid(x[1])) if memory_fraction is None else float(memory_fraction)
         return AttentionKernel(peak=peak, bandwidth=bandwidth, compute_fraction=float(sigmoid(x[0])),
-                               memory_fraction=float(sigmoid(x[1])), launch_s=float(np.exp(x[2])),
+                               memory_fraction=memory, launch_s=float(np.exp(x[2])),
                                tile_s=float(np.exp(x[3])), sharpness=1.0 if decode else float(1.0 + np.exp(x[4])),
-                               saturation=float(np.exp(x[4])) if decode else 0.0, units=int(units))
+                               saturation=float(np.exp(x[4])) if decode else 0.0, units=int(units), latent=latent)
 
     def predict(kernel, rows):
-        if decode:
-            return kernel.decode(flops[rows], moved[rows], tiles[rows], ctx[rows])
-        return kernel.prefill(flops[rows], moved[rows], tiles[rows])
+        core = kernel.decode(flops[rows], moved[rows], tiles[rows], ctx[rows]) if decode \
+            else kernel.prefill(flops[rows], moved[rows], tiles[rows])
+        return fixed[rows] + core
 
     # Start: 50% of the peak, 80% of HBM, 5 us launch, 0.1 us a wave, p = 2 (prefill) or
     # saturation at one block per SM (decode).
     x0 = np.array([0.0, np.log(4.0), np.log(5e-6), np.log(1e-7), 0.0])
-    return AttentionCalibration(*_fit_held_out(unpack, predict, t, x0, seed, held_out))
+    return AttentionCalibration(*_fit_held_out(unpack, predict, seconds, x0, seed, held_out))
 
 
 def mla_module_parts(spec, batch, isl, heads, kv_bytes, decode: bool) -> tuple:
@@ -286,26 +297,13 @@ def fit_mla(spec, batch, isl, heads, kv_bytes, seconds, gemm: GemmKernel, peak: 
     if not all(np.all(np.isfinite(x)) and np.all(x > 0) for x in cols):
         raise SpecError("MLA timings need positive finite shapes and seconds")
     gemms, core = mla_module_parts(spec, b, s, hd, kvb, decode)
-    projections = sum(np.broadcast_to(gemm.time(g.m, g.n, g.k, 1.0, 1.0, 2.0, g.groups), t.shape) for g in gemms)
-    flops = np.broadcast_to(core.flops * core.attention.padding, t.shape)
-    moved = np.broadcast_to(core.bytes, t.shape)
-    tiles, ctx = np.broadcast_to(core.attention.tiles, t.shape), np.broadcast_to(core.attention.context, t.shape)
-    sigmoid = lambda v: 1.0 / (1.0 + np.exp(-v))                                  # noqa: E731
+    return _fit_core(core, projection_seconds(gemms, gemm), t, peak, bandwidth, units, decode, seed, held_out,
+                     memory_fraction, latent=True)
 
-    def unpack(x) -> AttentionKernel:
-        memory = float(sigmoid(x[1])) if memory_fraction is None else float(memory_fraction)
-        return AttentionKernel(peak=peak, bandwidth=bandwidth, compute_fraction=float(sigmoid(x[0])),
-                               memory_fraction=memory, launch_s=float(np.exp(x[2])),
-                               tile_s=float(np.exp(x[3])), sharpness=1.0 if decode else float(1.0 + np.exp(x[4])),
-                               saturation=float(np.exp(x[4])) if decode else 0.0, units=int(units), latent=True)
 
-    def predict(kernel, rows):
-        core_s = kernel.decode(flops[rows], moved[rows], tiles[rows], ctx[rows]) if decode \
-            else kernel.prefill(flops[rows], moved[rows], tiles[rows])
-        return projections[rows] + core_s
-
-    x0 = np.array([0.0, np.log(4.0), np.log(5e-6), np.log(1e-7), 0.0])
-    return AttentionCalibration(*_fit_held_out(unpack, predict, t, x0, seed, held_out))
+def projection_seconds(gemms, gemm: GemmKernel) -> np.ndarray:
+    """Seconds of an MLA module's projection GEMMs (``mla_module_parts``) on the fp8 ``gemm`` kernel."""
+    return sum(gemm.time(g.m, g.n, g.k, 1.0, 1.0, 2.0, g.groups) for g in gemms)
 
 
 @dataclass(frozen=True)

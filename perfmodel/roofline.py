@@ -141,15 +141,21 @@ def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel 
         elif op.attention is not None and np.any(op.attention.flash):
             a = op.attention
             if attention is not None and (attention.latent == a.latent or not (a.decode or attention.latent)):
-                fitted = attention.decode(work, op.bytes, a.tiles, a.context) if a.decode \
-                    else attention.prefill(work, op.bytes, a.tiles)
-                t = np.where(a.flash, fitted, t)
+                t = np.where(a.flash, core_seconds(attention, op), t)
             b = np.where(a.flash, FLASH_BACKWARD_OVER_FORWARD, 2.0) * t
         seconds[op.name], bound[op.name], flops[op.name], backward[op.name] = t, cb, op.flops, b
         total, back = total + t, back + b
         if op.gemm:
             mean = mean + op.mean_flops
     return OpTimes(total, seconds, bound, flops, mean, backward, back)
+
+
+def core_seconds(kernel: AttentionKernel, op: Op) -> np.ndarray:
+    """Seconds of an attention-core ``op`` (``attention_core``) on a fitted ``kernel``, counting
+    the work a padded MLA decode block does."""
+    a = op.attention
+    work = op.flops * a.padding
+    return kernel.decode(work, op.bytes, a.tiles, a.context) if a.decode else kernel.prefill(work, op.bytes, a.tiles)
 
 
 def merge(*parts: OpTimes) -> OpTimes:

@@ -122,7 +122,8 @@ def _deepseek():
 
 
 def test_mla_fit_recovers_a_known_core_from_synthetic_module_timings():
-    from perfmodel.calibrate import fit_mla, mla_module_parts
+    from perfmodel.calibrate import fit_mla, mla_module_parts, projection_seconds
+    from perfmodel.roofline import core_seconds
     from perfmodel.kernels import GemmKernel
 
     spec = _deepseek()
@@ -133,8 +134,7 @@ def test_mla_fit_recovers_a_known_core_from_synthetic_module_timings():
     batch, isl = batch.ravel(), isl.ravel()
     heads = np.where(np.arange(batch.size) % 2, 128.0, 16.0)
     gemms, core = mla_module_parts(spec, batch, isl, heads, 1.0, True)
-    seconds = sum(gemm.time(g.m, g.n, g.k, 1.0, 1.0, 2.0, g.groups) for g in gemms) \
-        + true.decode(core.flops * core.attention.padding, core.bytes, core.attention.tiles, core.attention.context)
+    seconds = projection_seconds(gemms, gemm) + core_seconds(true, core)
     fit = fit_mla(spec, batch, isl, heads, 1.0, seconds, gemm, 989.4e12, 3.35e12, 132, True, memory_fraction=0.8)
     assert fit.kernel.latent and fit.kernel.memory_fraction == 0.8
     assert fit.held_out_mape < 0.01
@@ -161,7 +161,8 @@ H100_MLA_DECODE = [(1, 1024, 128, 0.114), (16, 4096, 8, 0.071), (128, 1024, 8, 0
 def test_shipped_h100_mla_fit_reproduces_measured_modules(batch, isl, heads, ms):
     """The shipped fit as fitted (no in-framework factor), against rows of its table: within 30%
     (its worst region, many sequences over long contexts at 128 heads, runs up to +39%)."""
-    from perfmodel.calibrate import mla_module_parts
+    from perfmodel.calibrate import mla_module_parts, projection_seconds
+    from perfmodel.roofline import core_seconds
     from perfmodel.machine import attention_kernels, gemm_kernel
 
     db = load_database()
@@ -170,8 +171,7 @@ def test_shipped_h100_mla_fit_reproduces_measured_modules(batch, isl, heads, ms)
     core_kernel = attention_kernels(acc, cal, 1.0)[2]["decode"]
     gemm = gemm_kernel(acc.peak_flops["fp8"], acc.hbm_bytes_per_s, cal, db.calibration_default(), "fp8", 1.0).fused()
     gemms, core = mla_module_parts(_deepseek(), float(batch), float(isl), float(heads), 1.0, True)
-    module = sum(gemm.time(g.m, g.n, g.k, 1.0, 1.0, 2.0, g.groups) for g in gemms) \
-        + core_kernel.decode(core.flops * core.attention.padding, core.bytes, core.attention.tiles, core.attention.context)
+    module = projection_seconds(gemms, gemm) + core_seconds(core_kernel, core)
     assert float(module) == pytest.approx(ms * 1e-3, rel=0.3)
 
 
