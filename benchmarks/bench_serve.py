@@ -14,7 +14,8 @@ import time
 from hardware_db import load_database
 from perfmodel.catalog import find_model
 from search.brute import brute_force_fleet
-from search.serve import Demand, Lengths, ServeSearchOptions, _solve_fleet, pool_options, search_serving, slo_of
+from search import fleet
+from search.serve import Demand, Lengths, ServeSearchOptions, fleet_instance, pool_options, search_serving, slo_of
 
 
 def main() -> None:
@@ -37,15 +38,17 @@ def main() -> None:
     spec = find_model("llama-3.1-8b")
     demand = Demand(rate=8.0, input_len=Lengths.of(1024), output_len=Lengths.of(256), ttft_p90=1.0, tpot_p90=0.03)
     pools = pool_options(spec, db, ["dgx-h100", "mi300x-8x"], demand, small)
+    instance, _ = fleet_instance(spec, demand, pools.options, pools.machines, slo_of(demand), small)
     t0 = time.perf_counter()
-    best, status, _ = _solve_fleet(spec, demand, pools.options, pools.machines, slo_of(demand), small)
+    best = fleet.solve(instance)
     ip_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    oracle = brute_force_fleet(spec, demand, pools.options, pools.machines, small)
+    oracle = brute_force_fleet(instance)
     brute_s = time.perf_counter() - t0
-    print(f"small fleet ({len(pools.options)} pool options): CP-SAT {ip_s:.3f} s ({status}, {best.power_w:,.0f} W) vs "
+    power = fleet.totals(instance, best).power_w
+    print(f"small fleet ({len(pools.options)} pool options): CP-SAT {ip_s:.3f} s ({best.status}, {power:,.0f} W) vs "
           f"brute force {brute_s:.3f} s ({oracle:,.0f} W): same optimum: "
-          f"{'yes' if abs(best.power_w - oracle) <= 1e-6 * oracle else 'NO'}")
+          f"{'yes' if abs(power - oracle) <= 1e-6 * oracle else 'NO'}")
 
 
 if __name__ == "__main__":

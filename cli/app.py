@@ -13,6 +13,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from perfmodel.defaults import SERVE_DEFAULTS, TRAIN_DEFAULTS
+
 app = typer.Typer(
     name="perfmodel",
     help="Predict how large transformer models train and serve on real hardware.",
@@ -43,6 +45,12 @@ Routing = Annotated[Optional[str], typer.Option(
 Zipf = Annotated[Optional[float], typer.Option(help="Synthetic routing: Zipf exponent of expert popularity.")]
 Affinity = Annotated[float, typer.Option(help="Synthetic routing: share of tokens keeping their affine expert.")]
 Seed = Annotated[int, typer.Option(help="Synthetic routing: random seed.")]
+MoeImbalance = Annotated[float, typer.Option(help="Busiest over mean expert-parallel device load (0: the named "
+                                                "constant moe-load-imbalance).")]
+Pricing = Annotated[str, typer.Option(help="Cost basis: cloud (on-demand rent per device-hour) or owned (price over "
+                                           "its depreciation life, network, facility and energy).")]
+Price = Annotated[Optional[list[str]], typer.Option(
+    "--price", help="Your all-in price for a system, SYSTEM=USD_PER_DEVICE_HOUR (repeatable; either basis).")]
 HardwareDb = Annotated[Optional[list[Path]], typer.Option(
     "--hardware-db", help="Directory of YAML entries added over the built-in database (repeatable; "
                           "also PERFMODEL_HARDWARE_DB).")]
@@ -136,11 +144,11 @@ Devices = Annotated[Optional[int], typer.Option("--devices", help="Devices (defa
 @estimate_app.command("train")
 def estimate_train(
     ctx: typer.Context,
-    model: Model = "llama-3.1-8b",
-    system: SystemOpt = "dgx-h100",
-    devices: Devices = None,
-    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
-    pp: Annotated[int, typer.Option(help="Pipeline stages.")] = 1,
+    model: Model = TRAIN_DEFAULTS["model"],
+    system: SystemOpt = TRAIN_DEFAULTS["system"],
+    devices: Annotated[int, typer.Option("--devices", help="Devices.")] = TRAIN_DEFAULTS["devices"],
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 8,
+    pp: Annotated[int, typer.Option(help="Pipeline stages.")] = 2,
     dp: Annotated[Optional[int], typer.Option(help="Data-parallel degree (default: fills the devices).")] = None,
     cp: Annotated[int, typer.Option(help="Context-parallel degree.")] = 1,
     ep: Annotated[int, typer.Option(help="Expert-parallel degree (MoE; experts folded over tp x cp x dp).")] = 1,
@@ -150,7 +158,7 @@ def estimate_train(
     zero: Annotated[int, typer.Option(help="ZeRO stage 0-3.")] = 1,
     recompute: Annotated[str, typer.Option(help="none, selective or full.")] = "selective",
     sp: Annotated[bool, typer.Option("--sp/--no-sp", help="Sequence parallelism.")] = True,
-    precision: Annotated[str, typer.Option(help="GEMM precision: bf16, fp16 or fp8.")] = "bf16",
+    precision: Annotated[str, typer.Option(help="GEMM precision: bf16, fp16 or fp8.")] = TRAIN_DEFAULTS["precision"],
     offload_optimizer: Annotated[str, typer.Option(help="Where optimizer states live: hbm, ddr, cxl, pooled, nvme.")] = "hbm",
     offload_grads: Annotated[str, typer.Option(help="Where gradients live.")] = "hbm",
     offload_params: Annotated[str, typer.Option(help="Where parameters live.")] = "hbm",
@@ -162,9 +170,13 @@ def estimate_train(
                                               "DeepSpeed schedule them) or ideal (all under compute).")] = "framework",
     tp_overlap: Annotated[bool, typer.Option("--tp-overlap/--no-tp-overlap", help="Megatron's TP-communication "
                                              "overlap with the GEMMs (needs --sp).")] = False,
-    global_batch: Annotated[int, typer.Option(help="Sequences per optimizer step.")] = 256,
-    seq_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = 4096,
-    tokens: Annotated[float, typer.Option(help="Training tokens of the run (for run time, energy, cost).")] = 0.0,
+    moe_imbalance: MoeImbalance = 0.0,
+    pricing: Pricing = "cloud",
+    price: Price = None,
+    global_batch: Annotated[int, typer.Option(help="Sequences per optimizer step.")] = TRAIN_DEFAULTS["global_batch"],
+    seq_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = TRAIN_DEFAULTS["seq_len"],
+    tokens: Annotated[float, typer.Option(help="Training tokens of the run (for run time, energy, cost).")] =
+        TRAIN_DEFAULTS["tokens"],
     json_out: JsonFlag = False,
 ) -> None:
     """Evaluate one training plan: step time by component, MFU, memory per tier, energy and cost."""
@@ -178,8 +190,8 @@ def estimate_train(
 @estimate_app.command("serve")
 def estimate_serve(
     ctx: typer.Context,
-    model: Model = "llama-3.1-70b",
-    system: SystemOpt = "dgx-h100",
+    model: Model = SERVE_DEFAULTS["model"],
+    system: SystemOpt = SERVE_DEFAULTS["system"],
     devices: Devices = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree per instance.")] = 8,
     pp: Annotated[int, typer.Option(help="Pipeline stages per instance.")] = 1,
@@ -187,13 +199,18 @@ def estimate_serve(
                                          "devices; above the expert count, redundant copies).")] = 1,
     dp_attention: Annotated[int, typer.Option(help="Attention data-parallel ranks (MLA models).")] = 1,
     batch: Annotated[int, typer.Option(help="Concurrent sequences per instance.")] = 32,
-    input_len: Annotated[int, typer.Option(help="Prompt tokens.")] = 2048,
-    output_len: Annotated[int, typer.Option(help="Generated tokens.")] = 512,
+    input_len: Annotated[int, typer.Option(help="Prompt tokens.")] = SERVE_DEFAULTS["input_len"],
+    output_len: Annotated[int, typer.Option(help="Generated tokens.")] = SERVE_DEFAULTS["output_len"],
     weight_precision: Annotated[str, typer.Option(help="bf16, fp8, int8, int4 or fp4.")] = "bf16",
     activation_precision: Annotated[str, typer.Option(help="a16 (bf16 math), a8 (W8A8) or a4 (W4A4).")] = "a16",
     kv_precision: Annotated[str, typer.Option(help="bf16, fp8 or int4.")] = "bf16",
+    kv_place: Annotated[str, typer.Option(help="Where the KV cache lives: hbm, or a host tier (ddr, cxl, "
+                                               "pooled).")] = "hbm",
     mtp_draft_tokens: Annotated[int, typer.Option(help="Multi-token prediction: draft tokens per step.")] = 0,
     mtp_acceptance: Annotated[float, typer.Option(help="Share of draft tokens accepted (0-1).")] = 0.0,
+    moe_imbalance: MoeImbalance = 0.0,
+    pricing: Pricing = "cloud",
+    price: Price = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Evaluate one serving instance: TTFT, TPOT, throughput, memory, energy and cost."""
@@ -206,8 +223,9 @@ def estimate_serve(
 
 # --- plan ------------------------------------------------------------------------------------
 
-DEFAULT_PLAN = {"model": "llama-3.1-70b", "system": ["dgx-h100"], "devices": [64], "global_batch": 512,
-                "seq_len": 8192, "tokens": 1e12}
+DEFAULT_PLAN = {"model": TRAIN_DEFAULTS["model"], "system": [TRAIN_DEFAULTS["system"]],
+                "devices": [TRAIN_DEFAULTS["devices"]], "global_batch": TRAIN_DEFAULTS["global_batch"],
+                "seq_len": TRAIN_DEFAULTS["seq_len"], "tokens": TRAIN_DEFAULTS["tokens"]}
 
 
 @plan_app.callback()
@@ -219,10 +237,12 @@ def plan_default(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     from .inputs import plan_train_inputs
 
     flags = {**DEFAULT_PLAN, "max_devices": None, "objective": "time", "budget": None, "power_cap_kw": None,
-             "memory_headroom": 0.0, "precisions": "bf16,fp8", "offload": True, "top": 5, "pareto": False,
+             "memory_headroom": 0.0, "precisions": TRAIN_DEFAULTS["precision"], "pricing": "cloud", "price": None,
+             "offload": True, "top": 5, "pareto": False,
              "timing": False, "routing": None, "zipf": None, "affinity": 0.5, "seed": 0}
     db = database(ctx)
-    render.plan_train(db, *plan_train_inputs(db, flags), json_out=json_out, pareto=False, timing=False)
+    render.plan_train(db, *plan_train_inputs(db, flags), json_out=json_out, pareto=False, timing=False,
+                      model_ref=flags["model"])
 
 
 @plan_app.command("train")
@@ -232,17 +252,20 @@ def plan_train(
     system: Annotated[Optional[list[str]], typer.Option(
         "--system", help="Candidate system (repeatable: the search also chooses among them).")] = None,
     devices: Annotated[Optional[list[int]], typer.Option(
-        "--devices", help="Candidate device count (repeatable; default: one node, or the node multiples up to "
-                          "--max-devices).")] = None,
+        "--devices", help=f"Candidate device count (repeatable; default: {TRAIN_DEFAULTS['devices']}, or the node "
+                          "multiples up to --max-devices).")] = None,
     max_devices: Annotated[Optional[int], typer.Option(help="Largest device count to consider.")] = None,
     global_batch: Annotated[int, typer.Option(help="Sequences per optimizer step.")] = DEFAULT_PLAN["global_batch"],
     seq_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = DEFAULT_PLAN["seq_len"],
     tokens: Annotated[float, typer.Option(help="Training tokens of the run.")] = DEFAULT_PLAN["tokens"],
     objective: Annotated[str, typer.Option(help="time, cost, energy or devices.")] = "time",
     budget: Annotated[Optional[float], typer.Option(help="Largest cost of the whole run, USD.")] = None,
+    pricing: Pricing = "cloud",
+    price: Price = None,
     power_cap_kw: Annotated[Optional[float], typer.Option(help="Largest IT power of all devices, kW.")] = None,
     memory_headroom: Annotated[float, typer.Option(help="Share of HBM to keep free beyond the reserve.")] = 0.0,
-    precisions: Annotated[str, typer.Option(help="Allowed GEMM precisions, comma separated.")] = "bf16,fp8",
+    precisions: Annotated[str, typer.Option(help="Allowed GEMM precisions, comma separated (fp8 only when "
+                                                 "named here).")] = TRAIN_DEFAULTS["precision"],
     offload: Annotated[bool, typer.Option("--offload/--no-offload", help="Consider offloading state.")] = True,
     top: Annotated[int, typer.Option(help="How many of the best plans to list.")] = 5,
     pareto: Annotated[bool, typer.Option("--pareto", help="Show the Pareto front over time, cost, energy.")] = False,
@@ -262,21 +285,26 @@ def plan_train(
 
     flags = dict(locals())
     flags["system"] = system or DEFAULT_PLAN["system"]
+    if devices is None and max_devices is None:
+        flags["devices"] = DEFAULT_PLAN["devices"]
     db = database(ctx)
-    render.plan_train(db, *plan_train_inputs(db, flags), json_out=json_out, pareto=pareto, timing=timing)
+    render.plan_train(db, *plan_train_inputs(db, flags), json_out=json_out, pareto=pareto, timing=timing,
+                      model_ref=model)
 
 
 @plan_app.command("serve")
 def plan_serve(
     ctx: typer.Context,
-    model: Model = "deepseek-v3",
+    model: Model = SERVE_DEFAULTS["model"],
     system: Annotated[Optional[list[str]], typer.Option(
         "--system", help="Candidate system (repeatable; pools may use different ones).")] = None,
     rate: Annotated[Optional[float], typer.Option(help="Requests per second.")] = None,
     concurrency: Annotated[Optional[int], typer.Option(
         help="Concurrent users instead of --rate (rate = users / (TTFT + output x TPOT targets)).")] = None,
-    input_len: Annotated[str, typer.Option(help="Prompt tokens: a mean, or mean=,p50=,p90=.")] = "2048",
-    output_len: Annotated[str, typer.Option(help="Generated tokens: a mean, or mean=,p50=,p90=.")] = "512",
+    input_len: Annotated[str, typer.Option(help="Prompt tokens: a mean, or mean=,p50=,p90=.")] =
+        str(SERVE_DEFAULTS["input_len"]),
+    output_len: Annotated[str, typer.Option(help="Generated tokens: a mean, or mean=,p50=,p90=.")] =
+        str(SERVE_DEFAULTS["output_len"]),
     ttft_p50_ms: Annotated[Optional[float], typer.Option(help="Time-to-first-token target at p50, ms.")] = None,
     ttft_p90_ms: Annotated[Optional[float], typer.Option(help="Time-to-first-token target at p90, ms.")] = 2000.0,
     tpot_p50_ms: Annotated[Optional[float], typer.Option(help="Time-per-output-token target at p50, ms.")] = None,
@@ -284,11 +312,15 @@ def plan_serve(
     objective: Annotated[Optional[str], typer.Option(
         help="cost, energy or devices (default: cost where the systems have prices, else energy).")] = None,
     budget_usd_per_hour: Annotated[Optional[float], typer.Option(help="Largest fleet cost, USD per hour.")] = None,
+    pricing: Pricing = "cloud",
+    price: Price = None,
     power_cap_kw: Annotated[Optional[float], typer.Option(help="Largest fleet IT power, kW.")] = None,
     max_devices: Annotated[Optional[int], typer.Option(help="Largest fleet, devices.")] = None,
     modes: Annotated[str, typer.Option(help="colocated and/or disaggregated, comma separated.")] =
         "colocated,disaggregated",
-    weight_precisions: Annotated[str, typer.Option(help="Allowed weight precisions.")] = "bf16,fp8,int8,int4",
+    weight_precisions: Annotated[Optional[str], typer.Option(
+        help="Allowed weight precisions (default: the model's own and fp8; int8, int4 and fp4 only when named "
+             "here).")] = None,
     activation_precisions: Annotated[str, typer.Option(help="Allowed activation precisions (a16, a8, a4).")] =
         "a16,a8",
     kv_precisions: Annotated[str, typer.Option(help="Allowed KV-cache precisions.")] = "bf16,fp8",
@@ -308,9 +340,10 @@ def plan_serve(
     from .inputs import plan_serve_inputs
 
     flags = dict(locals())
-    flags["system"] = system or ["dgx-h100"]
+    flags["system"] = system or [SERVE_DEFAULTS["system"]]
     db = database(ctx)
-    render.plan_serve(db, *plan_serve_inputs(db, flags), json_out=json_out, pareto=pareto, timing=timing)
+    render.plan_serve(db, *plan_serve_inputs(db, flags), json_out=json_out, pareto=pareto, timing=timing,
+                      model_ref=model)
 
 
 # --- place-experts ---------------------------------------------------------------------------

@@ -23,7 +23,10 @@ def _choice(flags: dict[str, Any], name: str, allowed) -> None:
 def _request(cls, flags: dict[str, Any]):
     from dataclasses import fields
 
-    return cls(**{f.name: flags[f.name] for f in fields(cls) if f.name in flags})
+    given = {f.name: flags[f.name] for f in fields(cls) if f.name in flags}
+    if "price" in given:
+        given["price"] = tuple(given["price"] or ())
+    return cls(**given)
 
 
 def train_inputs(db, flags: dict[str, Any]):
@@ -86,7 +89,11 @@ def plan_train_inputs(db, flags: dict[str, Any]):
     pairs = device_candidates(db, list(flags["system"]), flags["devices"], flags["max_devices"])
     from .routing_io import routing_for
 
+    from perfmodel.requests import one_of, parse_prices
+
+    one_of("pricing", flags["pricing"], ("cloud", "owned"))
     options = SearchOptions(objective=flags["objective"], budget_usd=flags["budget"],
+                            pricing=flags["pricing"], prices=parse_prices(db, flags["price"]),
                             power_cap_w=flags["power_cap_kw"] * 1e3 if flags["power_cap_kw"] else None,
                             memory_headroom=flags["memory_headroom"], offload=flags["offload"], top=flags["top"],
                             space=SpaceOptions(precisions=precisions or ("bf16",)), routing=routing_for(spec, flags))
@@ -137,7 +144,9 @@ def plan_serve_inputs(db, flags: dict[str, Any]):
     from perfmodel.machine import build_machine
     from perfmodel.queueing import rate_from_concurrency
     from perfmodel.plan import ACTIVATION_PRECISIONS, KV_PRECISIONS, WEIGHT_PRECISIONS
-    from search.serve import MODES, OBJECTIVES, Demand, ServeSearchOptions
+    from search.serve import MODES, OBJECTIVES, Demand, ServeSearchOptions, default_weight_precisions
+
+    from perfmodel.requests import one_of, parse_prices
 
     from .routing_io import routing_for
 
@@ -168,13 +177,20 @@ def plan_serve_inputs(db, flags: dict[str, Any]):
     demand = Demand(rate=rate, input_len=inp, output_len=out, ttft_p50=ms["ttft_p50_ms"], ttft_p90=ms["ttft_p90_ms"],
                     tpot_p50=ms["tpot_p50_ms"], tpot_p90=ms["tpot_p90_ms"])
     objective = flags["objective"]
+    one_of("pricing", flags["pricing"], ("cloud", "owned"))
     if objective is None:
-        priced = [s for s in systems if (lambda m: m.price_usd_per_device or m.cloud_usd_per_hour)(
-            build_machine(db, s))]
+        from perfmodel.power import run_cost
+
+        prices = parse_prices(db, flags["price"])
+        import numpy as np
+
+        priced = [s for s in systems if np.isfinite(run_cost(build_machine(db, s, None, flags["pricing"], prices), 0.0))]
         objective = "cost" if priced else "energy"
     options = ServeSearchOptions(
+        pricing=flags["pricing"], prices=parse_prices(db, flags["price"]),
         objective=objective, modes=_names("--modes", flags["modes"], MODES),
-        weight_precisions=_names("--weight-precisions", flags["weight_precisions"], WEIGHT_PRECISIONS),
+        weight_precisions=(_names("--weight-precisions", flags["weight_precisions"], WEIGHT_PRECISIONS)
+                           if flags["weight_precisions"] is not None else default_weight_precisions(spec)),
         activation_precisions=_names("--activation-precisions", flags["activation_precisions"],
                                      ACTIVATION_PRECISIONS),
         kv_precisions=_names("--kv-precisions", flags["kv_precisions"], KV_PRECISIONS),

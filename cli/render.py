@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 import math
 from collections.abc import Mapping
@@ -211,7 +213,7 @@ def models_show(ref: str, seq_len: int, json_out: bool) -> None:
 # --- compare ---------------------------------------------------------------------------------
 
 def compare(db, names: list[str], json_out: bool) -> None:
-    from perfmodel.compare import best_index, compare as profiles, metrics
+    from perfmodel.comparison import best_index, compare as profiles, metrics
 
     rows = profiles(names, db)
     if json_out:
@@ -484,8 +486,43 @@ def _evidence_json(evidence, timing: bool) -> dict:
     return data
 
 
-def plan_train(db, spec, pairs, work, options, json_out: bool, pareto: bool, timing: bool) -> None:
-    from perfmodel.training import TrainPlan
+def _train_command(model_ref: str, row: dict, work, options) -> str:
+    """The ``perfmodel estimate train`` command that reproduces a searched plan's numbers."""
+    from perfmodel.requests import TrainRequest, command
+
+    request = TrainRequest.of_plan(model_ref, row["system"], row["devices"], row["plan"], work)
+    return command(replace(request, pricing=options.pricing,
+                           price=tuple(f"{k}={v:g}" for k, v in sorted((options.prices or {}).items()))))
+
+
+def _serve_command(model_ref: str, pool, demand, options) -> str:
+    """The ``perfmodel estimate serve`` command that prints a pool's unloaded numbers: a prefill
+    pool's prefill of one p90 prompt per attention rank; a decode or colocated pool's decode step
+    at full batch and the p90 context (input p90 + output p90, as --output-len 2 x output p90)."""
+    from perfmodel.requests import ServeRequest, command
+
+    c = pool.config
+    prefill = pool.role == "prefill"
+    request = ServeRequest(
+        model=model_ref, system=pool.system, devices=pool.devices_per_instance, tp=c["tp"], pp=c["pp"], ep=c["ep"],
+        dp_attention=c["dp_attention"], batch=c["dp_attention"] if prefill else c["batch"],
+        input_len=int(round(demand.input_len.p90)), output_len=1 if prefill else int(round(2 * demand.output_len.p90)),
+        weight_precision=c["weight_precision"], activation_precision=c["activation_precision"],
+        kv_precision=c["kv_precision"], kv_place="hbm" if prefill else c["kv_place"], pricing=options.pricing,
+        price=tuple(f"{k}={v:g}" for k, v in sorted((options.prices or {}).items())))
+    return command(request)
+
+
+def _cost_bases(machines) -> dict[str, str]:
+    from perfmodel.power import cost_basis
+
+    return {m.system.name: cost_basis(m) for m in machines}
+
+
+def plan_train(db, spec, pairs, work, options, json_out: bool, pareto: bool, timing: bool,
+               model_ref: str | None = None) -> None:
+    from perfmodel.report import train_report
+    from perfmodel.training import TrainPlan, estimate_training
     from search.train import raise_if_infeasible, search_training
 
     progress = _LateProgress(len(pairs), f"planning {spec.name}")
@@ -493,10 +530,19 @@ def plan_train(db, spec, pairs, work, options, json_out: bool, pareto: bool, tim
         result = search_training(spec, db, pairs, work, options, progress=progress)
     finally:
         progress.close()
-    raise_if_infeasible(result)
+    raise_if_infeasible(result, options)
+    model_ref = model_ref or spec.name
+    listed = [result.best] + result.ties + result.top + result.pareto
+    for row in listed:
+        row["reproduce"] = _train_command(model_ref, row, work, options)
+    bases = _cost_bases({id(m): m for m in result.machines.values()}.values())
+    machine = result.machines[(result.best["system"], result.best["devices"])]
     if json_out:
+        best_plan = TrainPlan(**result.best["plan"])
+        breakdown = train_report(estimate_training(spec, machine, best_plan, work), machine, spec)
         emit_json({"model": spec.name, "objective": options.objective, "candidates": [list(p) for p in pairs],
-                   "workload": vars(work), "best": result.best, "ties": result.ties, "tie_count": result.tie_count,
+                   "workload": vars(work), "pricing": options.pricing, "cost_basis": bases,
+                   "best": {**result.best, "breakdown": breakdown}, "ties": result.ties, "tie_count": result.tie_count,
                    "top": result.top,
                    **({"pareto": result.pareto} if pareto else {}), "evidence": _evidence_json(result.evidence, timing)})
         return
@@ -506,29 +552,68 @@ def plan_train(db, spec, pairs, work, options, json_out: bool, pareto: bool, tim
                   f"step" + (f", {work.tokens:,.3g} tokens" if work.tokens else "") + f"; objective: {options.objective}",
                   style="bold", markup=False)
     console.print(_plans_table("optimal plan (step: prediction, low-high range)", [best], cost_label))
+    _print_commands([best])
     if result.tie_count:
         shown = f", the first {len(result.ties)}" if result.tie_count > len(result.ties) else ""
         console.print(_plans_table(f"ties: {result.tie_count:,} plans whose predicted range overlaps the optimal "
                                    f"plan's{shown}", result.ties, cost_label))
+        _print_commands(result.ties)
     else:
         console.print("no other plan's predicted range overlaps the optimal plan's")
     console.print(_plans_table(f"top {len(result.top)} plans", result.top, cost_label))
+    _print_commands(result.top)
     if pareto:
         console.print(_plans_table("Pareto front (step time, cost per token, energy per token)", result.pareto,
                                    cost_label))
+        _print_commands(result.pareto)
+    _print_quantization([best["plan"]["precision"]], "bf16")
+    _print_bases(bases, options.pricing)
     e = result.evidence
     rows = [("declared space (before the validity rules)", f"{e.declared_space:,}"),
             ("lattice plans evaluated", f"{e.evaluated:,}"), ("feasible in HBM", f"{e.feasible:,}"),
             ("feasible with offload (branch and bound)", f"{e.feasible_with_offload:,}"),
             ("CP-SAT models solved", f"{e.cpsat_models:,}")]
     rows += [(f"infeasible: {k}", f"{v:,}") for k, v in e.infeasible_by_constraint.items()]
-    rows += [("solver", e.solver), ("status", e.status), ("optimality gap", f"{e.gap:.1%}"),
+    rows += [("solver", e.solver), ("status", e.status), ("optimality gap", _gap(e.gap)),
              ("seconds", f"{e.seconds:.2f}")]
+    rows += [("check found", problem) for problem in e.check]
     console.print(_kv_table("evidence", rows))
     console.print("validity rules: " + "; ".join(e.rules), markup=False, style="dim")
-    machine = result.machines[(best["system"], best["devices"])]
     console.print()
     estimate_train(spec, machine, TrainPlan(**best["plan"]), work, json_out=False)
+
+
+def _gap(gap) -> str:
+    """An optimality gap: 'unknown' when no bound proves one (never NaN)."""
+    if gap is None or gap != gap:
+        return "unknown (not proven)"
+    return "0%" if gap == 0 else f"{gap:.2g} ({gap:.1e} of the objective)" if gap < 1e-3 else f"{gap:.1%}"
+
+
+def _print_commands(rows: list[dict]) -> None:
+    for i, row in enumerate(rows, start=1):
+        console.print(f"  #{i} reproduce: {row['reproduce']}", markup=False, style="dim", soft_wrap=True)
+
+
+def _quantization_remark(formats, native: str) -> str | None:
+    """The accuracy remark every quantized plan carries: the formats below the model's own."""
+    lower = sorted({f for f in formats if f not in (native, "bf16", "fp16", "a16")})
+    if not lower:
+        return None
+    return (f"quantized: {', '.join(lower)} (the model is published in {native}); check the model's accuracy in "
+            "these formats before deploying")
+
+
+def _print_quantization(formats, native: str) -> None:
+    remark = _quantization_remark(formats, native)
+    if remark:
+        console.print(remark, markup=False, style="yellow")
+
+
+def _print_bases(bases: dict[str, str], pricing: str) -> None:
+    console.print(f"cost basis ({pricing}; --pricing cloud|owned):", markup=False)
+    for line in bases.values():
+        console.print(f"  {line}", markup=False, soft_wrap=True)
 
 
 def _ms(x: float | None) -> str:
@@ -581,14 +666,24 @@ def _range(value, error) -> str:
     return f" (p90 range {_ms(value * (1 - error))}-{_ms(value * (1 + error))})"
 
 
-def plan_serve(db, spec, systems, demand, options, json_out: bool, pareto: bool, timing: bool) -> None:
+def plan_serve(db, spec, systems, demand, options, json_out: bool, pareto: bool, timing: bool,
+               model_ref: str | None = None) -> None:
+    from perfmodel.machine import build_machine
     from search.serve import raise_if_infeasible, search_serving
 
     result = search_serving(spec, db, systems, demand, options)
+    bases = _cost_bases(build_machine(db, name, None, options.pricing, options.prices) for name in systems)
     raise_if_infeasible(result)
+    model_ref = model_ref or spec.name
+    for d in [result.best] + result.top + result.pareto:
+        for pool in d.pools:
+            pool.reproduce = _serve_command(model_ref, pool, demand, options)
     evidence = dict(vars(result.evidence))
     if not timing:
         evidence.pop("seconds")
+    formats = {f for p in result.best.pools for f in (p.config["weight_precision"], p.config["activation_precision"],
+                                                      p.config["kv_precision"])}
+    remark = _quantization_remark(formats, spec.native_precision)
     if json_out:
         emit_json({"model": spec.name, "systems": systems, "objective": options.objective,
                    "demand": {"rate": demand.rate, "input_len": vars(demand.input_len),
@@ -597,7 +692,7 @@ def plan_serve(db, spec, systems, demand, options, json_out: bool, pareto: bool,
                    "best": _deployment_json(result.best), "top": [_deployment_json(d) for d in result.top],
                    "top_ties": [i for i, t in enumerate(_serve_ties(result.best, result.top, options.objective)) if t],
                    **({"pareto": [_deployment_json(d) for d in result.pareto]} if pareto else {}),
-                   "evidence": evidence})
+                   "pricing": options.pricing, "cost_basis": bases, "quantization": remark, "evidence": evidence})
         return
     slo = ", ".join(f"{k.replace('_', ' ')} {fmt(getattr(demand, k) * 1e3)} ms" for k in ("ttft_p50", "ttft_p90", "tpot_p50",
                                                                                 "tpot_p90") if getattr(demand, k))
@@ -616,7 +711,10 @@ def plan_serve(db, spec, systems, demand, options, json_out: bool, pareto: bool,
              ("TPOT p50 / p90", f"{_ms(p.tpot_p50_s)} / {_ms(p.tpot_p90_s)}" + _range(p.tpot_p90_s, p.tpot_error)),
              ("requests/s it carries", fmt(p.requests_per_s)), ("HBM per device", f"{fmt(p.hbm_used_bytes, 1e9)} GB"),
              ("power", f"{fmt(p.power_w / 1e3)} kW"), ("cost", _usd(p.usd_per_hour) + (" per hour" if p.usd_per_hour
-                                                                                        else ""))]))
+                                                                                        else "")),
+             (("prefill p90, unloaded" if p.role == "prefill" else "decode step p90, full batch, unloaded"),
+              _ms(p.prefill_p90_s if p.role == "prefill" else p.step_p90_s)),
+             ("reproduce (unloaded)", p.reproduce)]))
     console.print(_kv_table("fleet", [("devices", f"{best.devices:,}"), ("power (IT, with node share)",
                                                                          f"{fmt(best.power_w / 1e3)} kW"),
                                       ("cost per hour", _usd(best.usd_per_hour)),
@@ -624,6 +722,9 @@ def plan_serve(db, spec, systems, demand, options, json_out: bool, pareto: bool,
                                       ("energy per output token (with PUE)", f"{fmt(best.joules_per_token)} J")]))
     ties = _serve_ties(best, result.top, options.objective)
     console.print(_deployments_table(f"top {len(result.top)} single-configuration deployments", result.top, ties))
+    for i, d in enumerate(result.top, start=1):
+        for pool in d.pools:
+            console.print(f"  #{i} {pool.role}: {pool.reproduce}", markup=False, style="dim", soft_wrap=True)
     if any(ties):
         console.print(f"≈: a tie, its {options.objective} within the prediction error of the optimum's "
                       f"(+-{_deployment_error(best):.0%}); the optimum is not better than these by more than the "
@@ -636,9 +737,12 @@ def plan_serve(db, spec, systems, demand, options, json_out: bool, pareto: bool,
             ("pool options kept (non-dominated)", f"{e.pool_options:,}"),
             ("prefill x decode pairs checked", f"{e.pairs_checked:,}")]
     rows += [(f"infeasible: {k}", f"{v:,}") for k, v in e.infeasible_by_constraint.items()]
-    rows += [("queueing", e.queueing), ("solver", e.solver), ("status", e.status), ("optimality gap", f"{e.gap:.1%}"),
+    rows += [("queueing", e.queueing), ("solver", e.solver), ("status", e.status), ("optimality gap", _gap(e.gap)),
              ("seconds", f"{e.seconds:.2f}")]
     console.print(_kv_table("evidence", rows))
+    if remark:
+        console.print(remark, markup=False, style="yellow")
+    _print_bases(bases, options.pricing)
 
 
 def place_experts(spec, machine, problem, time_limit: float, json_out: bool) -> None:

@@ -246,6 +246,8 @@ class System(Entry):
     tiers: Annotated[tuple[Tier, ...], Field(min_length=1)]
     node_overhead_w: Watts | None = None
     node_price_usd: Dollars | None = None
+    # Why a basis has no price ("cloud", "owned"): printed where a cost search lists the system.
+    unpriced: dict[Literal["cloud", "owned"], Annotated[str, Field(max_length=300)]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _nested_tiers(self):

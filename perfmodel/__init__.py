@@ -4,15 +4,27 @@ The public API (see the README): model specs and the catalog, hardware compariso
 database it reads. Everything is a pure function of frozen specs.
 """
 
-from hardware_db import load_database  # noqa: F401  (re-exported: the database the models run on)
+import importlib
 
-from .catalog import builtin_models, find_model, load_model, spec_from_hf_config
-from .compare import compare, profile
-from .machine import Machine, build_machine
-from .model import MlaSpec, MoeSpec, TransformerSpec, model_summary
-from .serving import ServePlan, ServeResult, ServeWorkload, estimate_serving
-from .training import TrainPlan, TrainResult, TrainWorkload, estimate_training
-from .validation import load_cases, validate
+# Loaded on first use (PEP 562), so that importing one submodule (the command line reads
+# ``perfmodel.defaults`` at start-up) does not load numpy, pydantic and the database.
+_EXPORTS = {
+    "load_database": "hardware_db", "builtin_models": ".catalog", "find_model": ".catalog", "load_model": ".catalog",
+    "spec_from_hf_config": ".catalog", "compare": ".comparison", "profile": ".comparison", "Machine": ".machine",
+    "build_machine": ".machine", "MlaSpec": ".model", "MoeSpec": ".model", "TransformerSpec": ".model",
+    "model_summary": ".model", "ServePlan": ".serving", "ServeResult": ".serving", "ServeWorkload": ".serving",
+    "estimate_serving": ".serving", "TrainPlan": ".training", "TrainResult": ".training",
+    "TrainWorkload": ".training", "estimate_training": ".training", "load_cases": ".validation",
+    "validate": ".validation",
+}
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'perfmodel' has no attribute {name!r}")
+    module = _EXPORTS[name]
+    return getattr(importlib.import_module(module, __name__ if module.startswith(".") else None), name)
+
 
 __all__ = [
     "Machine", "MlaSpec", "MoeSpec", "ServePlan", "ServeResult", "ServeWorkload", "TrainPlan", "TrainResult",

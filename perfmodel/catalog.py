@@ -127,6 +127,15 @@ def _hf_window(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return {"sliding_window": cfg["sliding_window"], "sliding_window_every": every}
 
 
+def _hf_precision(cfg: Mapping[str, Any]) -> str:
+    """The published weights' format: quantization_config's method (fp8, mxfp4), else torch_dtype."""
+    quant = cfg.get("quantization_config")
+    method = str(quant.get("quant_method", "")).lower() if isinstance(quant, Mapping) else ""
+    if method in ("fp8", "mxfp4"):
+        return {"fp8": "fp8", "mxfp4": "fp4"}[method]
+    return "fp16" if cfg.get("torch_dtype") in ("float16", "fp16") else "bf16"
+
+
 def spec_from_hf_config(cfg: Any, path: Path | str = "config.json") -> TransformerSpec:
     """A spec from a Hugging Face ``config.json`` of a Llama, Qwen2/3, Mixtral, DeepSeek-V3 or gpt-oss model."""
     if not isinstance(cfg, Mapping):
@@ -151,6 +160,7 @@ def spec_from_hf_config(cfg: Any, path: Path | str = "config.json") -> Transform
         "qkv_bias": family == "qwen2" or (bool(cfg.get("attention_bias", False)) and family != "gpt-oss"),
         "qk_norm": family in ("qwen3", "qwen3-moe"),
         "attention_sinks": family == "gpt-oss",
+        "native_precision": _hf_precision(cfg),
         "sources": (f"Hugging Face config.json read from {path}",),
     }
     if cfg.get("head_dim"):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from hardware_db.errors import SpecError, UnsupportedPrecisionError  # noqa: F401
+from hardware_db.errors import SpecError, UnknownNameError, UnsupportedPrecisionError  # noqa: F401
 from hardware_db.loader import Database, MemoryTier
 from hardware_db.schema import PRECISIONS, Accelerator, System
 
@@ -41,6 +41,9 @@ class Machine:
     price_usd_per_device: float | None    # capital cost of one device with its share of the node
     cloud_usd_per_hour: float | None
     constants: dict[str, float]
+    pricing: str = "cloud"                # cost basis: "cloud" (rent per device-hour) or "owned" (TCO)
+    price_override: float | None = None   # the user's all-in USD per device-hour (--price), either basis
+    unpriced: dict[str, str] | None = None   # why the database has no price, by basis
     scale_up_domain: int = 1              # devices joined by the largest scale-up (or in-package) level
     gemm_kernels: dict[str, GemmKernel] | None = None   # GEMM cost by precision (fitted or datasheet)
     attention_kernels: dict[str, AttentionKernel] | None = None   # prefill, by precision (fitted only)
@@ -123,8 +126,15 @@ class Machine:
         raise SpecError(f"{self.system.name} has no '{kind_or_name}' memory tier; it has {have}")
 
 
-def build_machine(db: Database, system_name: str, devices: int | None = None) -> Machine:
-    """The system ``system_name`` sized to ``devices`` (default: one node), resolved for the cost model."""
+PRICING = ("cloud", "owned")
+
+
+def build_machine(db: Database, system_name: str, devices: int | None = None, pricing: str = "cloud",
+                  prices: dict[str, float] | None = None) -> Machine:
+    """The system ``system_name`` sized to ``devices`` (default: one node), resolved for the cost
+    model, priced on the ``pricing`` basis (``prices``: the user's USD per device-hour by system)."""
+    if pricing not in PRICING:
+        raise UnknownNameError("--pricing value", pricing, PRICING)
     base = db.system(system_name)
     per_node = base.devices_per_node
     if devices is None:
@@ -195,6 +205,8 @@ def build_machine(db: Database, system_name: str, devices: int | None = None) ->
         hbm_bytes=acc.hbm_bytes, hbm_bytes_per_s=acc.hbm_bytes_per_s * (cal.hbm_fraction or 1.0),
         host_bytes_per_s=host_link, tdp_w=acc.tdp_w, idle_w=idle, overhead_w_per_device=overhead,
         price_usd_per_device=price, cloud_usd_per_hour=acc.cloud_usd_per_hour, constants=constants,
+        pricing=pricing, price_override={k.lower(): v for k, v in (prices or {}).items()}.get(system.name.lower()),
+        unpriced=dict(system.unpriced),
         scale_up_domain=domain, gemm_kernels=kernels, attention_kernels=prefill, decode_attention=decode,
         mla_attention=mla, weight_only_kernels=weight_only,
         gemm_error=max([f.held_out_mape for f in cal.gemm.values()] or [constants.get("unfitted-gemm-error", 0.0)]),

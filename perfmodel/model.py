@@ -97,6 +97,9 @@ class TransformerSpec(_Frozen):
     mla: MlaSpec | None = None
     moe: MoeSpec | None = None
     mtp_layers: NonNegative = 0
+    # The weights' format as published (config.json's quantization_config, else torch_dtype): what
+    # serving uses by default; lower formats are quantization whose accuracy a user must check.
+    native_precision: Literal["bf16", "fp16", "fp8", "int8", "fp4"] = "bf16"
     published: Published | None = None
     sources: tuple[str, ...] = ()
 

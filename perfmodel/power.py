@@ -24,17 +24,41 @@ def device_power_w(machine: Machine, busy_fraction):
 
 
 def run_cost(machine: Machine, power_w):
-    """US dollars per device-hour at ``power_w`` per device (accelerator plus its share of the node).
+    """US dollars per device-hour at ``power_w`` per device (accelerator plus its share of the node),
+    on the machine's cost basis; NaN without a price, which callers report as "unpriced".
 
-    Owned hardware: price / (life x hours per year) + power x PUE x electricity price. Without a
-    price in the database, the device's cloud price per hour if listed; otherwise NaN, which the
-    callers report as "no price" (never print it).
+    - The user's ``--price`` for the system, all-in, on either basis.
+    - cloud: the on-demand rent per device-hour (it includes power, facility and network).
+    - owned: total cost of ownership (Cottier et al. 2024, arXiv 2405.21015, Sec. 2): capital
+      (price with the cluster network's share, network-capex-fraction) straight-line over
+      depreciation-years, plus facility rent for the provisioned power (TDP and node share, at
+      facility-usd-per-kw-month), plus energy (power x PUE x electricity price).
     """
+    shape = np.shape(power_w)
+    if machine.price_override is not None:
+        return np.full(shape, machine.price_override)
+    if machine.pricing == "cloud":
+        return np.full(shape, np.nan if machine.cloud_usd_per_hour is None else machine.cloud_usd_per_hour)
+    if machine.price_usd_per_device is None:
+        return np.full(shape, np.nan)
     k = machine.constants
     energy = np.asarray(power_w, dtype=float) / 1000.0 * k.get("pue", 1.0) * k.get("electricity-usd-per-kwh", 0.0)
-    if machine.price_usd_per_device is not None:
-        capital = machine.price_usd_per_device / (k.get("depreciation-years", 5.0) * HOURS_PER_YEAR)
-        return capital + energy
-    if machine.cloud_usd_per_hour is not None:
-        return np.full(np.shape(energy), machine.cloud_usd_per_hour)
-    return np.full(np.shape(energy), np.nan)
+    capital = machine.price_usd_per_device / (1.0 - k.get("network-capex-fraction", 0.0)) / (
+        k.get("depreciation-years", 5.0) * HOURS_PER_YEAR)
+    provisioned_kw = (machine.tdp_w + machine.overhead_w_per_device) / 1000.0
+    facility = provisioned_kw * k.get("facility-usd-per-kw-month", 0.0) * 12.0 / HOURS_PER_YEAR
+    return capital + facility + energy
+
+
+def cost_basis(machine: Machine) -> str:
+    """One line: the basis a machine's cost is on and where its price comes from, or why it has none."""
+    name = machine.system.name
+    if machine.price_override is not None:
+        return f"{name}: your --price of ${machine.price_override:,.4g} per device-hour (all-in)"
+    if machine.pricing == "cloud" and machine.cloud_usd_per_hour is not None:
+        return f"{name}: cloud on-demand rent, ${machine.cloud_usd_per_hour:,.4g} per device-hour (source in its YAML)"
+    if machine.pricing == "owned" and machine.price_usd_per_device is not None:
+        return (f"{name}: owned, ${machine.price_usd_per_device:,.0f} per device with its node share, with network, "
+                "facility and energy (sources in the YAML and constants)")
+    reason = (machine.unpriced or {}).get(machine.pricing, "no published price in the database")
+    return f"{name}: unpriced on the {machine.pricing} basis ({reason}); give --price {name}=USD_PER_DEVICE_HOUR"

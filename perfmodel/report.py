@@ -13,6 +13,7 @@ import numpy as np
 from hardware_db.errors import InfeasibleError
 
 from .machine import Machine
+from .power import cost_basis
 from .serving import ServeResult
 from .plan import PLACES
 from .training import TrainResult
@@ -49,14 +50,6 @@ def check_feasible(result, machine: Machine) -> None:
                                                                          machine, used))
 
 
-def _cost_status(machine: Machine) -> str:
-    if machine.price_usd_per_device is not None:
-        return "owned: price amortized over depreciation-years, plus energy"
-    if machine.cloud_usd_per_hour is not None:
-        return "cloud price per device-hour"
-    return "no price in the database for this system; add price_usd or node_price_usd with --hardware-db"
-
-
 def train_report(result: TrainResult, machine: Machine, spec=None) -> dict[str, Any]:
     times = {k: _f(v) for k, v in result.components.items()}
     ops = {k: {"seconds": _f(v), "bound": "compute" if _b(result.bounds[k]) else "memory"}
@@ -77,7 +70,7 @@ def train_report(result: TrainResult, machine: Machine, spec=None) -> dict[str, 
         "operators_s": ops, "memory_per_device_bytes": memory, "memory_tiers": tiers,
         "power_per_device_w": _f(result.power_w), "energy_per_token_j": _f(result.energy_per_token_j),
         "cost_per_hour_usd": _f(result.cost_per_hour_usd),
-        "cost_per_million_tokens_usd": _f(result.cost_per_million_tokens_usd), "cost_basis": _cost_status(machine),
+        "cost_per_million_tokens_usd": _f(result.cost_per_million_tokens_usd), "cost_basis": cost_basis(machine),
         "run": {"time_s": _f(result.run_time_s), "energy_kwh": _f(result.run_energy_kwh),
                 "cost_usd": _f(result.run_cost_usd)},
     }
@@ -103,7 +96,7 @@ def serve_report(result: ServeResult, machine: Machine, spec=None) -> dict[str, 
         "precisions": {"weights": result.quant.weight, "activations": result.quant.activation,
                        "kv": result.quant.kv},
         "power_per_device_w": _f(result.power_w), "energy_per_token_j": _f(result.energy_per_token_j),
-        "cost_per_million_tokens_usd": _f(result.cost_per_million_tokens_usd), "cost_basis": _cost_status(machine),
+        "cost_per_million_tokens_usd": _f(result.cost_per_million_tokens_usd), "cost_basis": cost_basis(machine),
     }
 
 

@@ -19,9 +19,13 @@ from .space import SpaceOptions, build_space
 from .train import PLAN_FIELDS
 
 
+OBJECTIVE_OF = {"time": "step_time_s", "cost": "cost_per_million_tokens_usd", "energy": "energy_per_token_j"}
+
+
 def brute_force_training(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
-                         space: SpaceOptions = SpaceOptions()) -> tuple[float, int]:
-    """(fastest feasible step time, plans evaluated); inf when nothing fits."""
+                         space: SpaceOptions = SpaceOptions(), objective: str = "time") -> tuple[float, int]:
+    """(best feasible value of the objective: step time, cost per million tokens or energy per
+    token; plans evaluated); inf when nothing fits."""
     cols, _ = build_space(spec, machine, work, space)
     if not cols:
         return np.inf, 0
@@ -35,38 +39,32 @@ def brute_force_training(spec: TransformerSpec, machine: Machine, work: TrainWor
         r = estimate_training(spec, machine, TrainPlan(**plan), work, detail=False)
         evaluated += n
         if r.feasible.any():
-            best = min(best, float(r.step_time_s[r.feasible].min()))
+            value = np.broadcast_to(getattr(r, OBJECTIVE_OF[objective]), r.feasible.shape)
+            best = min(best, float(np.nan_to_num(value[r.feasible], nan=np.inf).min()))
     return best, evaluated
 
 
-def brute_force_fleet(spec, demand, options_list: list[dict], machines, options) -> float:
-    """The best objective over every fleet the pool options allow: each colocated pool, and each
-    prefill pool with every vector of decode instance counts (0 to each option's own count) that
-    carries the rate, within the limits. Exponential in the decode options: small fleets only."""
-    from .serve import _kv_ok, _option_objective, slo_of
+def brute_force_fleet(instance) -> float:
+    """The best objective over every fleet the instance allows: each colocated pool, and each
+    prefill pool with every vector of decode instance counts (0 to each option's own count), each
+    judged by the independent checker. Exponential in the decode options: small fleets only."""
+    from .fleet import FleetSolution, check, totals
 
-    slo = slo_of(demand)
-    objective = [_option_objective(o, options.objective) for o in options_list]
-    limit_devices = options.max_devices or np.inf
+    opts = instance.options
     best = np.inf
-    for i, o in enumerate(options_list):
-        if o["role"] == "colocated" and o["devices"] <= limit_devices and np.isfinite(objective[i]):
-            if options.power_cap_w is None or o["power_w"] <= options.power_cap_w:
-                best = min(best, objective[i])
-    need = int(np.ceil(demand.rate * 1e6))
-    decode = [i for i, o in enumerate(options_list) if o["role"] == "decode" and np.isfinite(objective[i])]
-    for p, o in enumerate(options_list):
-        if o["role"] != "prefill" or not np.isfinite(objective[p]):
+    compatible: dict[int, list[int]] = {}
+    for p, d, _ in instance.handover:
+        compatible.setdefault(p, []).append(d)
+    for i, o in enumerate(opts):
+        if o["role"] == "colocated":
+            candidates = [FleetSolution(i)]
+        elif o["role"] == "prefill":
+            usable = compatible.get(i, [])
+            candidates = (FleetSolution(i, tuple((d, n) for d, n in zip(usable, counts) if n))
+                          for counts in itertools.product(*[range(opts[d]["instances"] + 1) for d in usable]))
+        else:
             continue
-        usable = [d for d in decode if _kv_ok(spec, demand, o, options_list[d], machines, slo)[0]]
-        for counts in itertools.product(*[range(options_list[d]["instances"] + 1) for d in usable]):
-            if sum(int(options_list[d]["capacity"] * 1e6) * n for d, n in zip(usable, counts)) < need:
-                continue
-            devices = o["devices"] + sum(options_list[d]["devices_per_instance"] * n for d, n in zip(usable, counts))
-            power = o["power_w"] + sum(options_list[d]["power_w"] / options_list[d]["instances"] * n
-                                       for d, n in zip(usable, counts))
-            if devices > limit_devices or (options.power_cap_w is not None and power > options.power_cap_w):
-                continue
-            value = objective[p] + sum(objective[d] / options_list[d]["instances"] * n for d, n in zip(usable, counts))
-            best = min(best, value)
+        for s in candidates:
+            if not check(instance, s):
+                best = min(best, totals(instance, s).objective)
     return best

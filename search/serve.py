@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -30,10 +30,11 @@ from perfmodel.plan import QuantScheme
 from perfmodel.queueing import pool_latencies
 from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving, kv_transfer_time
 
+from . import fleet
+from .fleet import OBJECTIVES, FleetInstance, FleetSolution, single_pool_solutions
 from .pareto import pareto_front
 from .placement import imbalance_table
 
-OBJECTIVES = ("cost", "energy", "devices")
 MAX_INSTANCES = 1 << 20
 MODES = ("colocated", "disaggregated")
 
@@ -68,7 +69,7 @@ class Demand:
 class ServeSearchOptions:
     objective: str = "cost"
     modes: tuple[str, ...] = MODES
-    weight_precisions: tuple[str, ...] = ("bf16", "fp8", "int8", "int4")
+    weight_precisions: tuple[str, ...] = ("bf16", "fp8")
     activation_precisions: tuple[str, ...] = ("a16", "a8")
     kv_precisions: tuple[str, ...] = ("bf16", "fp8")
     kv_offload: bool = True
@@ -79,6 +80,8 @@ class ServeSearchOptions:
     power_cap_w: float | None = None
     top: int = 5
     routing: object = None          # RoutingStats: EP imbalance from a placement, per EP degree
+    pricing: str = "cloud"          # cost basis (perfmodel.power.run_cost)
+    prices: dict | None = None      # the user's USD per device-hour by system
 
 
 @dataclass
@@ -101,6 +104,9 @@ class Pool:
     usd_per_hour: float | None
     ttft_error: float = 0.0   # relative half-width of the TTFT and TPOT prediction intervals
     tpot_error: float = 0.0
+    prefill_p90_s: float = 0.0   # unloaded: one p90 prompt per attention rank (no queueing, no KV hand-over)
+    step_p90_s: float = 0.0      # unloaded: the decode step at full batch and the p90 context
+    reproduce: str = ""          # the ``perfmodel estimate serve`` command of its unloaded numbers (CLI)
 
     @property
     def devices(self) -> int:
@@ -168,6 +174,13 @@ def _layouts(spec: TransformerSpec, machine: Machine, max_devices: int):
                 for ep in eps:
                     out.append((tp, pp, dpa, ep))
     return out
+
+
+def default_weight_precisions(spec: TransformerSpec) -> tuple[str, ...]:
+    """What a serving search tries unless told otherwise: the model's published format and fp8
+    (where the device runs it); int8, int4 and fp4 change the model and are searched only when asked."""
+    native = "bf16" if spec.native_precision == "fp16" else spec.native_precision
+    return tuple(dict.fromkeys((native, "fp8")))
 
 
 def _precision_combos(machine: Machine, options: ServeSearchOptions):
@@ -322,7 +335,8 @@ def pool_options(spec: TransformerSpec, db: Database, systems: list[str], demand
         base = db.system(name)
         # Size the system to what a fleet may use: the device limit, or a generous default.
         devices = min(max_devices, max(base.devices, options.max_instance_devices))
-        machine = build_machine(db, name, devices - devices % base.devices_per_node or base.devices_per_node)
+        machine = build_machine(db, name, devices - devices % base.devices_per_node or base.devices_per_node,
+                                options.pricing, options.prices)
         machines[name] = machine
         cols = _evaluate_system(spec, machine, demand, options, counter)
         if not len(cols.get("tp", [])):
@@ -362,33 +376,90 @@ def search_serving(spec: TransformerSpec, db: Database, systems: list[str], dema
     pools = pool_options(spec, db, systems, demand, options)
     options_list, machines, counter = pools.options, pools.machines, pools.counter
     configurations, feasible_configs = pools.configurations, pools.feasible
-    singles, pairs_checked = _single_deployments(spec, demand, options_list, machines, slo, options)
+    instance, pairs_checked = fleet_instance(spec, demand, options_list, machines, slo, options)
     evidence = ServeEvidence(
         configurations=configurations, feasible_configurations=feasible_configs, pool_options=len(options_list),
         pairs_checked=pairs_checked, infeasible_by_constraint=dict(sorted(counter.items())),
         solver="vectorized evaluation of instance configurations; fewest instances by bisection on monotone "
                "SLOs; CP-SAT integer program over pools (colocated, or a prefill pool and a decode pool that "
-               "may mix hardware kinds, with the KV transfer between them)",
+               "may mix hardware kinds, with the KV transfer between them); every returned and listed fleet "
+               "re-checked from the instance alone",
         status="INFEASIBLE", gap=0.0, seconds=0.0)
     if not options_list:
         evidence.seconds = time.perf_counter() - started
         return ServeSearchResult(None, [], [], evidence, closest=_closest(counter, pools.fastest, demand))
-    best, status, gap = _solve_fleet(spec, demand, options_list, machines, slo, options)
-    evidence.status, evidence.gap = status, gap
+    if not any(np.isfinite(instance.per_instance(i)) for i in range(len(options_list))):
+        from perfmodel.power import cost_basis
+
+        raise SpecError("no candidate system has a price on this basis, so no cost can be minimized ("
+                        + "; ".join(cost_basis(m) for m in machines.values())
+                        + "); or use --pricing owned, or --objective energy or devices")
+    singles = single_pool_solutions(instance)
+    best = fleet.solve(instance)
+    best, evidence.status, evidence.gap = _checked_best(instance, best, singles)
     evidence.seconds = time.perf_counter() - started
     if best is None:
-        return ServeSearchResult(None, [], [], evidence,
-                                 closest=_closest(counter, pools.fastest, demand) if not singles
-                                 else "the budget, power cap or device limit binds")
-    objective = np.array([_objective_value(d, options.objective) for d in singles])
-    order = np.argsort(objective, kind="stable")[: options.top]
-    priced = [d for d in singles if d.usd_per_million_tokens is not None] or singles
-    front = pareto_front(np.array([[d.usd_per_million_tokens or 0.0,
-                                    d.ttft_p90_s + demand.output_len.mean * d.tpot_p90_s, d.joules_per_token]
-                                   for d in priced])) if priced else []
-    return ServeSearchResult(best=best, top=[singles[i] for i in order],
-                             pareto=sorted([priced[i] for i in front], key=lambda d: d.usd_per_million_tokens or 0),
-                             evidence=evidence)
+        return ServeSearchResult(None, [], [], evidence, closest=_binding_limits(instance) or
+                                 _closest(counter, pools.fastest, demand))
+    listed = _listed(instance, singles, demand, options.top)
+    to_deployment = lambda s: _deployment(instance, s, demand)  # noqa: E731
+    return ServeSearchResult(best=to_deployment(best), top=[to_deployment(s) for s in listed["top"]],
+                             pareto=[to_deployment(s) for s in listed["pareto"]], evidence=evidence)
+
+
+def fleet_instance(spec, demand: Demand, options_list: list[dict], machines, slo, options: ServeSearchOptions
+                   ) -> tuple[FleetInstance, int]:
+    """The fleet program's instance (and the prefill / decode pairs examined for the KV hand-over)."""
+    prefill = [i for i, o in enumerate(options_list) if o["role"] == "prefill"]
+    decode = [i for i, o in enumerate(options_list) if o["role"] == "decode"]
+    handover = []
+    for p, d in itertools.product(prefill, decode):
+        ok, kv = _kv_ok(spec, demand, options_list[p], options_list[d], machines, slo)
+        if ok:
+            handover.append((p, d, kv))
+    return FleetInstance(options=tuple(options_list), objective=options.objective, max_devices=options.max_devices,
+                         power_cap_w=options.power_cap_w, budget_usd_per_hour=options.budget_usd_per_hour,
+                         handover=tuple(handover)), len(prefill) * len(decode)
+
+
+def _checked_best(instance: FleetInstance, best: FleetSolution | None, listed: list[FleetSolution]):
+    """(best, status, gap) after the independent check: the solver's fleet must pass ``check`` and
+    no listed fleet may beat it; otherwise the best checked fleet is returned as merely FEASIBLE."""
+    value = lambda s: fleet.totals(instance, s).objective  # noqa: E731
+    if best is not None and fleet.check(instance, best):
+        best = None
+    challenger = min(listed, key=value, default=None)
+    if best is None:
+        return (challenger, "FEASIBLE", None) if challenger is not None else (None, "INFEASIBLE", 0.0)
+    if challenger is not None and value(challenger) < value(best) * (1 - 1e-12):
+        return challenger, "FEASIBLE", None
+    return best, best.status, best.gap
+
+
+def _listed(instance: FleetInstance, singles: list[FleetSolution], demand: Demand, top: int) -> dict:
+    """The single-configuration fleets a user sees: the best ``top`` by the objective and the
+    Pareto front over cost per million tokens, end-to-end latency and energy per token."""
+    if not singles:
+        return {"top": [], "pareto": []}
+    opts = instance.options
+    sums = [fleet.totals(instance, s) for s in singles]
+    objective = np.array([t.objective for t in sums])
+    order = np.argsort(objective, kind="stable")[:top]
+    tokens_per_hour = demand.rate * demand.output_len.mean * 3600.0
+    kv = instance.kv_seconds()
+
+    def latency(s):
+        ttft = opts[s.front]["ttft90"] + (kv[s.front, s.decode[0][0]] if s.decode else 0.0)
+        tpot = opts[s.decode[0][0]]["tpot90"] if s.decode else opts[s.front]["tpot90"]
+        return ttft + demand.output_len.mean * tpot
+
+    keys = np.array([[np.inf if t.usd_per_hour is None else t.usd_per_hour / tokens_per_hour * 1e6, latency(s),
+                      t.power_w * 3600.0 / tokens_per_hour] for s, t in zip(singles, sums)])
+    priced = np.flatnonzero(np.isfinite(keys[:, 0]))
+    idx = priced if len(priced) else np.arange(len(singles))
+    front = idx[pareto_front(keys[idx])]
+    front = front[np.argsort(np.nan_to_num(keys[front, 0], posinf=0.0), kind="stable")]
+    return {"top": [singles[i] for i in order], "pareto": [singles[i] for i in front]}
 
 
 def _device_hour_usd(machine: Machine, power_w):
@@ -437,6 +508,9 @@ def _pool_options(role, system, cols, price, demand, slo, options, max_devices):
             "usd_per_hour": float(usd[j]) if np.isfinite(usd[j]) else None, "power_w": float(power[j]),
             "ttft50": float(t50[j]), "ttft90": float(t90[j]), "tpot50": float(p50[j]), "tpot90": float(p90[j]),
             "ttft_error": float(cols["ttft_error"][k]), "tpot_error": float(cols["tpot_error"][k]),
+            # What ``perfmodel estimate serve`` prints for this configuration: the prefill of one p90
+            # prompt per attention rank, and the decode step at full batch and the p90 context.
+            "service90": float(sub["prefill_s90"][j]), "step90": float(sub["tpot90"][j]),
             "kvp": str(cols["kvp"][k]), "hbm": float(cols["hbm"][k]),
             "config": {"tp": int(cols["tp"][k]), "pp": int(cols["pp"][k]), "ep": int(cols["ep"][k]),
                        "dp_attention": int(cols["dpa"][k]), "batch": int(cols["batch"][k]),
@@ -445,31 +519,35 @@ def _pool_options(role, system, cols, price, demand, slo, options, max_devices):
     return out, int(fits.sum()), int((~fits).sum())
 
 
-def _deployment(mode, parts, demand: Demand, kv_s: float = 0.0, counts: list[int] | None = None) -> Deployment:
-    """A deployment from pool options (with the instance count of each, default their own)."""
+def _deployment(instance: FleetInstance, solution: FleetSolution, demand: Demand) -> Deployment:
+    """The deployment a checked fleet describes: its pools at their counts, with their latencies."""
+    opts = instance.options
+    kv = max((instance.kv_seconds()[solution.front, d] for d, _ in solution.decode), default=0.0)
     pools = []
-    for o, n in zip(parts, counts or [o["instances"] for o in parts]):
+    for i, n in solution.counts(instance):
+        o = opts[i]
         scale = n / o["instances"]
         pools.append(Pool(role=o["role"], system=o["system"], accelerator=o["accelerator"], instances=int(n),
                           devices_per_instance=o["devices_per_instance"], config=o["config"],
-                          ttft_p50_s=(o["ttft50"] + kv_s) if o["role"] != "decode" else None,
-                          ttft_p90_s=(o["ttft90"] + kv_s) if o["role"] != "decode" else None,
+                          ttft_p50_s=(o["ttft50"] + kv) if o["role"] != "decode" else None,
+                          ttft_p90_s=(o["ttft90"] + kv) if o["role"] != "decode" else None,
                           tpot_p50_s=o["tpot50"] if o["role"] != "prefill" else None,
                           tpot_p90_s=o["tpot90"] if o["role"] != "prefill" else None,
                           requests_per_s=o["capacity"] * n, hbm_used_bytes=o["hbm"], power_w=o["power_w"] * scale,
                           usd_per_hour=None if o["usd_per_hour"] is None else o["usd_per_hour"] * scale,
-                          ttft_error=o.get("ttft_error", 0.0), tpot_error=o.get("tpot_error", 0.0)))
+                          ttft_error=o.get("ttft_error", 0.0), tpot_error=o.get("tpot_error", 0.0),
+                          prefill_p90_s=o.get("service90", 0.0), step_p90_s=o.get("step90", 0.0)))
     front = [p for p in pools if p.ttft_p90_s is not None]
     back = [p for p in pools if p.tpot_p90_s is not None]
-    usd = None if any(p.usd_per_hour is None for p in pools) else sum(p.usd_per_hour for p in pools)
+    t = fleet.totals(instance, solution)
     tokens_per_hour = demand.rate * demand.output_len.mean * 3600.0
-    power = sum(p.power_w for p in pools)
-    return Deployment(mode=mode, pools=pools, ttft_p50_s=max(p.ttft_p50_s for p in front),
+    return Deployment(mode="colocated" if opts[solution.front]["role"] == "colocated" else "disaggregated",
+                      pools=pools, ttft_p50_s=max(p.ttft_p50_s for p in front),
                       ttft_p90_s=max(p.ttft_p90_s for p in front), tpot_p50_s=max(p.tpot_p50_s for p in back),
-                      tpot_p90_s=max(p.tpot_p90_s for p in back), devices=sum(p.devices for p in pools),
-                      power_w=power, usd_per_hour=usd,
-                      usd_per_million_tokens=None if usd is None else usd / tokens_per_hour * 1e6,
-                      joules_per_token=power * 3600.0 / tokens_per_hour)
+                      tpot_p90_s=max(p.tpot_p90_s for p in back), devices=t.devices, power_w=t.power_w,
+                      usd_per_hour=t.usd_per_hour,
+                      usd_per_million_tokens=None if t.usd_per_hour is None else t.usd_per_hour / tokens_per_hour * 1e6,
+                      joules_per_token=t.power_w * 3600.0 / tokens_per_hour)
 
 
 _KV_CACHE: dict = {}
@@ -491,155 +569,37 @@ def _kv_ok(spec, demand, p, d, machines, slo) -> tuple[bool, float]:
     return ok, kv
 
 
-def _single_deployments(spec, demand, options_list, machines, slo, options, keep: int = 2000):
-    """Deployments of one configuration per pool (each colocated option, each compatible pair),
-    within the limits: the candidates of the top list and the Pareto front. Scored as numbers
-    first; only the ``keep`` best by each measure become Deployment objects."""
-    scored = []   # (objective, usd/h or inf, latency, power, parts, kv)
-    tokens_per_hour = demand.rate * demand.output_len.mean * 3600.0
-
-    def score(parts, kv):
-        usd = None if any(o["usd_per_hour"] is None for o in parts) else sum(o["usd_per_hour"] for o in parts)
-        power = sum(o["power_w"] for o in parts)
-        devices = sum(o["devices"] for o in parts)
-        if devices > (options.max_devices or np.inf) or (options.power_cap_w is not None and power > options.power_cap_w):
-            return
-        if options.budget_usd_per_hour is not None and (usd is None or usd > options.budget_usd_per_hour):
-            return
-        ttft = max(o["ttft90"] for o in parts if o["role"] != "decode") + kv
-        tpot = max(o["tpot90"] for o in parts if o["role"] != "prefill")
-        objective = sum(_option_objective(o, options.objective) for o in parts)
-        scored.append((objective, np.inf if usd is None else usd / tokens_per_hour * 1e6,
-                       ttft + demand.output_len.mean * tpot, power * 3600.0 / tokens_per_hour, parts, kv))
-
-    pairs = 0
-    for o in options_list:
-        if o["role"] == "colocated":
-            score([o], 0.0)
-    prefill = [o for o in options_list if o["role"] == "prefill"]
-    decode = [o for o in options_list if o["role"] == "decode"]
-    for p, d in itertools.product(prefill, decode):
-        pairs += 1
-        ok, kv = _kv_ok(spec, demand, p, d, machines, slo)
-        if ok:
-            score([p, d], kv)
-    if not scored:
-        return [], pairs
-    values = np.array([row[:4] for row in scored])
-    chosen = set(np.argsort(values[:, 0], kind="stable")[:keep].tolist())
-    finite = np.isfinite(values[:, 1])
-    idx = np.flatnonzero(finite) if finite.any() else np.arange(len(scored))
-    chosen |= set(idx[pareto_front(values[idx][:, 1:4])].tolist())
-    out = [_deployment("colocated" if len(scored[i][4]) == 1 else "disaggregated", scored[i][4], demand, scored[i][5])
-           for i in sorted(chosen)]
-    return out, pairs
-
-
-def _objective_value(d: Deployment, objective: str) -> float:
-    if objective == "cost":
-        return np.inf if d.usd_per_hour is None else d.usd_per_hour
-    if objective == "energy":
-        return d.power_w
-    return d.devices + d.power_w * 1e-9
-
-
-def _option_objective(o: dict, objective: str) -> float:
-    """Objective of one pool option at its own instance count (additive across pools)."""
-    if objective == "cost":
-        return np.inf if o["usd_per_hour"] is None else o["usd_per_hour"]
-    if objective == "energy":
-        return o["power_w"]
-    return o["devices"] + o["power_w"] * 1e-9
-
-
-def _solve_fleet(spec, demand, options_list, machines, slo, options):
-    """The fleet as an integer program (CP-SAT).
-
-    Either one colocated pool (x_c) or one prefill pool (y_p) with a decode pool of integer
-    instance counts n_d over any decode options (hardware kinds may mix): sum n_d cap_d >= rate,
-    where cap_d is what one instance carries within its SLOs. A decode option may serve only a
-    prefill pool that can hand it the KV cache within the TTFT SLOs. Devices, power and budget
-    are linear limits; the objective (cost, power, devices) is linear in the counts.
-    """
-    from ortools.sat.python import cp_model
-
-    obj = [_option_objective(o, options.objective) for o in options_list]
-    usable = [i for i, v in enumerate(obj) if np.isfinite(v)]
-    if not usable:
-        raise SpecError("no candidate system has a price in the database, so no cost can be minimized; add "
-                        "price_usd or node_price_usd (or cloud_usd_per_hour) with --hardware-db, or use "
-                        "--objective energy or devices")
-    colo = [i for i in usable if options_list[i]["role"] == "colocated"]
-    pre = [i for i in usable if options_list[i]["role"] == "prefill"]
-    dec = [i for i in usable if options_list[i]["role"] == "decode"]
-    model = cp_model.CpModel()
-    x = {i: model.NewBoolVar(f"colo{i}") for i in colo}
-    y = {i: model.NewBoolVar(f"pre{i}") for i in pre}
-    n = {i: model.NewIntVar(0, options_list[i]["instances"], f"dec{i}") for i in dec}
-    u = {i: model.NewBoolVar(f"use{i}") for i in dec}
-    model.Add(sum(x.values()) + sum(y.values()) == 1)
-    any_pre = sum(y.values())
-    for i in dec:
-        model.Add(n[i] >= 1).OnlyEnforceIf(u[i])
-        model.Add(n[i] == 0).OnlyEnforceIf(u[i].Not())
-        model.Add(u[i] <= any_pre)
-    # Capacity in micro-requests per second (rounded down: conservative).
-    need = int(math.ceil(demand.rate * 1e6))
-    # (With no decode option at all, this forbids every prefill pool.)
-    model.Add(sum(int(options_list[i]["capacity"] * 1e6) * n[i] for i in dec) >= need * any_pre)
-    # KV hand-over compatibility depends on the decode option's group (system, instance size, KV
-    # precision): one indicator per group that any of its options is used.
-    groups: dict[tuple, list[int]] = {}
-    for d in dec:
-        o = options_list[d]
-        groups.setdefault((o["system"], o["devices_per_instance"], o["kvp"]), []).append(d)
-    kv_s = {}
-    for g, members in groups.items():
-        used = model.NewBoolVar(f"group{len(kv_s)}")
-        for d in members:
-            model.Add(u[d] <= used)
-        for p in pre:
-            ok, kv = _kv_ok(spec, demand, options_list[p], options_list[members[0]], machines, slo)
-            for d in members:
-                kv_s[p, d] = kv
-            if not ok:
-                model.Add(y[p] + used <= 1)
-    per_instance = {i: options_list[i]["devices_per_instance"] for i in dec}
-
-    def total(key_colo, key_dec):
-        return (sum(key_colo(i) * x[i] for i in colo) + sum(key_colo(i) * y[i] for i in pre)
-                + sum(key_dec(i) * n[i] for i in dec))
-
-    if options.max_devices:
-        model.Add(total(lambda i: options_list[i]["devices"], lambda i: per_instance[i]) <= options.max_devices)
-    if options.power_cap_w is not None:
-        model.Add(total(lambda i: int(options_list[i]["power_w"]),
-                        lambda i: int(math.ceil(options_list[i]["power_w"] / options_list[i]["instances"])))
-                  <= int(options.power_cap_w))
-    if options.budget_usd_per_hour is not None and options.objective == "cost":
-        model.Add(total(lambda i: int(math.ceil(obj[i] * 1e3)),
-                        lambda i: int(math.ceil(obj[i] / options_list[i]["instances"] * 1e3)))
-                  <= int(options.budget_usd_per_hour * 1e3))
-    scale = 1e9 / max(max(obj[i] for i in usable), 1e-300)
-    model.Minimize(total(lambda i: int(round(obj[i] * scale)),
-                         lambda i: int(round(obj[i] / options_list[i]["instances"] * scale))))
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.max_deterministic_time = 20.0  # reproducible, unlike wall-clock limits
-    status = solver.Solve(model)
-    name = solver.StatusName(status)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None, name, 0.0
-    gap = 0.0 if status == cp_model.OPTIMAL else abs(solver.ObjectiveValue() - solver.BestObjectiveBound()) / max(
-        abs(solver.ObjectiveValue()), 1e-12)
-    chosen = [i for i in colo if solver.Value(x[i])]
-    if chosen:
-        return _deployment("colocated", [options_list[chosen[0]]], demand), name, gap
-    p = next(i for i in pre if solver.Value(y[i]))
-    used = [i for i in dec if solver.Value(n[i]) > 0]
-    kv = max(kv_s[p, d] for d in used)
-    return _deployment("disaggregated", [options_list[p]] + [options_list[d] for d in used], demand, kv,
-                       counts=[options_list[p]["instances"]] + [solver.Value(n[d]) for d in used]), name, gap
+def _binding_limits(instance: FleetInstance) -> str:
+    """Which limit excludes every fleet that meets the SLOs, by how much, and what would relax it:
+    each given limit against the best any fleet reaches on that measure with no limits at all."""
+    free = replace(instance, max_devices=None, power_cap_w=None, budget_usd_per_hour=None)
+    parts = []
+    if instance.max_devices is not None:
+        fewest = fleet.solve(replace(free, objective="devices"))
+        if fewest is not None and fleet.totals(free, fewest).devices > instance.max_devices:
+            n = fleet.totals(free, fewest).devices
+            parts.append(f"the device limit binds: the smallest fleet meeting the targets needs at least {n:,} "
+                         f"devices, --max-devices allows {instance.max_devices:,}; raise it to {n:,}")
+    if instance.power_cap_w is not None:
+        frugal = fleet.solve(replace(free, objective="energy"))
+        if frugal is not None and fleet.totals(free, frugal).power_w > instance.power_cap_w:
+            kw = fleet.totals(free, frugal).power_w / 1e3
+            parts.append(f"the power cap binds: the lowest-power fleet meeting the targets draws {kw:,.1f} kW, the "
+                         f"cap is {instance.power_cap_w / 1e3:,.1f} kW; raise --power-cap-kw to {kw:,.1f}")
+    if instance.budget_usd_per_hour is not None:
+        cheapest = fleet.solve(replace(free, objective="cost"))
+        if cheapest is None:
+            parts.append("the budget binds: no candidate system has a price on this basis (give --price "
+                         "SYSTEM=USD_PER_DEVICE_HOUR or --pricing owned)")
+        elif fleet.totals(free, cheapest).usd_per_hour > instance.budget_usd_per_hour:
+            usd = fleet.totals(free, cheapest).usd_per_hour
+            parts.append(f"the budget binds: the cheapest fleet meeting the targets costs ${usd:,.2f} per hour, "
+                         f"the budget is ${instance.budget_usd_per_hour:,.2f}; raise --budget-usd-per-hour to "
+                         f"{math.ceil(usd * 100) / 100:,.2f}")
+    if not parts and any(x is not None for x in (instance.max_devices, instance.power_cap_w,
+                                                 instance.budget_usd_per_hour)):
+        parts.append("the device limit, power cap and budget together bind (each alone is met by some fleet)")
+    return "; ".join(parts)
 
 
 def _closest(counter: dict, fastest: dict, demand: Demand) -> str:
@@ -661,5 +621,6 @@ def _closest(counter: dict, fastest: dict, demand: Demand) -> str:
 
 def raise_if_infeasible(result: ServeSearchResult) -> None:
     if result.best is None:
-        raise InfeasibleError(f"no deployment meets the demand and SLOs among {result.evidence.configurations:,} "
+        what = "within the limits" if "binds" in result.closest else "meets the demand and SLOs"
+        raise InfeasibleError(f"no deployment {what} among {result.evidence.configurations:,} "
                               f"instance configurations; {result.closest}")

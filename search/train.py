@@ -53,6 +53,8 @@ class SearchOptions:
     top: int = 10
     space: SpaceOptions = field(default_factory=SpaceOptions)
     routing: object = None                # RoutingStats: EP imbalance from a placement, per EP degree
+    pricing: str = "cloud"                # cost basis (perfmodel.power.run_cost)
+    prices: dict = field(default_factory=dict)   # the user's USD per device-hour by system
 
 
 @dataclass
@@ -68,6 +70,7 @@ class Evidence:
     seconds: float
     cpsat_models: int = 0
     rules: tuple[str, ...] = RULES
+    check: list[str] = field(default_factory=list)   # what the independent check found (empty: nothing)
     dimensions: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
@@ -104,6 +107,7 @@ class SearchResult:
     machines: dict[tuple[str, int], Machine] = field(default_factory=dict)
     ties: list[dict] = field(default_factory=list)   # plans whose predicted range overlaps the best's
     tie_count: int = 0
+    limits: dict | None = None          # when plans fit but the budget or power cap excludes all
 
 
 PLAN_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "interleave", "micro_batch", "zero", "recompute", "sp", "precision",
@@ -234,11 +238,12 @@ class _Candidate:
     offloaded: int = 0
     closest: dict | None = None
     cpsat_models: int = 0
+    unresolved: float = np.inf       # smallest offload bound (step time, s) no sub-solve settled
 
 
 def _evaluate_candidate(spec, db, system, devices, work, options, counter: Counter, progress, k: int) -> _Candidate:
     """Evaluate one candidate's lattice, then add the offloaded plans that can beat its incumbent."""
-    machine = build_machine(db, system, devices)
+    machine = build_machine(db, system, devices, options.pricing, options.prices)
     cols, declared = build_space(spec, machine, work, options.space)
     if not cols:
         counter["no valid parallel layout (divisibility rules)"] += 1
@@ -266,8 +271,8 @@ def _evaluate_candidate(spec, db, system, devices, work, options, counter: Count
     places = ["hbm"] + [p for p in PLACES[1:] if p in options.space.offload_places
                         and any(t.kind == p for t in machine.memory_tiers)]
     if options.offload and len(places) > 1 and len(memory_bound):
-        rows, models = _offload_branch_and_bound(spec, machine, work, cols, result, memory_bound, places, out.table,
-                                                  options)
+        rows, models, out.unresolved = _offload_branch_and_bound(spec, machine, work, cols, result, memory_bound,
+                                                                 places, out.table, options)
         out.cpsat_models = models
         if rows:
             stacked = {f: np.array([r[f] for r in rows]) for f in PLAN_FIELDS}
@@ -304,6 +309,10 @@ def _offload_branch_and_bound(spec, machine, work, cols, result, memory_bound, p
     true time becomes the incumbent, and the choice is excluded and the model solved again until
     no choice's bound beats the incumbent (for the time objective; for the others every plan with
     a finite bound is a candidate, 4,096 at most).
+
+    Returns (rows, CP-SAT models solved, unresolved): the smallest bound no sub-solve settled
+    (inf when every one ended OPTIMAL or proved nothing better exists), so that the search reports
+    the worst status of its sub-solves, never OPTIMAL over an unfinished one.
     """
     time_objective = options.objective == "time"
     incumbent = float(table.columns["step_time_s"].min()) if len(table) and time_objective else np.inf
@@ -312,11 +321,14 @@ def _offload_branch_and_bound(spec, machine, work, cols, result, memory_bound, p
     # The HBM-only time is already a bound: plans it rules out need no further evaluation.
     memory_bound = memory_bound[result.step_time_s[memory_bound] < incumbent]
     if not len(memory_bound):
-        return [], 0
+        return [], 0, np.inf
     base_time, delta, part_bytes, fixed = _offload_costs(spec, machine, work, cols, memory_bound, places)
     bound = _relaxed_bound(base_time, delta, part_bytes, fixed, hbm_cap)
     order = np.argsort(bound, kind="stable")
-    order = order[np.isfinite(bound[order])][:4096]
+    order = order[np.isfinite(bound[order])]
+    # Plans beyond the first 4,096 are not examined: their bound stays unresolved.
+    unresolved = float(bound[order[4096]]) if len(order) > 4096 else np.inf
+    order = order[:4096]
     rows, models = [], 0
     for start in range(0, len(order), 128):
         batch = order[start:start + 128]
@@ -324,9 +336,11 @@ def _offload_branch_and_bound(spec, machine, work, cols, result, memory_bound, p
             break  # no remaining bound beats the incumbent: proven
         evaluated: list = []
         while True:
-            solved, _ = _solve_offload(base_time[batch], delta[batch], part_bytes[batch], fixed[batch], hbm_cap,
-                                       tier_caps, incumbent, evaluated)
+            solved, status = _solve_offload(base_time[batch], delta[batch], part_bytes[batch], fixed[batch], hbm_cap,
+                                            tier_caps, incumbent, evaluated)
             models += 1
+            if status not in ("OPTIMAL", "INFEASIBLE"):  # a time limit: this batch is not settled
+                unresolved = min(unresolved, float(bound[batch[0]]))
             if solved is None:
                 break
             i, assignment, _, _ = solved
@@ -341,7 +355,7 @@ def _offload_branch_and_bound(spec, machine, work, cols, result, memory_bound, p
                                      detail=False)
             if bool(true.feasible[0]):
                 incumbent = min(incumbent, float(true.step_time_s[0]) * (1 + 1e-9))
-    return rows, models
+    return rows, models, unresolved
 
 
 def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[str, int]], work: TrainWorkload,
@@ -363,9 +377,14 @@ def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[
     outcomes = [_evaluate_candidate(spec, db, system, devices, work, options, counter, progress, k)
                 for k, (system, devices) in enumerate(candidates)]
     everything = PlanTable.concat([o.table for o in outcomes])
+    limits = None
     if len(everything):
         allowed = _constraints(everything, options)
         counter["budget or power cap"] += int((~allowed).sum())
+        if not allowed.any():
+            c = everything.columns
+            limits = {"run_cost_usd": float(np.nanmin(c["run_cost_usd"])) if np.isfinite(c["run_cost_usd"]).any()
+                      else None, "power_w": float(np.min(c["power_w"] * c["devices"]))}
         everything = everything.take(np.flatnonzero(allowed))
         if not counter["budget or power cap"]:
             del counter["budget or power cap"]
@@ -383,7 +402,7 @@ def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[
     if not len(everything):
         closest = min((o.closest for o in outcomes if o.closest), key=lambda c: c["hbm_over_bytes"], default=None)
         evidence.seconds = time.perf_counter() - started
-        return SearchResult(None, [], [], evidence, closest=closest, machines=machines)
+        return SearchResult(None, [], [], evidence, closest=closest, machines=machines, limits=limits)
     objective = _objective(everything, options.objective)
     best_i = _select(everything, objective)
     order = np.argsort(objective, kind="stable")[: options.top]
@@ -393,11 +412,56 @@ def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[
                                    everything.columns["energy_per_token_j"]], axis=1))
     front = front[np.argsort(everything.columns["step_time_s"][front], kind="stable")]
     ties = _ties(everything, objective, best_i, options.objective)
-    evidence.seconds = time.perf_counter() - started
+    evidence.status, evidence.gap = _proof(outcomes, everything, best_i, options.objective)
     describe = lambda i: _describe(everything.row(int(i)), candidates)  # noqa: E731
-    return SearchResult(best=describe(best_i), top=[describe(i) for i in order], pareto=[describe(i) for i in front],
-                        evidence=evidence, machines=machines, ties=[describe(i) for i in ties[:TIES_SHOWN]],
-                        tie_count=len(ties))
+    result = SearchResult(best=describe(best_i), top=[describe(i) for i in order], pareto=[describe(i) for i in front],
+                          evidence=evidence, machines=machines, ties=[describe(i) for i in ties[:TIES_SHOWN]],
+                          tie_count=len(ties))
+    problems = check_plans(spec, result, work, options)
+    if problems:
+        evidence.status, evidence.gap = "FEASIBLE", None
+        evidence.check = problems
+    evidence.seconds = time.perf_counter() - started
+    return result
+
+
+def _proof(outcomes, table: PlanTable, best: int, objective: str) -> tuple[str, float]:
+    """(status, gap) of the whole search: OPTIMAL only when every offload sub-solve settled its
+    plans; otherwise FEASIBLE, with the gap to the smallest unsettled bound (time objective) or
+    unknown (None) for the others."""
+    unresolved = min((o.unresolved for o in outcomes), default=np.inf)
+    step = float(table.columns["step_time_s"][best])
+    if not np.isfinite(unresolved) or (objective == "time" and unresolved >= step):
+        return "OPTIMAL", 0.0
+    return "FEASIBLE", (step - unresolved) / step if objective == "time" else None
+
+
+def check_plans(spec: TransformerSpec, result: "SearchResult", work: TrainWorkload, options: SearchOptions) -> list[str]:
+    """The independent check of a search's answer: every listed plan (best, top, Pareto front,
+    ties) is re-evaluated from its own description alone, one plan at a time, exactly as
+    ``perfmodel estimate train`` would; it must be feasible, within the limits, give the same
+    step time, and no listed plan may beat the best on the objective. Returns what is wrong."""
+    problems = []
+    value = {"time": lambda p: p["step_time_s"], "cost": lambda p: p["run_cost_usd"] or np.inf,
+             "energy": lambda p: p["energy_per_token_j"],
+             "devices": lambda p: p["devices"] + p["step_time_s"] * 1e-9}[options.objective]
+    listed = [result.best] + result.top + result.pareto + result.ties
+    for p in listed:
+        machine = result.machines[(p["system"], p["devices"])]
+        plan = TrainPlan(**{k: np.array([v]) for k, v in p["plan"].items()})
+        again = estimate_training(spec, machine, plan, work, detail=False)
+        label = f"{p['system']} x {p['devices']} {p['plan']}"
+        if not bool(again.feasible[0]):
+            problems.append(f"{label} is infeasible when evaluated alone ({again.binding[0]})")
+        elif abs(float(again.step_time_s[0]) - p["step_time_s"]) > 1e-9 * p["step_time_s"]:
+            problems.append(f"{label} takes {float(again.step_time_s[0]):.6g} s alone, listed {p['step_time_s']:.6g} s")
+        if options.budget_usd is not None and (p["run_cost_usd"] is None or p["run_cost_usd"] > options.budget_usd):
+            problems.append(f"{label} is over the budget")
+        if options.power_cap_w is not None and p["power_w"] * p["devices"] > options.power_cap_w * (1 + 1e-9):
+            problems.append(f"{label} is over the power cap")
+        if value(p) < value(result.best) * (1 - 1e-12):
+            problems.append(f"{label} beats the reported best on {options.objective}")
+    return problems
 
 
 TIES_SHOWN = 10
@@ -427,8 +491,8 @@ def _select(table: PlanTable, objective: np.ndarray) -> int:
     firsts = [int(np.flatnonzero(cand == c)[np.argmin(objective[cand == c])]) for c in np.unique(cand)]
     firsts = [i for i in firsts if np.isfinite(objective[i])]
     if not firsts:
-        raise SpecError("no candidate has a price in the database, so no cost can be minimized; add price_usd "
-                        "or node_price_usd (or cloud_usd_per_hour) with --hardware-db, or use --objective time")
+        raise SpecError("no candidate has a price on this basis, so no cost can be minimized; give --price "
+                        "SYSTEM=USD_PER_DEVICE_HOUR, or --pricing owned, or use --objective time")
     if len(firsts) == 1:
         return firsts[0]
     from ortools.sat.python import cp_model
@@ -461,10 +525,12 @@ def _describe(row: dict, candidates) -> dict:
             **{k: (v if np.isfinite(v) else None) for k, v in metrics.items()}}
 
 
-def raise_if_infeasible(result: SearchResult) -> None:
+def raise_if_infeasible(result: SearchResult, options: SearchOptions | None = None) -> None:
     """Exit 3 with the closest plan and what it lacks."""
     if result.best is not None:
         return
+    if result.limits is not None:
+        raise InfeasibleError(_limit_message(result.limits, options))
     counts = ", ".join(f"{k}: {v:,}" for k, v in sorted(result.evidence.infeasible_by_constraint.items(),
                                                         key=lambda kv: -kv[1])[:3])
     if result.closest:
@@ -476,3 +542,17 @@ def raise_if_infeasible(result: SearchResult) -> None:
     else:
         lacks = "no plan passes the layout rules; try other device counts or batch sizes"
     raise InfeasibleError(f"no feasible plan among {result.evidence.evaluated:,} evaluated ({counts}); {lacks}")
+
+
+def _limit_message(limits: dict, options: SearchOptions | None) -> str:
+    """Plans fit, but the budget or the power cap excludes all: name it, with what would relax it."""
+    parts = []
+    cost, power = limits["run_cost_usd"], limits["power_w"]
+    if options is not None and options.budget_usd is not None and (cost is None or cost > options.budget_usd):
+        parts.append("no plan has a price" if cost is None else
+                     f"the budget binds: the cheapest feasible plan costs ${cost:,.0f} for the run, the budget is "
+                     f"${options.budget_usd:,.0f}; raise --budget to at least ${cost:,.0f}")
+    if options is not None and options.power_cap_w is not None and power > options.power_cap_w:
+        parts.append(f"the power cap binds: the lowest-power feasible plan draws {power / 1e3:,.1f} kW, the cap is "
+                     f"{options.power_cap_w / 1e3:,.1f} kW; raise --power-cap-kw to at least {power / 1e3:,.1f}")
+    return "no plan within the limits; " + "; ".join(parts or ["the budget and power cap together bind"])

@@ -262,7 +262,7 @@ def test_plan_serve_prints_ranges_and_ties(capsys):
     (["plan", "serve", "--output-len", "p50=100,p90=50"], "p90 (50) needs to be at least p50"),
     (["plan", "serve", "--modes", "together"], "unknown --modes value"),
     (["plan", "serve", "--kv-precisions", "fp2"], "unknown --kv-precisions value"),
-    (["plan", "serve", "--system", "dgx-b200", "--objective", "cost"], "no candidate system has a price"),
+    (["plan", "serve", "--system", "cloudmatrix384", "--objective", "cost"], "no candidate system has a price"),
 ])
 def test_plan_serve_bad_input(capsys, argv, message):
     code, _, err = run(capsys, *argv)

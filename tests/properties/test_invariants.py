@@ -253,13 +253,16 @@ def test_energy_is_the_integral_of_power_over_time(db, busy, seconds):
 def test_cost_is_linear_in_price(db, factor, busy):
     from dataclasses import replace
 
-    machine = build_machine(db, "dgx-h100", 8)
+    machine = build_machine(db, "dgx-h100", 8, "owned")
     power = device_power_w(machine, busy)
-    energy = float(run_cost(machine, power)) - machine.price_usd_per_device / (
-        machine.constants["depreciation-years"] * 8766.0)
+    k = machine.constants
+    capital = machine.price_usd_per_device / (1 - k["network-capex-fraction"]) / (k["depreciation-years"] * 8766.0)
+    rest = float(run_cost(machine, power)) - capital          # facility and energy
     scaled = replace(machine, price_usd_per_device=machine.price_usd_per_device * factor)
-    capital = machine.price_usd_per_device / (machine.constants["depreciation-years"] * 8766.0)
-    assert float(run_cost(scaled, power)) == pytest.approx(energy + factor * capital, rel=1e-9)
+    assert float(run_cost(scaled, power)) == pytest.approx(rest + factor * capital, rel=1e-9)
+    # On the cloud basis the cost is the rent, whatever the power.
+    cloud = build_machine(db, "dgx-h100", 8, "cloud")
+    assert float(run_cost(cloud, power)) == cloud.cloud_usd_per_hour
 
 
 @given(value=st.floats(1.0, 4000.0))

@@ -43,6 +43,32 @@ def test_search_matches_brute_force(db, layers, hidden, devices, global_batch, s
     assert result.evidence.status == "OPTIMAL"
 
 
+@settings(max_examples=9, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(objective=st.sampled_from(["cost", "energy", "devices"]), hidden=st.sampled_from([2048, 4096]),
+       seq=st.sampled_from([2048, 4096]), pricing=st.sampled_from(["cloud", "owned"]))
+def test_every_objective_matches_brute_force(db, objective, hidden, seq, pricing):
+    """Cost, energy and fewest devices, over candidates of several sizes and kinds, against every
+    plan of every candidate evaluated by brute force; the checker finds nothing."""
+    from search.train import check_plans
+
+    spec, work = tiny_model(8, hidden, 32), TrainWorkload(16, seq)
+    candidates = [("dgx-h100", 2), ("dgx-h100", 4), ("mi300x-8x", 2)]
+    options = SearchOptions(objective=objective, space=SMALL_SPACE, pricing=pricing)
+    result = search_training(spec, db, candidates, work, options)
+    assert result.evidence.status == "OPTIMAL" and check_plans(spec, result, work, options) == []
+    if objective == "devices":
+        fewest = min(n for s, n in candidates if np.isfinite(
+            brute_force_training(spec, build_machine(db, s, n), work, SMALL_SPACE)[0]))
+        fastest = min(brute_force_training(spec, build_machine(db, s, n), work, SMALL_SPACE)[0]
+                      for s, n in candidates if n == fewest)
+        assert (result.best["devices"], result.best["step_time_s"]) == (fewest, pytest.approx(fastest, rel=1e-6))
+        return
+    expected = min(brute_force_training(spec, build_machine(db, s, n, pricing), work, SMALL_SPACE, objective)[0]
+                   for s, n in candidates)
+    key = {"cost": "cost_per_million_tokens_usd", "energy": "energy_per_token_j"}[objective]
+    assert result.best[key] == pytest.approx(expected, rel=1e-6)
+
+
 def test_offload_is_found_when_only_it_fits(db):
     # 70B on one 8-GPU node: nothing fits in HBM at this batch; offloading to host memory does.
     from perfmodel.catalog import find_model

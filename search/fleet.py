@@ -1,0 +1,223 @@
+"""The serving fleet as an integer program: instance, solver, solution and an independent checker.
+
+The pattern of the CP-SAT primer (Schrader, "The CP-SAT Primer", Sec. "Benchmarking your model"):
+the instance holds every number the program needs, the solver turns it into a CP-SAT model, and
+``check`` re-evaluates any solution from the instance alone, in exact arithmetic where the model
+rounds, so that a status of OPTIMAL is printed only for a solution the checker accepts.
+
+A fleet is one colocated pool, or one prefill pool with a decode pool of integer instance counts
+over any decode options (hardware kinds may mix). Each pool option was sized alone to carry the
+whole rate within its SLOs (``instances`` = N); one instance of option d carries 1 / N_d of the
+rate, so decode counts carry the rate when sum n_d / N_d >= 1 (exact: rationals, never rounded).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+OBJECTIVES = ("cost", "energy", "devices")
+# The fewest-devices objective breaks ties by power: this weight keeps power from ever outweighing
+# one device (a fleet draws far less than 10^9 W).
+DEVICE_TIE_BREAK = 1e-9
+
+
+@dataclass(frozen=True)
+class FleetInstance:
+    """Everything the fleet program and its checker need: pool options sized to the rate, the
+    limits, and the KV hand-over time of every prefill / decode pair that meets the TTFT SLOs."""
+
+    options: tuple[dict, ...]
+    objective: str
+    max_devices: int | None = None
+    power_cap_w: float | None = None
+    budget_usd_per_hour: float | None = None
+    handover: tuple[tuple[int, int, float], ...] = ()      # (prefill option, decode option, seconds)
+
+    def per_instance(self, i: int) -> float:
+        """Objective of one instance of option ``i`` (inf when a cost has no price)."""
+        o = self.options[i]
+        if self.objective == "cost":
+            return np.inf if o["usd_per_hour"] is None else o["usd_per_hour"] / o["instances"]
+        if self.objective == "energy":
+            return o["power_w"] / o["instances"]
+        return o["devices_per_instance"] + o["power_w"] / o["instances"] * DEVICE_TIE_BREAK
+
+    def kv_seconds(self) -> dict[tuple[int, int], float]:
+        return {(p, d): s for p, d, s in self.handover}
+
+
+@dataclass(frozen=True)
+class FleetSolution:
+    """One pool at its own count (colocated or prefill) and, after a prefill pool, decode counts."""
+
+    front: int
+    decode: tuple[tuple[int, int], ...] = ()        # (decode option, instances), instances >= 1
+    status: str = "FEASIBLE"
+    gap: float = 0.0
+
+    def counts(self, instance: FleetInstance) -> list[tuple[int, int]]:
+        return [(self.front, instance.options[self.front]["instances"])] + list(self.decode)
+
+
+@dataclass(frozen=True)
+class FleetTotals:
+    devices: int
+    power_w: float
+    usd_per_hour: float | None
+    objective: float
+
+
+def totals(instance: FleetInstance, solution: FleetSolution) -> FleetTotals:
+    """Devices, power, cost per hour and objective of a solution, from the instance alone."""
+    parts = solution.counts(instance)
+    opts = instance.options
+    devices = sum(opts[i]["devices_per_instance"] * n for i, n in parts)
+    power = sum(opts[i]["power_w"] / opts[i]["instances"] * n for i, n in parts)
+    priced = all(opts[i]["usd_per_hour"] is not None for i, _ in parts)
+    usd = sum(opts[i]["usd_per_hour"] / opts[i]["instances"] * n for i, n in parts) if priced else None
+    return FleetTotals(devices, power, usd, sum(instance.per_instance(i) * n for i, n in parts))
+
+
+def check(instance: FleetInstance, solution: FleetSolution) -> list[str]:
+    """What is wrong with ``solution`` (empty: nothing), re-derived from the instance alone:
+    roles, counts, the rate carried (exact rationals), the KV hand-over, and every limit."""
+    opts, problems = instance.options, []
+    if not 0 <= solution.front < len(opts):
+        return [f"option {solution.front} does not exist"]
+    front = opts[solution.front]
+    if front["role"] == "decode":
+        problems.append("a decode pool cannot stand alone")
+    if front["role"] == "colocated" and solution.decode:
+        problems.append("a colocated pool takes no decode pool")
+    if front["role"] == "prefill":
+        carried = Fraction(0)
+        kv = instance.kv_seconds()
+        for d, n in solution.decode:
+            if opts[d]["role"] != "decode":
+                problems.append(f"option {d} is not a decode pool")
+            if not 1 <= n <= opts[d]["instances"]:
+                problems.append(f"decode option {d} has {n} instances, allowed 1 to {opts[d]['instances']}")
+            if (solution.front, d) not in kv:
+                problems.append(f"prefill option {solution.front} cannot hand its KV cache to decode option {d} "
+                                "within the TTFT targets")
+            carried += Fraction(n, opts[d]["instances"])
+        if carried < 1:
+            problems.append(f"the decode pools carry {float(carried):.6g} of the rate")
+    t = totals(instance, solution)
+    if instance.max_devices is not None and t.devices > instance.max_devices:
+        problems.append(f"{t.devices} devices, the limit is {instance.max_devices}")
+    if instance.power_cap_w is not None and t.power_w > instance.power_cap_w * (1 + 1e-9):
+        problems.append(f"{t.power_w:,.0f} W, the cap is {instance.power_cap_w:,.0f} W")
+    if instance.budget_usd_per_hour is not None and (t.usd_per_hour is None or
+                                                     t.usd_per_hour > instance.budget_usd_per_hour * (1 + 1e-9)):
+        problems.append("no price" if t.usd_per_hour is None else
+                        f"${t.usd_per_hour:,.4g} per hour, the budget is ${instance.budget_usd_per_hour:,.4g}")
+    if not np.isfinite(t.objective):
+        problems.append(f"no {instance.objective} value (a system without a price)")
+    return problems
+
+
+def _rate_weights(counts: list[int]) -> tuple[list[int], int]:
+    """Integer weights w_d and total W with sum n_d w_d >= W  <=>  sum n_d / N_d >= 1, exactly:
+    W = lcm of the N_d, w_d = W / N_d (an lcm below 2^40 keeps every product within int64)."""
+    whole = 1
+    for n in set(counts):
+        whole = whole * n // math.gcd(whole, n)
+        if whole >= 1 << 40:
+            raise OverflowError
+    return [whole // n for n in counts], whole
+
+
+def solve(instance: FleetInstance, max_deterministic_time: float = 20.0) -> FleetSolution | None:
+    """The fleet program (CP-SAT): pick one colocated or prefill option; decode counts n_d in
+    [0, N_d] carry the rate after a prefill pick; only KV-compatible pairs; devices, power and
+    budget are linear limits; minimize the objective. None when no fleet is feasible.
+
+    The objective's coefficients are integers (10^9 units for the largest): the reported gap is
+    the solver's plus the bound that rounding can hide. A rate weight the lcm cannot express falls
+    back to rounding up one instance's share, and the solution is then at most FEASIBLE."""
+    from ortools.sat.python import cp_model
+
+    opts = instance.options
+    value = [instance.per_instance(i) for i in range(len(opts))]
+    usable = [i for i, v in enumerate(value) if np.isfinite(v)]
+    if not usable:
+        return None
+    colo = [i for i in usable if opts[i]["role"] == "colocated"]
+    pre = [i for i in usable if opts[i]["role"] == "prefill"]
+    dec = [i for i in usable if opts[i]["role"] == "decode"]
+    model = cp_model.CpModel()
+    x = {i: model.NewBoolVar(f"front{i}") for i in colo + pre}
+    n = {i: model.NewIntVar(0, opts[i]["instances"], f"dec{i}") for i in dec}
+    model.AddExactlyOne(x.values())
+    any_pre = sum(x[i] for i in pre)
+    compatible: dict[int, set[int]] = {}
+    for p, d, _ in instance.handover:
+        compatible.setdefault(d, set()).add(p)
+    for d in dec:
+        # A decode option serves only a prefill pick that can hand it the KV cache in time.
+        model.Add(n[d] == 0).OnlyEnforceIf([x[p].Not() for p in compatible.get(d, set()) if p in x])
+    exact = True
+    try:
+        weights, whole = _rate_weights([opts[d]["instances"] for d in dec] or [1])
+    except OverflowError:
+        exact, whole = False, 10 ** 9
+        weights = [-(-whole // opts[d]["instances"]) for d in dec]
+    model.Add(sum(w * n[d] for w, d in zip(weights, dec)) >= whole * any_pre)
+
+    def total(front_value, per_instance_value):
+        return sum(front_value(i) * x[i] for i in x) + sum(per_instance_value(i) * n[i] for i in dec)
+
+    if instance.max_devices is not None:
+        model.Add(total(lambda i: opts[i]["devices"], lambda i: opts[i]["devices_per_instance"]) <= instance.max_devices)
+    # Power and money limits in integer milliwatts and millidollars, rounded against the fleet:
+    # the checker re-tests them exactly.
+    if instance.power_cap_w is not None:
+        model.Add(total(lambda i: math.ceil(opts[i]["power_w"] * 1e3),
+                        lambda i: math.ceil(opts[i]["power_w"] / opts[i]["instances"] * 1e3))
+                  <= math.floor(instance.power_cap_w * 1e3))
+    if instance.budget_usd_per_hour is not None:
+        priced = lambda i: opts[i]["usd_per_hour"] is not None  # noqa: E731
+        for i in list(x) + dec:
+            if not priced(i):
+                model.Add((x[i] if i in x else n[i]) == 0)
+        model.Add(total(lambda i: math.ceil((opts[i]["usd_per_hour"] or 0.0) * 1e3),
+                        lambda i: math.ceil((opts[i]["usd_per_hour"] or 0.0) / opts[i]["instances"] * 1e3))
+                  <= math.floor(instance.budget_usd_per_hour * 1e3))
+    scale = 1e9 / max(max(value[i] * (opts[i]["instances"] if i in x else 1) for i in usable), 1e-300)
+    model.Minimize(total(lambda i: round(value[i] * opts[i]["instances"] * scale),
+                         lambda i: round(value[i] * scale)))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_deterministic_time = max_deterministic_time  # reproducible, unlike wall clock
+    status = solver.Solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    front = next(i for i in x if solver.Value(x[i]))
+    decode = tuple((d, int(solver.Value(n[d]))) for d in dec if solver.Value(n[d]) > 0) \
+        if opts[front]["role"] == "prefill" else ()
+    solution = FleetSolution(front, decode)
+    objective = totals(instance, solution).objective
+    # Rounding hides at most half a unit per instance of the solution and of the true optimum.
+    units = sum(c for _, c in solution.counts(instance)) + 1 + sum(opts[d]["instances"] for d in dec)
+    rounding = 0.5 * units / scale / max(objective, 1e-300)
+    gap = rounding if status == cp_model.OPTIMAL else rounding + abs(
+        solver.ObjectiveValue() - solver.BestObjectiveBound()) / max(abs(solver.ObjectiveValue()), 1e-12)
+    name = "OPTIMAL" if status == cp_model.OPTIMAL and exact else "FEASIBLE"
+    return FleetSolution(front, decode, name, gap)
+
+
+def single_pool_solutions(instance: FleetInstance) -> list[FleetSolution]:
+    """Fleets of one configuration per pool: every colocated option and every compatible prefill /
+    decode pair at their own counts, within the limits (the checker decides)."""
+    out = []
+    opts = instance.options
+    for i, o in enumerate(opts):
+        if o["role"] == "colocated":
+            out.append(FleetSolution(i))
+    out += [FleetSolution(p, ((d, opts[d]["instances"]),)) for p, d, _ in instance.handover]
+    return [s for s in out if not check(instance, s)]
