@@ -131,7 +131,7 @@ class TrainRequest:
         return TrainRequest(
             model=model, system=system, devices=devices, tp=plan["tp"], pp=plan["pp"], dp=plan["dp"], cp=plan["cp"],
             ep=plan["ep"], etp=plan["etp"] or None, interleave=plan["interleave"], micro_batch=plan["micro_batch"],
-            zero=plan["zero"], recompute=plan["recompute"], sp=plan["sp"], precision=plan["precision"],
+            zero=plan["zero"], recompute=plan["recompute"], sp=plan["sp"] or plan["tp"] == 1, precision=plan["precision"],
             offload_optimizer=plan["optimizer_place"], offload_grads=plan["grad_place"],
             offload_params=plan["param_place"], moe_imbalance=plan["moe_imbalance"],
             global_batch=work.global_batch, seq_len=work.seq_len, tokens=float(work.tokens))
