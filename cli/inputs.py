@@ -178,16 +178,16 @@ def plan_serve_inputs(db, flags: dict[str, Any]):
                     tpot_p50=ms["tpot_p50_ms"], tpot_p90=ms["tpot_p90_ms"])
     objective = flags["objective"]
     one_of("pricing", flags["pricing"], ("cloud", "owned"))
+    prices = parse_prices(db, flags["price"])
     if objective is None:
-        from perfmodel.power import run_cost
-
-        prices = parse_prices(db, flags["price"])
         import numpy as np
+
+        from perfmodel.power import run_cost
 
         priced = [s for s in systems if np.isfinite(run_cost(build_machine(db, s, None, flags["pricing"], prices), 0.0))]
         objective = "cost" if priced else "energy"
     options = ServeSearchOptions(
-        pricing=flags["pricing"], prices=parse_prices(db, flags["price"]),
+        pricing=flags["pricing"], prices=prices,
         objective=objective, modes=_names("--modes", flags["modes"], MODES),
         weight_precisions=(_names("--weight-precisions", flags["weight_precisions"], WEIGHT_PRECISIONS)
                            if flags["weight_precisions"] is not None else default_weight_precisions(spec)),

@@ -491,8 +491,7 @@ def _train_command(model_ref: str, row: dict, work, options) -> str:
     from perfmodel.requests import TrainRequest, command
 
     request = TrainRequest.of_plan(model_ref, row["system"], row["devices"], row["plan"], work)
-    return command(replace(request, pricing=options.pricing,
-                           price=tuple(f"{k}={v:g}" for k, v in sorted((options.prices or {}).items()))))
+    return command(replace(request, pricing=options.pricing, price=_price_flags(options)))
 
 
 def _serve_command(model_ref: str, pool, demand, options) -> str:
@@ -509,11 +508,17 @@ def _serve_command(model_ref: str, pool, demand, options) -> str:
         input_len=int(round(demand.input_len.p90)), output_len=1 if prefill else int(round(2 * demand.output_len.p90)),
         weight_precision=c["weight_precision"], activation_precision=c["activation_precision"],
         kv_precision=c["kv_precision"], kv_place="hbm" if prefill else c["kv_place"], pricing=options.pricing,
-        price=tuple(f"{k}={v:g}" for k, v in sorted((options.prices or {}).items())))
+        price=_price_flags(options))
     return command(request)
 
 
+def _price_flags(options) -> tuple[str, ...]:
+    """The search's --price flags, as SYSTEM=USD strings."""
+    return tuple(f"{k}={v:g}" for k, v in sorted((options.prices or {}).items()))
+
+
 def _cost_bases(machines) -> dict[str, str]:
+    """One cost-basis line per system (machines of one system at several sizes give one line)."""
     from perfmodel.power import cost_basis
 
     return {m.system.name: cost_basis(m) for m in machines}
@@ -535,7 +540,7 @@ def plan_train(db, spec, pairs, work, options, json_out: bool, pareto: bool, tim
     listed = [result.best] + result.ties + result.top + result.pareto
     for row in listed:
         row["reproduce"] = _train_command(model_ref, row, work, options)
-    bases = _cost_bases({id(m): m for m in result.machines.values()}.values())
+    bases = _cost_bases(result.machines.values())
     machine = result.machines[(result.best["system"], result.best["devices"])]
     if json_out:
         best_plan = TrainPlan(**result.best["plan"])
@@ -587,7 +592,7 @@ def _gap(gap) -> str:
     """An optimality gap: 'unknown' when no bound proves one (never NaN)."""
     if gap is None or gap != gap:
         return "unknown (not proven)"
-    return "0%" if gap == 0 else f"{gap:.2g} ({gap:.1e} of the objective)" if gap < 1e-3 else f"{gap:.1%}"
+    return "0%" if gap == 0 else f"{gap:.1e} of the objective" if gap < 1e-3 else f"{gap:.1%}"
 
 
 def _print_commands(rows: list[dict]) -> None:
@@ -597,7 +602,9 @@ def _print_commands(rows: list[dict]) -> None:
 
 def _quantization_remark(formats, native: str) -> str | None:
     """The accuracy remark every quantized plan carries: the formats below the model's own."""
-    lower = sorted({f for f in formats if f not in (native, "bf16", "fp16", "a16")})
+    # An fp8 (or int8) model computes in 8 bits as published (DeepSeek-V3's W8A8 fp8 recipe).
+    own = (native, "bf16", "fp16", "a16") + (("a8",) if native in ("fp8", "int8") else ())
+    lower = sorted({f for f in formats if f not in own})
     if not lower:
         return None
     return (f"quantized: {', '.join(lower)} (the model is published in {native}); check the model's accuracy in "
