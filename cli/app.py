@@ -7,6 +7,7 @@ plan is feasible); anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -396,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         app(args=argv, prog_name="perfmodel", standalone_mode=False)
     except PerfmodelError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
+        print(f"Error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code
@@ -411,6 +412,11 @@ def main(argv: list[str] | None = None) -> int:
         print("Error: " + " ".join(message.split()), file=sys.stderr)
         return 2
     return 0
+
+
+def one_line(text: str) -> str:
+    """A message on one line: control characters a user typed (a newline in a value) shown escaped."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], text.strip())
 
 
 def run() -> None:  # console-script entry point

@@ -44,7 +44,7 @@ def serve_inputs(db, flags: dict[str, Any]):
 def device_candidates(db, systems: list[str], devices: list[int] | None, max_devices: int | None):
     """(system, devices) pairs: the given counts, or node multiples (powers of two) up to --max-devices."""
     pairs = []
-    for name in systems:
+    for name in dict.fromkeys(db.system(s).name for s in systems):
         per_node = db.system(name).devices_per_node
         if devices:
             counts = devices
@@ -70,11 +70,12 @@ def plan_train_inputs(db, flags: dict[str, Any]):
     from search.space import SpaceOptions
     from search.train import OBJECTIVES, SearchOptions
 
-    for name in ("devices",):
-        for value in flags[name] or []:
-            if value < 1 or value > 10_000_000:
-                raise SpecError(f"--devices needs 1 to 10,000,000, has {value}")
-    _positive(flags, "max_devices", "global_batch", "seq_len", "top")
+    from perfmodel.machine import MAX_DEVICES
+
+    for flag, value in [("--devices", n) for n in flags["devices"] or ()] + [("--max-devices", flags["max_devices"])]:
+        if value is not None and not 1 <= value <= MAX_DEVICES:
+            raise SpecError(f"{flag} needs 1 to {MAX_DEVICES:,}, has {value}")
+    _positive(flags, "global_batch", "seq_len", "top")
     _choice(flags, "objective", OBJECTIVES)
     if not 0 <= flags["tokens"] < 1e18:
         raise SpecError(f"--tokens needs 0 to 1e18, has {flags['tokens']:g}")
@@ -87,6 +88,7 @@ def plan_train_inputs(db, flags: dict[str, Any]):
             raise UnknownNameError("--precisions value", p, ("bf16", "fp16", "fp8"))
     spec = load_model(flags["model"])
     pairs = device_candidates(db, list(flags["system"]), flags["devices"], flags["max_devices"])
+    _some_precision_runs(db, {name for name, _ in pairs}, precisions or ("bf16",))
     from .routing_io import routing_for
 
     from perfmodel.requests import one_of, parse_prices
@@ -99,6 +101,18 @@ def plan_train_inputs(db, flags: dict[str, Any]):
                             space=SpaceOptions(precisions=precisions or ("bf16",)), routing=routing_for(spec, flags))
     work = TrainWorkload(flags["global_batch"], flags["seq_len"], flags["tokens"])
     return spec, pairs, work, options
+
+
+def _some_precision_runs(db, systems: set[str], precisions: tuple[str, ...]) -> None:
+    """At least one candidate system computes in one of ``precisions`` (else no plan exists to search)."""
+    from hardware_db.errors import UnsupportedPrecisionError
+    from perfmodel.machine import build_machine
+
+    machines = [build_machine(db, name, None) for name in sorted(systems)]
+    if not any(m.supports(p) for m in machines for p in precisions):
+        names = ", ".join(f"{m.system.name} ({m.accelerator.name})" for m in machines)
+        raise UnsupportedPrecisionError(f"--precisions {','.join(precisions)}: none is listed in the datasheet of "
+                                        f"{names}; try bf16")
 
 
 def parse_lengths(flag: str, text: str):

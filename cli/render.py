@@ -755,7 +755,12 @@ def plan_serve(db, spec, systems, demand, options, json_out: bool, pareto: bool,
 def place_experts(spec, machine, problem, time_limit: float, json_out: bool) -> None:
     from search.placement import OBJECTIVE, layer_time, place
 
-    methods = {m: place(problem, m, time_limit) for m in ("round-robin", "greedy", "cp-sat")}
+    bar = _LateProgress(3 * problem.stats.layers, f"placing {problem.stats.layers} layers three ways "
+                                                  f"(time limit {time_limit:g} s)")
+    methods = {}
+    for i, method in enumerate(("round-robin", "greedy", "cp-sat")):
+        methods[method] = place(problem, method, time_limit, lambda done, i=i: bar(i * problem.stats.layers + done))
+    bar.close()
     rows = {}
     for name, p in methods.items():
         rows[name] = {"imbalance": p.imbalance, "max_load_tokens": float(p.max_load.mean()),
@@ -768,7 +773,7 @@ def place_experts(spec, machine, problem, time_limit: float, json_out: bool) -> 
                 "affinity); per layer: replicas by water-filling, copies per node by CP-SAT, devices by LPT with "
                 "interchange", "devices": problem.devices, "devices_per_node": problem.devices_per_node,
                 "slots": problem.slots, "replicas": problem.replicas, "layers": problem.stats.layers,
-                "experts": problem.stats.experts}
+                "experts": problem.stats.experts, "time_limit_s": time_limit}
     if json_out:
         emit_json({"model": spec.name, "system": machine.system.name, "placement": best.as_map(),
                    "methods": rows, "evidence": evidence})
@@ -799,7 +804,7 @@ def place_experts(spec, machine, problem, time_limit: float, json_out: bool) -> 
     console.print(_kv_table("evidence", [("status", evidence["status"]), ("gap to bound (worst layer)",
                                                                            f"{evidence['gap']:.2%}"),
                                          ("objective", OBJECTIVE), ("decomposition", evidence["decomposition"]),
-                                         ("seconds", f"{best.seconds:.1f}")]))
+                                         ("seconds", f"{best.seconds:.1f} (time limit {time_limit:g})")]))
     console.print("--json writes the placement map: layer -> expert -> devices", style="dim")
 
 

@@ -11,72 +11,152 @@ Formats (documented in the README):
 from __future__ import annotations
 
 import csv
-import json
+import io
+import math
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
 from hardware_db.errors import SpecError
+from hardware_db.files import MIB, read_bytes, read_json, read_text
+from perfmodel.routing import MAX_TOKENS
+
+MAX_FILE_BYTES = 64 * MIB          # a DeepSeek-V3 table with every transition is about 30 MB of text
 
 
-def read_routing(path_text: str):
+def read_routing(path_text: str, max_layers: int, max_experts: int):
+    """Routing statistics from a .json, .csv or .npz file, every size checked before it is allocated:
+    at most ``max_layers`` x ``max_experts`` loads (the model's own shape bounds them)."""
     from perfmodel.routing import RoutingStats
 
+    if not path_text.strip():
+        raise SpecError("--routing needs the path of a .json, .csv or .npz file")
     path = Path(path_text)
-    if not path.is_file():
-        raise SpecError(f"routing file not found: {path}")
     suffix = path.suffix.lower()
-    try:
-        if suffix == ".json":
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(data, dict) or "loads" not in data:
-                raise SpecError(f"{path}: needs a JSON object with 'loads' (and optional 'transitions')")
-            loads = np.asarray(data["loads"], dtype=float)
-            transitions = np.asarray(data["transitions"], dtype=float) if data.get("transitions") is not None else None
-        elif suffix == ".csv":
-            with path.open(newline="", encoding="utf-8") as fh:
-                rows = list(csv.DictReader(fh))
-            if not rows or not {"layer", "expert", "tokens"} <= set(rows[0]):
-                raise SpecError(f"{path}: needs a header 'layer,expert,tokens' and rows")
-            layers = 1 + max(int(r["layer"]) for r in rows)
-            experts = 1 + max(int(r["expert"]) for r in rows)
-            loads = np.zeros((layers, experts))
-            for r in rows:
-                layer, expert = int(r["layer"]), int(r["expert"])
-                if layer < 0 or expert < 0:
-                    raise SpecError(f"{path}: layer and expert need non-negative indices")
-                loads[layer, expert] += float(r["tokens"])
-            transitions = None
-        elif suffix == ".npz":
-            with np.load(path, allow_pickle=False) as data:
-                if "loads" not in data:
-                    raise SpecError(f"{path}: needs an array named 'loads'")
-                loads = np.asarray(data["loads"], dtype=float)
-                transitions = np.asarray(data["transitions"], dtype=float) if "transitions" in data else None
-        else:
-            raise SpecError(f"routing file {path}: needs .json, .csv or .npz, has '{suffix or 'no suffix'}'")
-    except (ValueError, TypeError, KeyError, OSError, json.JSONDecodeError) as exc:
-        raise SpecError(f"malformed routing file ({path}): {exc.__class__.__name__}: {exc}".splitlines()[0]) from None
+    readers = {".json": _from_json, ".csv": _from_csv, ".npz": _from_npz}
+    if suffix not in readers:
+        raise SpecError(f"routing file {path}: needs .json, .csv or .npz, has '{suffix or 'no suffix'}'")
+    loads, transitions = readers[suffix](path, max_layers, max_experts)
     return RoutingStats(loads=loads, transitions=transitions)
+
+
+def _array(value, what: str, path: Path, max_values: int) -> np.ndarray:
+    try:
+        array = np.asarray(value, dtype=float)
+    except (ValueError, TypeError, OverflowError):
+        raise SpecError(f"{path}: '{what}' needs a table of numbers with rows of one length") from None
+    if array.size > max_values:
+        raise SpecError(f"{path}: '{what}' holds {array.size:,} numbers, more than the model's {max_values:,}")
+    return array
+
+
+def _from_json(path: Path, max_layers: int, max_experts: int):
+    data = read_json(path, MAX_FILE_BYTES)
+    if not isinstance(data, dict) or "loads" not in data:
+        raise SpecError(f"{path}: needs a JSON object with 'loads' (and optional 'transitions')")
+    loads = _array(data["loads"], "loads", path, max_layers * max_experts)
+    transitions = data.get("transitions")
+    if transitions is not None:
+        transitions = _array(transitions, "transitions", path, max(max_layers - 1, 1) * max_experts ** 2)
+    return loads, transitions
+
+
+def _index(text: str | None, column: str, limit: int, path: Path, line: int) -> int:
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise SpecError(f"{path}:{line}: '{column}' needs an integer index") from None
+    if not 0 <= value < limit:
+        raise SpecError(f"{path}:{line}: '{column}' {value} is outside the model's 0 to {limit - 1}")
+    return value
+
+
+def _from_csv(path: Path, max_layers: int, max_experts: int):
+    rows = csv.DictReader(io.StringIO(read_text(path, MAX_FILE_BYTES, "routing file"), newline=""))
+    if not rows.fieldnames or not {"layer", "expert", "tokens"} <= {f.strip() for f in rows.fieldnames}:
+        raise SpecError(f"{path}: needs a header 'layer,expert,tokens' and rows")
+    counts: dict[tuple[int, int], float] = {}
+    try:
+        for line, row in enumerate(rows, start=2):
+            row = {str(k).strip(): v for k, v in row.items()}
+            key = (_index(row["layer"], "layer", max_layers, path, line),
+                   _index(row["expert"], "expert", max_experts, path, line))
+            try:
+                tokens = float(str(row["tokens"]))
+            except ValueError:
+                tokens = math.nan
+            if not 0 <= tokens <= MAX_TOKENS:
+                raise SpecError(f"{path}:{line}: 'tokens' needs a count from 0 to {MAX_TOKENS:g}, has "
+                                f"{str(row['tokens'])[:20]!r}")
+            counts[key] = counts.get(key, 0.0) + tokens
+    except csv.Error as exc:
+        raise SpecError(f"{path}: malformed CSV: {exc}") from None
+    if not counts:
+        raise SpecError(f"{path}: needs a header 'layer,expert,tokens' and rows")
+    loads = np.zeros((1 + max(k[0] for k in counts), 1 + max(k[1] for k in counts)))
+    for (layer, expert), tokens in counts.items():
+        loads[layer, expert] = tokens
+    return loads, None
+
+
+def _npy(archive: zipfile.ZipFile, name: str, path: Path, max_values: int) -> np.ndarray | None:
+    """One array of the archive, its header checked (numeric dtype, size) before its data is read."""
+    member = f"{name}.npy"
+    if member not in archive.namelist():
+        return None
+    info = archive.getinfo(member)
+    try:
+        with archive.open(info) as fh:
+            version = np.lib.format.read_magic(fh)
+            header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, dtype = header(fh)
+        size = math.prod(shape)
+        if dtype.kind not in "iuf":
+            raise SpecError(f"{path}: '{name}' needs integers or floats, has {dtype.name}")
+        if size > max_values or size * dtype.itemsize > info.file_size:
+            raise SpecError(f"{path}: '{name}' needs at most {max_values:,} numbers (the model's shape), "
+                            f"its header claims {size:,}")
+        with archive.open(info) as fh:
+            return np.lib.format.read_array(fh, allow_pickle=False)
+    except (ValueError, OSError, EOFError, RuntimeError, NotImplementedError, zipfile.BadZipFile, zlib.error) as exc:
+        raise SpecError(f"{path}: '{name}' is not a readable NumPy array ({exc.__class__.__name__})") from None
+
+
+def _from_npz(path: Path, max_layers: int, max_experts: int):
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(read_bytes(path, MAX_FILE_BYTES, "routing file")))
+    except (zipfile.BadZipFile, EOFError, ValueError):
+        raise SpecError(f"{path}: not a NumPy .npz archive") from None
+    with archive:
+        loads = _npy(archive, "loads", path, max_layers * max_experts)
+        if loads is None:
+            raise SpecError(f"{path}: needs an array named 'loads'")
+        return loads, _npy(archive, "transitions", path, max(max_layers - 1, 1) * max_experts ** 2)
 
 
 def routing_for(spec, flags) -> object:
     """The statistics the flags ask for: a file (--routing), synthetic (--zipf), or None."""
     from perfmodel.routing import zipf_routing
 
-    if flags.get("routing") and flags.get("zipf") is not None:
+    if flags.get("routing") is not None and flags.get("zipf") is not None:
         raise SpecError("give --routing or --zipf, not both")
     if not spec.moe:
-        if flags.get("routing") or flags.get("zipf") is not None:
+        if flags.get("routing") is not None or flags.get("zipf") is not None:
             raise SpecError(f"{spec.name} has no routed experts; --routing and --zipf apply to MoE models")
         return None
-    if flags.get("routing"):
-        stats = read_routing(flags["routing"])
+    if flags.get("routing") is not None:
+        stats = read_routing(flags["routing"], spec.moe_layers, spec.moe.num_experts)
     elif flags.get("zipf") is not None:
-        stats = zipf_routing(spec.moe_layers, spec.moe.num_experts, spec.moe.top_k, flags.get("tokens_per_layer")
-                             or 65536, flags["zipf"], flags.get("affinity") or 0.0, flags.get("seed") or 0)
+        stats = zipf_routing(spec.moe_layers, spec.moe.num_experts, spec.moe.top_k,
+                             flags.get("tokens_per_layer", 65536.0), flags["zipf"], flags.get("affinity", 0.5),
+                             flags.get("seed", 0))
     else:
         return None
     if stats.experts != spec.moe.num_experts:
         raise SpecError(f"routing statistics have {stats.experts} experts, {spec.name} has {spec.moe.num_experts}")
+    if stats.layers != spec.moe_layers:
+        raise SpecError(f"routing statistics have {stats.layers} MoE layers, {spec.name} has {spec.moe_layers}: "
+                        "give one row of loads per MoE layer")
     return stats

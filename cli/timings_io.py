@@ -26,7 +26,6 @@ Formats:
 from __future__ import annotations
 
 import csv
-import math
 from pathlib import Path
 
 from hardware_db.errors import SpecError
@@ -34,6 +33,19 @@ from hardware_db.errors import SpecError
 # aiconfigurator's folder name for each accelerator it measured.
 AICONFIGURATOR_DEVICES = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "a100-sxm-80gb": "a100_sxm",
                           "b200": "b200_sxm", "gb200": "gb200"}
+MAX_TABLE_BYTES = 64 << 20   # about 1.5 M rows; aiconfigurator's largest table has 260 k
+# Plausible range of each numeric CSV column: wider than any kernel measured, narrow enough that a
+# fit never meets an overflow, a zero or a denormal.
+RANGES = {"seconds": (1e-9, 1e3), "bytes": (1.0, 1e13), "ranks": (1.0, 1e6), "ranks_per_node": (1.0, 1e4),
+          "m": (1.0, 1e8), "n": (1.0, 1e8), "k": (1.0, 1e8), "batch": (1.0, 1e7), "seq_len": (1.0, 1e8),
+          "heads": (1.0, 1e5), "kv_heads": (1.0, 1e5), "head_dim": (1.0, 1e5), "tokens": (1.0, 1e8),
+          "top_k": (1.0, 1e4), "hidden": (1.0, 1e7)}
+PARQUET_RANGES = {"latency": (1e-6, 1e6), "m": RANGES["m"], "n": RANGES["n"], "k": RANGES["k"],
+                  "num_gpus": RANGES["ranks"], "message_size": (1.0, 1e13), "batch_size": RANGES["batch"],
+                  "isl": RANGES["seq_len"], "num_heads": RANGES["heads"], "num_key_value_heads": RANGES["kv_heads"],
+                  "head_dim": RANGES["head_dim"], "node_num": (1.0, 1e5), "hidden_size": RANGES["hidden"],
+                  "num_token": RANGES["tokens"], "num_topk": RANGES["top_k"], "dispatch_avg_t_us": (1e-3, 1e9),
+                  "combine_avg_t_us": (1e-3, 1e9)}
 DTYPE_BYTES = {"half": 2, "float16": 2, "bfloat16": 2, "bf16": 2, "fp16": 2, "int8": 1, "fp8": 1, "float": 4}
 COLUMNS = ("op", "ranks", "bytes", "seconds")
 GEMM_COLUMNS = ("m", "n", "k", "dtype", "seconds")
@@ -56,12 +68,10 @@ def read_timings(path: Path) -> tuple[list, list, list, list]:
         return _read_parquet(path)
     out: tuple[list, list, list, list] = ([], [], [], [])
     for line, row in _csv_rows(path, COLUMNS):
-        try:
-            values = (row["op"].strip(), int(row["ranks"]), float(row["bytes"]), float(row["seconds"]))
-        except (TypeError, ValueError, AttributeError):
-            raise SpecError(f"{path}:{line}: needs op, integer ranks, bytes and seconds") from None
-        if not all(math.isfinite(v) for v in values[1:]):
-            raise SpecError(f"{path}:{line}: bytes and seconds need finite numbers")
+        ranks, size, seconds = _numbers(row, ("ranks", "bytes", "seconds"), path, line)
+        if ranks != int(ranks):
+            raise SpecError(f"{path}:{line}: 'ranks' needs an integer, has {row['ranks']!r}")
+        values = (str(row["op"]).strip(), int(ranks), size, seconds)
         for column, value in zip(out, values):
             column.append(value)
     return out
@@ -89,11 +99,8 @@ def read_gemm_timings(path: Path) -> dict[str, tuple]:
     else:
         rows = []
         for line, row in _csv_rows(path, GEMM_COLUMNS):
-            try:
-                values = (float(row["m"]), float(row["n"]), float(row["k"]), row["dtype"].strip().lower(),
-                          float(row["seconds"]))
-            except (TypeError, ValueError, AttributeError):
-                raise SpecError(f"{path}:{line}: needs numbers m, n, k and seconds, and a dtype") from None
+            m, n, k, seconds = _numbers(row, ("m", "n", "k", "seconds"), path, line)
+            values = (m, n, k, str(row["dtype"]).strip().lower(), seconds)
             if values[3] not in GEMM_DTYPES:
                 raise SpecError(f"{path}:{line}: dtype needs one of {', '.join(sorted(GEMM_DTYPES))}, has {values[3]!r}")
             rows.append(values)
@@ -139,12 +146,8 @@ def read_attention_timings(path: Path, decode_path: Path | None = None) -> tuple
                                                            t["kv_cache_dtype"], (x * 1e-3 for x in t["latency"]), window)]
             continue
         for line, row in _csv_rows(file, ATTENTION_COLUMNS):
-            try:
-                shape = tuple(float(row[k]) for k in ("batch", "seq_len", "heads", "kv_heads", "head_dim", "seconds"))
-                phase_, dtype, kv_dtype = (row[k].strip().lower() for k in ("phase", "dtype", "kv_dtype"))
-            except (TypeError, ValueError, AttributeError):
-                raise SpecError(f"{file}:{line}: needs numbers batch, seq_len, heads, kv_heads, head_dim and "
-                                "seconds, and a phase, dtype and kv_dtype") from None
+            shape = _numbers(row, ("batch", "seq_len", "heads", "kv_heads", "head_dim", "seconds"), file, line)
+            phase_, dtype, kv_dtype = (str(row[k]).strip().lower() for k in ("phase", "dtype", "kv_dtype"))
             if phase_ not in ("prefill", "decode") or dtype not in ATTENTION_DTYPES or kv_dtype not in ATTENTION_DTYPES:
                 raise SpecError(f"{file}:{line}: phase needs prefill or decode and dtype, kv_dtype one of "
                                 f"{', '.join(sorted(ATTENTION_DTYPES))}")
@@ -235,28 +238,66 @@ def read_dispatch_timings(paths: list[Path], ranks_per_node: int = 8) -> tuple:
                 add("combine", nodes * ranks_per_node, ranks_per_node, tokens, k, h, "bf16", comb * 1e-6)
             continue
         for line, row in _csv_rows(path, DISPATCH_COLUMNS):
-            try:
-                n, per, tokens, k, h, sec = (float(row[c]) for c in ("ranks", "ranks_per_node", "tokens", "top_k",
-                                                                     "hidden", "seconds"))
-                op, dtype = row["op"].strip().lower(), row["dtype"].strip().lower()
-            except (TypeError, ValueError, AttributeError):
-                raise SpecError(f"{path}:{line}: needs numbers ranks, ranks_per_node, tokens, top_k, hidden and "
-                                "seconds, and an op and dtype") from None
-            if dtype not in DTYPE_BYTES or not all(math.isfinite(x) and x > 0 for x in (n, per, tokens, k, h, sec)):
-                raise SpecError(f"{path}:{line}: needs positive finite numbers and a dtype among "
-                                f"{', '.join(sorted(DTYPE_BYTES))}")
+            n, per, tokens, k, h, sec = _numbers(row, ("ranks", "ranks_per_node", "tokens", "top_k", "hidden",
+                                                       "seconds"), path, line)
+            op, dtype = str(row["op"]).strip().lower(), str(row["dtype"]).strip().lower()
+            if dtype not in DTYPE_BYTES:
+                raise SpecError(f"{path}:{line}: dtype needs one of {', '.join(sorted(DTYPE_BYTES))}")
             add(op, n, per, tokens, k, h, dtype, sec)
     return cols
 
 
 def _csv_rows(path: Path, needed: tuple):
     """(line number, row dict) of a CSV with a header holding ``needed``; ``#`` lines are comments."""
-    lines = [line for line in path.read_text(encoding="utf-8", errors="replace").splitlines()
+    from hardware_db.files import read_text
+
+    lines = [line for line in read_text(path, MAX_TABLE_BYTES, "timing table").splitlines()
              if line.strip() and not line.lstrip().startswith("#")]
     reader = csv.DictReader(lines)
-    if reader.fieldnames is None or not set(needed) <= {f.strip() for f in reader.fieldnames}:
+    try:
+        header = reader.fieldnames
+    except csv.Error as exc:
+        raise SpecError(f"{path}: malformed CSV ({exc})") from None
+    if header is None or not set(needed) <= {f.strip() for f in header}:
         raise SpecError(f"{path}: needs a header with the columns {', '.join(needed)}")
-    return enumerate(reader, start=2)
+
+    def rows():
+        try:
+            for line, row in enumerate(reader, start=2):
+                yield line, {str(k).strip(): v for k, v in row.items()}
+        except csv.Error as exc:
+            raise SpecError(f"{path}: malformed CSV ({exc})") from None
+
+    return rows()
+
+
+def _numbers(row: dict, columns: tuple[str, ...], path: Path, line: int) -> tuple[float, ...]:
+    """The row's numbers in ``columns``, each finite and inside its column's plausible range."""
+    out = []
+    for column in columns:
+        lo, hi = RANGES[column]
+        text = row.get(column)
+        try:
+            value = float(str(text).strip())
+        except (ValueError, OverflowError):
+            raise SpecError(f"{path}:{line}: '{column}' needs a number, has {str(text)[:20]!r}") from None
+        if not lo <= value <= hi:
+            raise SpecError(f"{path}:{line}: '{column}' needs {lo:g} to {hi:g}, has {value:g}")
+        out.append(value)
+    return tuple(out)
+
+
+def _check_columns(path: Path, table: dict) -> None:
+    """Every numeric column of an aiconfigurator table inside its plausible range (ranges as in RANGES)."""
+    import numpy as np
+
+    for column, (lo, hi) in PARQUET_RANGES.items():
+        if column in table:
+            values = np.asarray(table[column], dtype=float)
+            bad = ~((values >= lo) & (values <= hi))
+            if bad.any():
+                raise SpecError(f"{path}: '{column}' needs {lo:g} to {hi:g}, has {values[bad][0]:g} "
+                                f"(row {int(np.argmax(bad)) + 1})")
 
 
 def _parquet(path: Path, needed: tuple, kind: str) -> dict:
@@ -270,6 +311,7 @@ def _parquet(path: Path, needed: tuple, kind: str) -> dict:
         raise SpecError(f"{path}: not a readable Parquet table ({type(exc).__name__})") from None
     if not all(k in table for k in needed):
         raise SpecError(f"{path}: needs the columns {', '.join(needed)} (aiconfigurator's {kind})")
+    _check_columns(path, table)
     return table
 
 
@@ -302,16 +344,16 @@ def aiconfigurator_dispatch_tables(device: str) -> tuple[list[Path], int, float,
     measured different node counts), the GPUs per node and the per-direction intra- and
     inter-node bandwidths (bytes/s) its system file gives for the machines measured, and their
     provenance."""
-    import yaml
+    from hardware_db.files import read_yaml
 
     newest, provenance = aiconfigurator_table(device, "comm/sglang", "wideep_deepep_ll_perf.parquet")
     root = newest.parents[1]
     tables = sorted(root.glob("*/wideep_deepep_ll_perf.parquet"))
     system = root.parents[3] / f"{AICONFIGURATOR_DEVICES[device]}.yaml"
     try:
-        node = yaml.safe_load(system.read_text())["node"]
+        node = read_yaml(system)["node"]
         facts = int(node["num_gpus_per_node"]), float(node["intra_node_bw"]), float(node["inter_node_bw"])
-    except (OSError, KeyError, TypeError, ValueError, yaml.YAMLError):
+    except (SpecError, KeyError, TypeError, ValueError):
         raise SpecError(f"{system}: no node facts (num_gpus_per_node, intra_node_bw, inter_node_bw)") from None
     where = ", ".join(str(t.relative_to(root.parents[2])) for t in tables)
     return tables, *facts, f"{provenance.split(', ', 1)[0]}, {where} (node facts from {system.name})"

@@ -3,7 +3,7 @@
 A YAML file maps entry kinds (``accelerators``, ``cpus``, ``memory``, ``links``, ``systems``) to
 lists of entries. A user's entry with the name of a built-in one replaces it; ``extends: NAME``
 starts from another entry of the same kind and changes only the keys it gives. Files are read
-with ``yaml.safe_load`` only.
+through :mod:`hardware_db.files` only (a safe loader with size, depth and alias limits).
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from .errors import SpecError, UnknownNameError
+from .files import read_yaml, short
 from .schema import ENTRY_KINDS, Accelerator, Calibration, Constant, Cpu, Entry, Link, Memory, System
 
 BUILTIN_DIR = Path(__file__).parent / "data"
@@ -65,21 +65,6 @@ def format_validation_error(err: ValidationError, where: str) -> str:
     return f"{where}:{loc}: {msg}{tail}" if loc else f"{where}: {msg}{tail}"
 
 
-def read_yaml(path: Path) -> Any:
-    """Parse one YAML file safely; a syntax error or unreadable file becomes a one-line SpecError."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read {path}: {exc.__class__.__name__}: {exc}") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(f"malformed YAML ({path}{at}): {problem}") from None
-
-
 def _raw_entries(path: Path) -> Iterable[tuple[str, dict]]:
     data = read_yaml(path)
     if data is None:
@@ -93,16 +78,30 @@ def _raw_entries(path: Path) -> Iterable[tuple[str, dict]]:
         if not isinstance(entries, list) or not all(isinstance(e, Mapping) for e in entries):
             raise SpecError(f"{path}:{kind}: needs a list of mappings")
         for e in entries:
-            if not isinstance(e.get("name"), str):
-                raise SpecError(f"{path}:{kind}: every entry needs a string 'name'")
+            name = e.get("name")
+            if not isinstance(name, str) or not 0 < len(name.strip()) <= 100:
+                raise SpecError(f"{path}:{kind}: every entry needs a 'name' of 1 to 100 characters, has {short(name)}")
+            if "extends" in e and not isinstance(e["extends"], str):
+                raise SpecError(f"{path}:{kind}.{name}.extends: needs the name of an entry, has {short(e['extends'])}")
             out.append((kind, dict(e)))
     return out
 
 
+MAX_DIRECTORY_ENTRIES = 10_000  # a database folder, not a home directory or a file system
+
+
 def _yaml_files(directory: Path) -> list[Path]:
+    """The .yaml / .yml files under ``directory`` (any case), refused when it holds over 10,000 entries."""
     if not directory.is_dir():
         raise SpecError(f"hardware database directory not found: {directory}")
-    return sorted(p for p in directory.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+    found = []
+    for seen, path in enumerate(directory.rglob("*")):
+        if seen >= MAX_DIRECTORY_ENTRIES:
+            raise SpecError(f"hardware database directory {directory}: over {MAX_DIRECTORY_ENTRIES:,} entries; "
+                            "give the folder that holds your YAML files")
+        if path.suffix.lower() in (".yaml", ".yml") and path.is_file():
+            found.append(path)
+    return sorted(found)
 
 
 @dataclass(frozen=True)

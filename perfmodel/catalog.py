@@ -6,7 +6,6 @@ These loaders are the only file reading in ``perfmodel``. Nothing here touches t
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from functools import lru_cache
@@ -16,7 +15,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from hardware_db.errors import SpecError, UnknownNameError
-from hardware_db.loader import format_validation_error, read_yaml
+from hardware_db.files import read_json, read_yaml, short
+from hardware_db.loader import format_validation_error
 
 from .model import TransformerSpec
 
@@ -37,7 +37,8 @@ def _specs_from_yaml(path: Path) -> dict[str, TransformerSpec]:
         raise SpecError(f"{path}: needs a model mapping or 'models:' with a list of them")
     specs = {}
     for e in entries:
-        spec = _validate(e, f"{path}:{e.get('name', '?')}")
+        name = e.get("name", "?")
+        spec = _validate(e, f"{path}:{name if isinstance(name, str) and len(name) <= 100 else short(name)}")
         specs[spec.name] = spec
     return specs
 
@@ -73,15 +74,6 @@ def load_model(ref: str) -> TransformerSpec:
             raise SpecError(f"{path}: holds {len(specs)} models; give one")
         return next(iter(specs.values()))
     return find_model(ref)
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read {path}: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"malformed JSON ({path}:{exc.lineno}): {exc.msg}") from None
 
 
 # model_type of config.json -> family; every other model_type is refused with this list.

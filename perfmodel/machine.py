@@ -129,6 +129,9 @@ class Machine:
 PRICING = ("cloud", "owned")
 
 
+MAX_DEVICES = 1_000_000  # an input bound, not a figure: several times any cluster announced by 2026
+
+
 def build_machine(db: Database, system_name: str, devices: int | None = None, pricing: str = "cloud",
                   prices: dict[str, float] | None = None) -> Machine:
     """The system ``system_name`` sized to ``devices`` (default: one node), resolved for the cost
@@ -141,8 +144,8 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
         devices = per_node
     if not isinstance(devices, (int, np.integer)) or devices < 1:
         raise SpecError(f"--devices needs a positive integer, has {devices!r}")
-    if devices > 10_000_000:
-        raise SpecError(f"--devices needs at most 10,000,000, has {devices:,}")
+    if devices > MAX_DEVICES:
+        raise SpecError(f"--devices needs at most {MAX_DEVICES:,}, has {devices:,}")
     nodes = -(-int(devices) // per_node)
     system = base.scaled(nodes)
     acc = db.accelerator(system.accelerator)

@@ -21,7 +21,7 @@ NonNegative = Annotated[int, Field(ge=0, le=10_000_000)]
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class MlaSpec(_Frozen):
@@ -59,8 +59,8 @@ class Published(_Frozen):
     tolerance says why in ``note``.
     """
 
-    total_params: Annotated[float, Field(gt=0)]
-    active_params: Annotated[float, Field(gt=0)]
+    total_params: Annotated[float, Field(gt=0, le=1e15)]
+    active_params: Annotated[float, Field(gt=0, le=1e15)]
     source: str
     tolerance: Annotated[float, Field(gt=0, le=0.1)] = 0.01
     note: str = ""

@@ -21,6 +21,9 @@ import numpy as np
 from hardware_db.errors import SpecError
 
 
+MAX_TOKENS = 1e15  # routed tokens of one expert in one layer: far above any measured batch, far below overflow
+
+
 @dataclass(frozen=True)
 class RoutingStats:
     loads: np.ndarray                      # (layers, experts) tokens
@@ -30,15 +33,18 @@ class RoutingStats:
         loads = np.asarray(self.loads, dtype=float)
         if loads.ndim != 2 or loads.shape[0] < 1 or loads.shape[1] < 1:
             raise SpecError(f"routing loads need a (layers x experts) table, has shape {loads.shape}")
-        if not np.all(np.isfinite(loads)) or np.any(loads < 0):
-            raise SpecError("routing loads need finite, non-negative token counts")
+        if not np.all(np.isfinite(loads)) or np.any(loads < 0) or np.any(loads > MAX_TOKENS):
+            raise SpecError(f"routing loads need token counts from 0 to {MAX_TOKENS:g}")
+        per_layer = loads.sum(axis=1)
+        if np.any(per_layer <= 0):
+            raise SpecError(f"routing loads need tokens in every layer; layer {int(np.argmin(per_layer))} has none")
         if self.transitions is not None:
             t = np.asarray(self.transitions, dtype=float)
             expected = (loads.shape[0] - 1, loads.shape[1], loads.shape[1])
             if t.shape != expected:
                 raise SpecError(f"routing transitions need shape {expected}, has {t.shape}")
-            if not np.all(np.isfinite(t)) or np.any(t < 0):
-                raise SpecError("routing transitions need finite, non-negative token counts")
+            if not np.all(np.isfinite(t)) or np.any(t < 0) or np.any(t > MAX_TOKENS):
+                raise SpecError(f"routing transitions need token counts from 0 to {MAX_TOKENS:g}")
 
     @property
     def layers(self) -> int:
@@ -55,9 +61,11 @@ def zipf_routing(layers: int, experts: int, top_k: int, tokens: float, zipf: flo
     if not (layers >= 1 and experts >= 1 and 1 <= top_k <= experts):
         raise SpecError(f"synthetic routing needs layers, experts >= 1 and 1 <= top_k <= experts, has "
                         f"{layers}, {experts}, {top_k}")
-    if not (0 <= zipf <= 10 and 0 <= affinity <= 1 and 0 < tokens < 1e15):
-        raise SpecError(f"synthetic routing needs 0 <= zipf <= 10, 0 <= affinity <= 1 and tokens in (0, 1e15); "
-                        f"has {zipf}, {affinity}, {tokens:g}")
+    if not (0 <= zipf <= 10 and 0 <= affinity <= 1 and 1 <= tokens <= MAX_TOKENS):
+        raise SpecError(f"synthetic routing needs 0 <= zipf <= 10, 0 <= affinity <= 1 and 1 to {MAX_TOKENS:g} tokens; "
+                        f"has {zipf:g}, {affinity:g}, {tokens:g}")
+    if not 0 <= seed < 2**63:
+        raise SpecError(f"--seed needs 0 to 2^63 - 1, has {seed}")
     rng = np.random.default_rng(seed)
     base = 1.0 / np.arange(1, experts + 1) ** zipf
     base /= base.sum()

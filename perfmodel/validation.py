@@ -16,7 +16,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hardware_db.errors import SpecError
-from hardware_db.loader import Database, format_validation_error, read_yaml
+from hardware_db.files import read_yaml
+from hardware_db.loader import Database, format_validation_error
 
 from .catalog import find_model
 from .memory import activation_bytes_per_layer, model_state_bytes

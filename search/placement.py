@@ -22,6 +22,7 @@ per-copy load after water-filling), the proven floor of any placement's largest 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -116,32 +117,39 @@ def _lower_bound(load: np.ndarray, copies: np.ndarray, devices: int) -> float:
 
 def _rebalance(holder: dict[int, list[int]], sizes: dict[int, float], load: dict[int, float]) -> None:
     """Swap copies between the busiest device and the others while that lowers the busiest load
-    (a pairwise-interchange pass after LPT; Graham 1969 bounds LPT alone within 4/3 - 1/(3m))."""
+    (a pairwise-interchange pass after LPT; Graham 1969 bounds LPT alone within 4/3 - 1/(3m)).
+
+    Each pass weighs every swap of a copy on the busiest device with a copy elsewhere at once and
+    takes the one giving the lowest new peak (the first such, in holder order)."""
+    experts = list(holder)
+    devices = sorted(load)
+    column = {d: i for i, d in enumerate(devices)}
+    size = np.array([sizes[e] for e in experts])
+    on = np.zeros((len(experts), len(devices)), dtype=bool)
+    copy_expert = np.array([i for i, e in enumerate(experts) for _ in holder[e]], dtype=int)
+    copy_device = np.array([column[d] for e in experts for d in holder[e]], dtype=int)
+    on[copy_expert, copy_device] = True
+    device_load = np.array([load[d] for d in devices])
     for _ in range(200):
-        hot = max(load, key=lambda d: (load[d], d))
-        best = None
-        for e_hot, devs in holder.items():
-            if hot not in devs:
-                continue
-            for e_cold, cold_devs in holder.items():
-                if e_cold == e_hot:
-                    continue
-                for cold in cold_devs:
-                    if cold == hot or cold in devs or hot in cold_devs:
-                        continue
-                    delta = sizes[e_hot] - sizes[e_cold]
-                    if delta <= 0:
-                        continue
-                    new_peak = max(load[hot] - delta, load[cold] + delta)
-                    if new_peak < load[hot] - 1e-9 and (best is None or new_peak < best[0]):
-                        best = (new_peak, e_hot, e_cold, cold, delta)
-        if best is None:
-            return
-        _, e_hot, e_cold, cold, delta = best
-        holder[e_hot][holder[e_hot].index(hot)] = cold
-        holder[e_cold][holder[e_cold].index(cold)] = hot
-        load[hot] -= delta
-        load[cold] += delta
+        hot = max(range(len(devices)), key=lambda i: (device_load[i], devices[i]))
+        hot_experts = np.flatnonzero(on[:, hot])
+        delta = size[hot_experts][:, None] - size[copy_expert][None, :]
+        valid = ((delta > 0) & (copy_device != hot)[None, :] & ~on[copy_expert, hot][None, :]
+                 & ~on[hot_experts][:, copy_device])
+        peak = np.where(valid, np.maximum(device_load[hot] - delta, device_load[copy_device][None, :] + delta), np.inf)
+        if not peak.size or peak.min() >= device_load[hot] - 1e-9:
+            break
+        i, j = np.unravel_index(int(np.argmin(peak)), peak.shape)
+        e_hot, e_cold, cold = int(hot_experts[i]), int(copy_expert[j]), int(copy_device[j])
+        on[e_hot, hot], on[e_hot, cold], on[e_cold, cold], on[e_cold, hot] = False, True, False, True
+        copy_device[j] = hot
+        copy_device[np.flatnonzero((copy_expert == e_hot) & (copy_device == hot))[0]] = cold
+        device_load[hot] -= delta[i, j]
+        device_load[cold] += delta[i, j]
+        holder[experts[e_hot]][holder[experts[e_hot]].index(devices[hot])] = devices[cold]
+        holder[experts[e_cold]][holder[experts[e_cold]].index(devices[cold])] = devices[hot]
+    for i, d in enumerate(devices):
+        load[d] = float(device_load[i])
 
 
 def _lpt(items: list[tuple[float, int]], devices: list[int], slots: int, start: np.ndarray, rebalance: bool = True):
@@ -292,9 +300,14 @@ def _greedy_nodes(problem, load, copies):
 METHODS = ("cp-sat", "greedy", "round-robin", "lpt")
 
 
-def place(problem: PlacementProblem, method: str = "cp-sat", time_limit: float = 30.0) -> Placement:
+def place(problem: PlacementProblem, method: str = "cp-sat", time_limit: float = 30.0,
+          progress: Callable[[int], None] | None = None) -> Placement:
     """Place every layer with ``method``: "cp-sat", "greedy" (LPT with interchange), "lpt" (plain
-    longest-first, the plan searches' fast estimate) or "round-robin"."""
+    longest-first, the plan searches' fast estimate) or "round-robin".
+
+    CP-SAT gets a deterministic budget per layer (reproducible) that sums to ``time_limit``; should
+    the wall clock pass ``time_limit`` anyway, the remaining layers keep their greedy placement and
+    the status says FEASIBLE. ``progress`` is called with the number of layers placed."""
     if method not in METHODS:
         from hardware_db.errors import UnknownNameError
 
@@ -323,7 +336,9 @@ def place(problem: PlacementProblem, method: str = "cp-sat", time_limit: float =
             copies = water_fill(load, problem.replicas, problem.devices)
             per_node = _greedy_nodes(problem, load, copies)
             placed = _finish_layer(problem, load, copies, per_node, rebalance=method != "lpt")
-            if method == "cp-sat":
+            if method == "cp-sat" and time.perf_counter() - started > time_limit:
+                statuses.append("TIME_LIMIT")
+            elif method == "cp-sat":
                 arrivals = _arrivals(stats, layer, prev, problem.nodes)
                 # A fixed deterministic budget per layer (not the wall clock): reproducible results.
                 split, status = _node_model(problem, load, copies, arrivals,
@@ -339,6 +354,8 @@ def place(problem: PlacementProblem, method: str = "cp-sat", time_limit: float =
                                    water_fill(load, problem.replicas, problem.devices), problem.devices))
         layers.append(placed)
         prev = placed
+        if progress is not None:
+            progress(layer + 1)
     status = ""
     if method == "cp-sat":
         status = "OPTIMAL" if all(s == "OPTIMAL" for s in statuses) else "FEASIBLE"

@@ -86,7 +86,7 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
                     if (etp == 0 and (dp * cp) % ep) or (etp == 1 and (tp == 1 or (tp * dp * cp) % ep)):
                         continue
                     rows.append((tp, pp, dp, cp, ep, etp, v, mb))
-    if not rows:
+    if not rows or not precisions:
         return {}, declared
     base = np.array(rows, dtype=np.int64)
     cheap = list(itertools.product(options.zero_stages, [RECOMPUTE.index(r) for r in options.recomputes],

@@ -211,7 +211,7 @@ def test_plan_nothing_fits_exits_3_with_the_closest_plan(capsys):
 
 @pytest.mark.parametrize("argv, message", [
     (["plan", "train", "--objective", "fastest"], "unknown --objective value"),
-    (["plan", "train", "--devices", "0"], "--devices needs 1 to 10,000,000"),
+    (["plan", "train", "--devices", "0"], "--devices needs 1 to 1,000,000"),
     (["plan", "train", "--budget", "-5"], "--budget needs a positive number"),
     (["plan", "train", "--budget", "5", "--tokens", "0"], "--budget needs --tokens"),
     (["plan", "train", "--precisions", "fp3"], "unknown --precisions value"),
@@ -300,7 +300,7 @@ def test_place_experts_reads_routing_files(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("content, name, message", [
-    ("{\"loads\": [[1, 2], [3]]}", "r.json", "malformed routing file"),
+    ("{\"loads\": [[1, 2], [3]]}", "r.json", "rows of one length"),
     ("{}", "r.json", "needs a JSON object with 'loads'"),
     ("a,b\n1,2\n", "r.csv", "needs a header 'layer,expert,tokens'"),
     ("x", "r.txt", "needs .json, .csv or .npz"),

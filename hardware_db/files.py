@@ -1,0 +1,217 @@
+"""Every file perfmodel reads goes through here: sizes checked before reading, trees bounded after parsing.
+
+A user's file is untrusted. YAML is parsed by a safe loader (libyaml's parser when present, for speed)
+whose composer refuses nesting deeper than ``MAX_DEPTH`` and alias trees that expand beyond
+``MAX_NODES`` nodes (a "billion laughs" is refused before anything walks it); JSON refuses NaN and
+Infinity literals, integers longer than ``MAX_INT_DIGITS`` digits and numbers that overflow a float.
+Every failure is one-line :class:`SpecError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.nodes import MappingNode, SequenceNode
+from yaml.resolver import Resolver
+
+from .errors import SpecError
+
+MIB = 1 << 20
+MAX_YAML_BYTES = 4 * MIB       # the largest built-in file is under 40 KB
+MAX_JSON_BYTES = 4 * MIB       # a Hugging Face config.json is a few KB
+MAX_DEPTH = 32                 # the deepest built-in or Hugging Face structure is under 8 levels
+MAX_NODES = 1_000_000          # values in one document, aliases counted as often as they are used
+MAX_INT_DIGITS = 30
+
+
+def read_bytes(path: Path, limit: int, what: str = "file") -> bytes:
+    """The bytes of ``path``, refused with one line when it is missing, unreadable or over ``limit``."""
+    try:
+        if not path.is_file():
+            raise SpecError(f"{what} not found: {path}")
+        size = path.stat().st_size
+        if size > limit:
+            raise SpecError(f"{path}: {size / MIB:,.1f} MiB is over the {limit / MIB:g} MiB limit for a {what}")
+        with path.open("rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise SpecError(f"cannot read {path}: {exc.strerror or exc.__class__.__name__}") from None
+    if len(data) > limit:
+        raise SpecError(f"{path}: over the {limit / MIB:g} MiB limit for a {what}")
+    return data
+
+
+def read_text(path: Path, limit: int, what: str = "file") -> str:
+    """UTF-8 text (a byte-order mark is dropped) of at most ``limit`` bytes."""
+    try:
+        return read_bytes(path, limit, what).decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
+class _BoundedComposer(Composer):
+    """PyYAML's composer with a depth limit while composing, and limits on the document with its
+    aliases expanded (values, depth, cycles) before anything constructs or walks it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            raise yaml.YAMLError(f"nested deeper than {MAX_DEPTH} levels")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self):
+        node = super().compose_document()
+        if _expanded_size(node, {}) > MAX_NODES:
+            raise yaml.YAMLError(f"aliases expand to more than {MAX_NODES:,} values")
+        if _height(node, {}) > MAX_DEPTH:
+            raise yaml.YAMLError(f"aliases nest deeper than {MAX_DEPTH} levels")
+        return node
+
+
+def _children(node) -> list:
+    if isinstance(node, SequenceNode):
+        return node.value
+    if isinstance(node, MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _expanded_size(node, memo: dict) -> int:
+    """Values ``node`` stands for once every alias inside it is expanded; a cycle is an error."""
+    key = id(node)
+    if key in memo:
+        if memo[key] is None:
+            raise yaml.YAMLError("an alias refers to a node that contains it")
+        return memo[key]
+    memo[key] = None
+    size = 1 + sum(_expanded_size(child, memo) for child in _children(node))
+    memo[key] = min(size, MAX_NODES + 1)
+    return memo[key]
+
+
+def _height(node, memo: dict) -> int:
+    key = id(node)
+    if key not in memo:
+        memo[key] = MAX_DEPTH + 2  # a cycle reads as too deep
+        memo[key] = 1 + max((_height(child, memo) for child in _children(node)), default=0)
+    return memo[key]
+
+
+class _Reader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser):
+    """The pure-Python reader, scanner and parser, for when libyaml is missing."""
+
+    def __init__(self, stream) -> None:
+        yaml.reader.Reader.__init__(self, stream)
+        yaml.scanner.Scanner.__init__(self)
+        yaml.parser.Parser.__init__(self)
+
+
+try:
+    from yaml.cyaml import CParser as _PARSER  # libyaml: about 10x faster than the pure-Python parser
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    _PARSER = _Reader
+
+
+class BoundedSafeLoader(_BoundedComposer, _PARSER, SafeConstructor, Resolver):
+    """Safe YAML (plain data only) with bounded depth and alias expansion."""
+
+    def __init__(self, stream) -> None:
+        _PARSER.__init__(self, stream)
+        _BoundedComposer.__init__(self)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """Parse YAML text; a syntax error, an unsafe tag, an over-deep or over-expanding tree is one line."""
+    loader = BoundedSafeLoader(text)
+    try:
+        return loader.get_single_data()
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"malformed YAML ({where}{at}): {problem}") from None
+    except (ValueError, OverflowError):  # an integer of over 4,300 digits
+        raise SpecError(f"malformed YAML ({where}): a number too long to read") from None
+    except RecursionError:
+        raise SpecError(f"malformed YAML ({where}): aliases nest deeper than {MAX_DEPTH} levels") from None
+    finally:
+        loader.dispose()
+
+
+def read_yaml(path: Path) -> Any:
+    """A YAML file of at most ``MAX_YAML_BYTES``, parsed by :func:`parse_yaml`."""
+    return parse_yaml(read_text(path, MAX_YAML_BYTES, "YAML file"), str(path))
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text.lstrip('-'))} digits")
+    return int(text)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} overflows a 64-bit float")
+    return value
+
+
+def _no_constant(text: str):
+    raise ValueError(f"{text} is not a number JSON allows")
+
+
+def parse_json(text: str, where: str) -> Any:
+    """Parse JSON text with finite numbers of bounded size and nesting of at most ``MAX_DEPTH``."""
+    try:
+        data = json.loads(text, parse_int=_bounded_int, parse_float=_finite_float, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"malformed JSON ({where}:{exc.lineno}): {exc.msg}") from None
+    except ValueError as exc:
+        raise SpecError(f"malformed JSON ({where}): {exc}") from None
+    except RecursionError:
+        raise SpecError(f"malformed JSON ({where}): nested deeper than {MAX_DEPTH} levels") from None
+    if _depth(data) > MAX_DEPTH:
+        raise SpecError(f"malformed JSON ({where}): nested deeper than {MAX_DEPTH} levels")
+    return data
+
+
+def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> Any:
+    """A JSON file of at most ``limit`` bytes, parsed by :func:`parse_json`."""
+    return parse_json(read_text(path, limit, "JSON file"), str(path))
+
+
+def _depth(data: Any) -> int:
+    """Nesting depth of plain data, without recursion."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_DEPTH:
+            break
+        if isinstance(node, dict):
+            stack += [(v, depth + 1) for v in node.values()]
+        elif isinstance(node, list):
+            stack += [(v, depth + 1) for v in node]
+    return deepest
+
+
+def short(value: Any, width: int = 40) -> str:
+    """A value as it may appear in a one-line message: its repr, cut to ``width`` characters."""
+    text = value if isinstance(value, str) else type(value).__name__
+    text = repr(text)
+    return text if len(text) <= width else text[: width - 4] + "...'"
