@@ -16,7 +16,7 @@ from .machine import Machine
 from .power import cost_basis
 from .serving import ServeResult
 from .plan import PLACES
-from .training import TrainResult
+from .training import GRADS_WITH_OPTIMIZER, TrainResult
 
 
 def _f(x) -> float | None:
@@ -38,6 +38,9 @@ def describe_binding(binding: str, shortfall: float, machine: Machine, used: flo
     if binding == "devices":
         return (f"the parallel degrees use {machine.devices + shortfall:,.0f} devices, the system has "
                 f"{machine.devices:,}; make tp x pp x dp x cp equal the devices")
+    if binding == GRADS_WITH_OPTIMIZER:
+        return (f"{binding} (DeepSpeed moves the gradient partitions with the optimizer states); give "
+                "--offload-optimizer the tier of --offload-grads")
     return f"{binding}: fails at {shortfall:,.6g}"
 
 

@@ -524,6 +524,7 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
     return Memory(parts, hbm + reserve, tier_bytes, stage)
 
 
+GRADS_WITH_OPTIMIZER = "gradient offload needs the optimizer states offloaded to the same tier"
 _OFFLOADABLE = (("param_place", "weights"), ("grad_place", "gradients"), ("optimizer_place", "optimizer states"))
 
 
@@ -556,10 +557,15 @@ def _feasibility(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, me
     violate(lay.pp * v > spec.num_layers, "pp x interleave at most layers", lay.pp * v)
     violate((v > 1) & (sh.num_micro % lay.pp != 0), "interleaving needs microbatches divisible by pp", sh.num_micro)
     # Offload follows DeepSpeed: optimizer states with ZeRO >= 1 (ZeRO-Offload), gradients with
-    # ZeRO >= 2 (partitioned before they leave), parameters with ZeRO-3 (ZeRO-Infinity).
+    # ZeRO >= 2 (partitioned before they leave) and with the optimizer states, parameters with
+    # ZeRO-3 (ZeRO-Infinity).
     zero = c["zero"]
     violate((c["optimizer_place"] > 0) & (zero < 1), "optimizer offload needs zero >= 1", zero)
     violate((c["grad_place"] > 0) & (zero < 2), "gradient offload needs zero >= 2", zero)
+    # DeepSpeed has no gradient offload of its own: offload_optimizer moves the fp32 gradient
+    # partitions to where the optimizer step runs, with the optimizer states.
+    violate((c["grad_place"] > 0) & (c["grad_place"] != c["optimizer_place"]), GRADS_WITH_OPTIMIZER,
+            c["optimizer_place"])
     violate((c["param_place"] > 0) & (zero < 3), "parameter offload needs zero 3", zero)
     violate(mem.hbm_used > machine.hbm_bytes, "hbm", mem.hbm_used - machine.hbm_bytes)
     for name in PLACES[1:]:

@@ -40,6 +40,7 @@ from .space import RULES, SpaceOptions, build_space, declared_size
 
 OBJECTIVES = ("time", "cost", "energy", "devices")
 PARTS = (("optimizer_place", "optimizer states"), ("grad_place", "gradients"), ("param_place", "weights"))
+OPTIMIZER, GRADIENTS = 0, 1  # their indices in PARTS
 US = 1e6  # CP-SAT works in integer microseconds
 
 
@@ -157,6 +158,8 @@ def _offload_costs(spec, machine, work, cols, rows, places):
 
     Evaluated with the cost model itself: one part moved at a time (the model's offload terms are
     additive: optimizer step, gradient transfer and parameter streaming are separate terms).
+    Gradients only move with the optimizer states (the validity rule), so theirs is the time
+    added by moving both over moving the optimizer states alone.
     """
     base_cols = {k: np.asarray(cols[k])[rows] for k in PLAN_FIELDS}
     base = estimate_training(spec, machine, TrainPlan(**base_cols), work)
@@ -167,11 +170,14 @@ def _offload_costs(spec, machine, work, cols, rows, places):
                 continue
             moved = dict(base_cols)
             moved[field_name] = np.full(len(rows), PLACES.index(place))
+            if field_name == "grad_place":
+                moved["optimizer_place"] = moved[field_name]
             trial = estimate_training(spec, machine, TrainPlan(**moved), work)
             # A move the rules forbid (e.g. gradient offload below ZeRO-2) is no option; capacity
             # (HBM and the tiers) is the knapsack's to decide.
             allowed = np.isin(trial.binding, ("", "hbm") + PLACES[1:])
-            delta[:, p, t] = np.where(allowed, trial.step_time_s - base.step_time_s, np.inf)
+            added = trial.step_time_s - base.step_time_s - (delta[:, OPTIMIZER, t] if p == GRADIENTS else 0.0)
+            delta[:, p, t] = np.where(allowed & np.isfinite(added), added, np.inf)
     part_bytes = np.stack([np.broadcast_to(base.memory[name], (len(rows),)) for _, name in PARTS], axis=1)
     fixed = base.hbm_used_bytes - part_bytes.sum(axis=1)     # activations + reserve
     return base.step_time_s, delta, part_bytes, fixed
@@ -206,6 +212,9 @@ def _solve_offload(base_time, delta, part_bytes, fixed, hbm_cap, tier_caps, incu
             model.Add(sum(options) == 0).OnlyEnforceIf(choose[i].Not())
         room = int((hbm_cap - fixed[i]) // 1024)
         model.Add(sum(hbm_terms) <= max(room, -1)).OnlyEnforceIf(choose[i])
+    for (i, p, t), chosen in x.items():  # gradients leave HBM only with the optimizer states, to their tier
+        if p == GRADIENTS and t > 0:
+            model.Add(chosen <= x.get((i, OPTIMIZER, t), 0))
     for t in range(1, tiers):  # each tier's capacity (KiB)
         terms = [int(part_bytes[i, p] // 1024 + 1) * x[i, p, t] for i in range(n) for p in range(parts) if (i, p, t) in x]
         if terms:

@@ -85,6 +85,18 @@ def test_infeasible_plans_name_the_binding_constraint(h100x64, db):
     assert bool(r.feasible), r.binding
 
 
+def test_gradients_leave_hbm_only_with_the_optimizer_states(db):
+    # DeepSpeed has no gradient offload of its own: offload_optimizer carries the gradient partitions.
+    from perfmodel.training import GRADS_WITH_OPTIMIZER
+
+    machine, spec, work = build_machine(db, "hgx-h200", 8), find_model("llama-3.1-8b"), TrainWorkload(64, 4096)
+    plan = dict(tp=1, dp=8, zero=2, grad_place="ddr")
+    assert estimate_training(spec, machine, TrainPlan(**plan), work).binding == GRADS_WITH_OPTIMIZER
+    assert estimate_training(spec, machine, TrainPlan(**plan, optimizer_place="nvme"), work).binding == \
+        GRADS_WITH_OPTIMIZER
+    assert bool(estimate_training(spec, machine, TrainPlan(**plan, optimizer_place="ddr"), work).feasible)
+
+
 def test_zero3_offload_moves_state_off_hbm(db):
     machine = build_machine(db, "hgx-h200", 8)
     spec = find_model("llama-3.1-70b")
