@@ -164,7 +164,13 @@ def plan_serve_inputs(db, flags: dict[str, Any]):
 
     from .routing_io import routing_for
 
+    from perfmodel.machine import MAX_DEVICES
+
     _positive(flags, "concurrency", "max_devices", "top")
+    if flags["max_devices"] is not None and flags["max_devices"] > MAX_DEVICES:
+        raise SpecError(f"--max-devices needs 1 to {MAX_DEVICES:,}, has {flags['max_devices']}")
+    if flags["concurrency"] is not None and flags["concurrency"] > 1e9:
+        raise SpecError(f"--concurrency needs 1 to 1,000,000,000 users, has {flags['concurrency']}")
     for name in ("rate", "budget_usd_per_hour", "power_cap_kw", "ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms",
                  "tpot_p90_ms"):
         if flags[name] is not None and not 0 < flags[name] < 1e12:

@@ -276,6 +276,12 @@ def _negative_times(node, key: str = "") -> list[str]:
     return []
 
 
+def _json_requested(argv: tuple[str, ...]) -> bool:
+    """Whether ``--json`` stands as the flag (not as the value of an option that takes one)."""
+    takes_value = {p.flag for params in commands().values() for p in params if p.flag and p.kind != "bool"}
+    return any(a == "--json" and (i == 0 or argv[i - 1] not in takes_value) for i, a in enumerate(argv))
+
+
 def _reject_constant(name: str):
     raise ValueError(f"non-finite JSON number {name}")
 
@@ -298,7 +304,7 @@ def problems(outcome: Outcome) -> list[str]:
         lines = outcome.err.rstrip("\n").split("\n")
         if not lines[0].startswith("Error: ") or len(lines) > 2 or (len(lines) == 2 and not DID_YOU_MEAN.match(lines[1])):
             found.append(f"failure message not one line: {outcome.err[:200]!r}")
-    elif "--json" in outcome.argv and "--help" not in outcome.argv and outcome.out.strip():
+    elif _json_requested(outcome.argv) and "--help" not in outcome.argv and outcome.out.strip():
         try:
             doc = json.loads(outcome.out, parse_constant=_reject_constant)
         except ValueError as exc:

@@ -122,6 +122,9 @@ def outcome_of(argv, max_seconds=20.0, max_mib=300.0):
     (["plan", "train", "--objective", "ti\nme"], 2, "'ti\\nme'; did you mean time?"),
     (["plan", "train", "--objective", "1time"], 2, "did you mean time?"),
     (["place-experts", "--tokens-per-layer", "0", "--zipf", "1"], 2, "1 to 1e+15 tokens"),
+    # Found by benchmarks/bench_fuzz.py: an int64 overflow inside CP-SAT, and users that overflow a rate.
+    (["plan", "serve", "--max-devices", "9223372036854775808", "--json"], 2, "--max-devices needs 1 to 1,000,000"),
+    (["plan", "serve", "--concurrency", "99999999999999"], 2, "--concurrency needs 1 to 1,000,000,000 users"),
 ])
 def test_reproducers_on_the_command_line(argv, code, message):
     outcome = outcome_of(argv)
