@@ -2,7 +2,7 @@
 
 Runs ``--cases`` cases (default 10,000; a third of them commands reading one hostile file, the rest
 command lines drawn from the typer app's own options, some of them with hostile files too) on a
-process pool, each worker in its own scratch folder with an address-space limit, so that a
+process pool, each worker in its own scratch folder (removed after) with an address-space limit, so that a
 memory bomb fails instead of swapping and a hang is cut off at the case's time limit plus a minute.
 Prints the counts by exit code, the slowest case, the workers' peak memory and every failure
 (grouped by what broke, with one command line to reproduce each group).
@@ -18,6 +18,7 @@ import multiprocessing
 import os
 import re
 import resource
+import shutil
 import signal
 import sys
 import tempfile
@@ -73,7 +74,11 @@ def _worker(task: tuple[int, int, int, bool]) -> list[tuple]:
         results.append((fuzzing.describe(fuzzing.Outcome(tuple(argv), code, "", "", 0.0)), code, problems,
                         time.perf_counter() - started))
 
-    case()
+    try:
+        case()
+    finally:
+        os.chdir(tempfile.gettempdir())
+        shutil.rmtree(scratch, ignore_errors=True)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return [r + (peak_mib,) for r in results]
 

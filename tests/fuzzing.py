@@ -20,8 +20,8 @@ import re
 import time
 import traceback
 import warnings
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -38,8 +38,7 @@ class Param:
 
     flag: str | None          # None: a positional argument
     kind: str                 # int, float, str, path, bool
-    multiple: bool
-    secondary: str | None = None
+    secondary: str | None = None   # the --no-x of a boolean pair
 
 
 @dataclass(frozen=True)
@@ -72,7 +71,6 @@ def commands() -> dict[tuple[str, ...], tuple[Param, ...]]:
 
     def walk(cmd, path: tuple[str, ...]) -> None:
         params = tuple(Param(p.opts[0] if p.param_type_name == "option" else None, _kind(p.type_descriptor.annotation),
-                             bool(getattr(p, "multiple", False)) or "list" in str(p.type_descriptor.annotation),
                              (p.secondary_opts or [None])[0] if p.param_type_name == "option" else None)
                        for p in cmd.params)
         subs = getattr(cmd, "commands", None) or {}
@@ -94,6 +92,7 @@ def vocabulary() -> dict[str, tuple[str, ...]]:
     from perfmodel.plan import ACTIVATION_PRECISIONS, KV_PRECISIONS, OVERLAP, PLACES, RECOMPUTE, WEIGHT_PRECISIONS
     from perfmodel.training import ATTENTION
     from search.serve import MODES
+    from search.serve import OBJECTIVES as SERVE_OBJECTIVES
     from search.train import OBJECTIVES
 
     db = load_database()
@@ -102,7 +101,7 @@ def vocabulary() -> dict[str, tuple[str, ...]]:
     return {
         "--model": models, "--system": systems, "--device": tuple(db.accelerators), "name": tuple(db.names()) + models,
         "names": tuple(db.accelerators) + systems, "--kind": ("accelerators", "cpus", "memory", "links", "systems"),
-        "--objective": OBJECTIVES + ("cost", "energy", "devices"), "--recompute": RECOMPUTE,
+        "--objective": tuple(dict.fromkeys(OBJECTIVES + SERVE_OBJECTIVES)), "--recompute": RECOMPUTE,
         "--precision": ("bf16", "fp16", "fp8"), "--precisions": ("bf16", "fp8", "bf16,fp8", "fp16,bf16"),
         "--offload-optimizer": PLACES, "--offload-grads": PLACES, "--offload-params": PLACES, "--kv-place": PLACES,
         "--attention": ATTENTION, "--overlap": OVERLAP, "--pricing": ("cloud", "owned"),
