@@ -57,8 +57,21 @@ HardwareDb = Annotated[Optional[list[Path]], typer.Option(
                           "also PERFMODEL_HARDWARE_DB).")]
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"perfmodel {version('perfmodel')}")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            print("perfmodel (not installed)")
+        raise typer.Exit()
+
+
 @app.callback()
-def main_callback(ctx: typer.Context, hardware_db: HardwareDb = None) -> None:
+def main_callback(ctx: typer.Context, hardware_db: HardwareDb = None,
+                  show_version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                             help="Print the version and exit.")] = False) -> None:
     ctx.obj = {"hardware_db": list(hardware_db or [])}
 
 

@@ -369,3 +369,10 @@ def test_names_are_case_insensitive_in_every_plan_command(capsys):
     code, out, err = run(capsys, "plan", "serve", "--model", "Llama-3.1-8B", "--system", "DGX-H100", "--rate", "5",
                          "--json")
     assert code == 0 and "Traceback" not in err, err
+
+
+def test_version_is_the_installed_package_version(capsys):
+    from importlib.metadata import version
+
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out.strip() == f"perfmodel {version('perfmodel')}"
