@@ -21,7 +21,7 @@ import numpy as np
 
 from hardware_db.errors import SpecError
 from hardware_db.files import MIB, read_bytes, read_json, read_text
-from perfmodel.routing import MAX_TOKENS
+from perfmodel.routing import MAX_TOKENS, RoutingStats
 
 MAX_FILE_BYTES = 64 * MIB          # a DeepSeek-V3 table with every transition is about 30 MB of text
 
@@ -29,8 +29,6 @@ MAX_FILE_BYTES = 64 * MIB          # a DeepSeek-V3 table with every transition i
 def read_routing(path_text: str, max_layers: int, max_experts: int):
     """Routing statistics from a .json, .csv or .npz file, every size checked before it is allocated:
     at most ``max_layers`` x ``max_experts`` loads (the model's own shape bounds them)."""
-    from perfmodel.routing import RoutingStats
-
     if not path_text.strip():
         raise SpecError("--routing needs the path of a .json, .csv or .npz file")
     path = Path(path_text)
