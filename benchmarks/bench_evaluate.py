@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from hardware_db import load_database
+from perfmodel.hardware_db import load_database
 from perfmodel.catalog import find_model
 from perfmodel.machine import build_machine
 from perfmodel.training import TrainPlan, TrainWorkload, estimate_training

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import time
 
-from hardware_db import load_database
+from perfmodel.hardware_db import load_database
 from perfmodel.catalog import find_model
 from perfmodel.machine import build_machine
 from perfmodel.routing import zipf_routing
-from search.placement import PlacementProblem, layer_time, place
+from perfmodel.search.placement import PlacementProblem, layer_time, place
 
 
 def main() -> None:

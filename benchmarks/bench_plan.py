@@ -16,13 +16,13 @@ import time
 
 import numpy as np
 
-from hardware_db import load_database
+from perfmodel.hardware_db import load_database
 from perfmodel.catalog import find_model
 from perfmodel.machine import build_machine
 from perfmodel.training import TrainWorkload
-from search.brute import brute_force_training
-from search.space import SpaceOptions
-from search.train import SearchOptions, search_training
+from perfmodel.search.brute import brute_force_training
+from perfmodel.search.space import SpaceOptions
+from perfmodel.search.train import SearchOptions, search_training
 
 
 def timed(fn):

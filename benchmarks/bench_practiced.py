@@ -17,12 +17,12 @@ from pathlib import Path
 
 import yaml
 
-from hardware_db import load_database
+from perfmodel.hardware_db import load_database
 from perfmodel.catalog import find_model
 from perfmodel.machine import build_machine
 from perfmodel.training import TrainPlan, TrainWorkload, estimate_training
-from search.space import SpaceOptions
-from search.train import SearchOptions, search_training
+from perfmodel.search.space import SpaceOptions
+from perfmodel.search.train import SearchOptions, search_training
 
 DATA = Path(__file__).parents[1] / "tests" / "data" / "practiced_training.yaml"
 

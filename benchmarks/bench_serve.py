@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import time
 
-from hardware_db import load_database
+from perfmodel.hardware_db import load_database
 from perfmodel.catalog import find_model
-from search.brute import brute_force_fleet
-from search import fleet
-from search.serve import Demand, Lengths, ServeSearchOptions, fleet_instance, pool_options, search_serving, slo_of
+from perfmodel.search.brute import brute_force_fleet
+from perfmodel.search import fleet
+from perfmodel.search.serve import Demand, Lengths, ServeSearchOptions, fleet_instance, pool_options, search_serving, slo_of
 
 
 def main() -> None:

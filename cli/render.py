@@ -9,13 +9,40 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from rich.cells import cell_len
 from rich.console import Console
-from rich.table import Table
+from rich.table import Table as _RichTable
 
-from hardware_db.errors import UnknownNameError
-from hardware_db.schema import ENTRY_KINDS, PRECISIONS
+from perfmodel.hardware_db.errors import UnknownNameError
+from perfmodel.hardware_db.schema import ENTRY_KINDS, PRECISIONS
+
+from . import units
+from .units import count, fleet, joules, rate, size, watts
 
 console = Console(highlight=False, soft_wrap=False)
+
+
+class Table(_RichTable):
+    """rich's table that cuts nothing: when it is wider than the terminal, the columns of numbers
+    (right-justified, or added with ``whole=True``) keep the width of their widest value and the
+    names and text around them wrap; a word wider than its column folds onto the next line, so no
+    cell ever ends in an ellipsis."""
+
+    def add_column(self, *args, whole: bool | None = None, **kwargs) -> None:
+        super().add_column(*args, **kwargs)
+        column = self.columns[-1]
+        column.whole = column.justify == "right" if whole is None else whole
+
+    def __rich_console__(self, console, options):
+        for column in self.columns:
+            column.overflow = "fold"
+        if self.__rich_measure__(console, options).maximum > options.max_width:
+            for column in self.columns:
+                if getattr(column, "whole", False) and column.width is None:
+                    lines = [line for cell in column.cells for line in console.render_str(str(cell)).plain.split("\n")]
+                    words = str(column.header).split() if self.show_header else []
+                    column.width = max([cell_len(t) for t in lines + words] or [1])
+        yield from super().__rich_console__(console, options)
 
 
 def _finite(obj: Any) -> Any:
@@ -51,19 +78,21 @@ def fmt(value: float | None, scale: float = 1.0, digits: int = 4) -> str:
 def _entry_summary(entry) -> str:
     kind = entry.__class__.__name__
     if kind == "Accelerator":
-        return (f"{fmt(entry.peak_flops.get('bf16'), 1e12)} TFLOP/s bf16, {fmt(entry.hbm_bytes, 1e9)} GB at "
-                f"{fmt(entry.hbm_bytes_per_s, 1e12)} TB/s, {fmt(entry.tdp_w)} W")
+        return (f"{fmt(entry.peak_flops.get('bf16'), 1e12)} TFLOP/s bf16, {size(entry.hbm_bytes)} at "
+                f"{rate(entry.hbm_bytes_per_s)}, {watts(entry.tdp_w)}")
     if kind == "Cpu":
-        return f"{entry.cores} cores, {fmt(entry.memory_bytes_per_s, 1e9)} GB/s memory, {fmt(entry.tdp_w)} W"
+        return f"{entry.cores} cores, {rate(entry.memory_bytes_per_s)} memory, {watts(entry.tdp_w)}"
     if kind == "Memory":
-        return (f"{entry.kind}, {fmt(entry.capacity_bytes, 1e9)} GB, {fmt(entry.read_bytes_per_s, 1e9)} GB/s read, "
-                f"{fmt(entry.latency_s, 1e-9)} ns")
+        return (f"{entry.kind}, {size(entry.capacity_bytes)}, {rate(entry.read_bytes_per_s)} read, "
+                f"{units.seconds(entry.latency_s)}")
     if kind == "Link":
-        return f"{entry.kind}, {fmt(entry.bytes_per_s, 1e9)} GB/s per direction, {fmt(entry.latency_s, 1e-6)} us"
+        return f"{entry.kind}, {rate(entry.bytes_per_s)} per direction, {units.seconds(entry.latency_s)}"
     if kind == "Calibration":
         fractions = ", ".join(f"{p} {v:.2f}" for p, v in entry.matmul_fraction.items())
         return f"{entry.device or 'all others'}: matmul {fractions or '-'}; hbm {fmt(entry.hbm_fraction)}"
     if kind == "Constant":
+        if entry.unit.startswith("USD "):
+            return f"{units.usd(entry.value)} {entry.unit[4:]}"
         return f"{fmt(entry.value)} {entry.unit}"
     return (f"{entry.nodes} x {entry.devices_per_node} {entry.accelerator}, "
             f"tiers {' > '.join(t.name for t in entry.tiers)}")
@@ -79,7 +108,7 @@ def hardware_list(db, kind: str | None, json_out: bool) -> None:
         return
     for k in kinds:
         table = Table(title=k, title_justify="left")
-        table.add_column("name", style="bold")
+        table.add_column("name", style="bold", whole=True)
         table.add_column("display name")
         table.add_column("summary")
         for name in sorted(getattr(db, k)):
@@ -106,7 +135,7 @@ def _entry_json(db, entry, nodes) -> dict[str, Any]:
 def hardware_show(db, name: str, nodes: int | None, json_out: bool) -> None:
     entry = db.entry(name)
     if nodes is not None and entry.__class__.__name__ != "System":
-        from hardware_db.errors import SpecError
+        from perfmodel.hardware_db.errors import SpecError
 
         raise SpecError(f"--nodes applies to systems; '{entry.name}' is not one")
     if nodes is not None:
@@ -130,34 +159,34 @@ def hardware_show(db, name: str, nodes: int | None, json_out: bool) -> None:
     console.print(table)
     if "levels" in data:
         levels = Table(title="topology levels (per device, one direction)", title_justify="left")
-        for col in ("level", "link", "group size", "GB/s", "latency us"):
-            levels.add_column(col)
+        for col in ("level", "link", "group size", "bandwidth", "latency"):
+            levels.add_column(col, justify="left" if col in ("level", "link") else "right")
         for lv in data["levels"]:
-            levels.add_row(lv["name"], lv["link"], f"{lv['group_size']:,}", fmt(lv["bytes_per_s"], 1e9),
-                           fmt(lv["latency_s"], 1e-6))
+            levels.add_row(lv["name"], lv["link"], f"{lv['group_size']:,}", rate(lv["bytes_per_s"]),
+                           units.seconds(lv["latency_s"]))
         console.print(levels)
         if data["memory_per_device"]:
             mem = Table(title="memory below HBM (one device's share)", title_justify="left")
-            for col in ("tier", "kind", "GB", "read GB/s", "write GB/s", "latency us"):
-                mem.add_column(col)
+            for col in ("tier", "kind", "size", "read", "write", "latency"):
+                mem.add_column(col, justify="left" if col in ("tier", "kind") else "right")
             for t in data["memory_per_device"]:
-                mem.add_row(t["name"], t["kind"], fmt(t["bytes_per_device"], 1e9), fmt(t["read_bytes_per_s"], 1e9),
-                            fmt(t["write_bytes_per_s"], 1e9), fmt(t["latency_s"], 1e-6))
+                mem.add_row(t["name"], t["kind"], size(t["bytes_per_device"]), rate(t["read_bytes_per_s"]),
+                            rate(t["write_bytes_per_s"]), units.seconds(t["latency_s"]))
             console.print(mem)
     console.print("sources:")
     for s in data["sources"]:
         console.print(f"  - {s}", markup=False)
 
 
-_SI_SUFFIX = (("_bytes_per_s", 1e9, "GB/s"), ("_bytes", 1e9, "GB"), ("latency_s", 1e-6, "us"),
-              ("_w", 1.0, "W"), ("_usd", 1.0, "USD"))
+_SI_SUFFIX = (("_bytes_per_s", rate), ("_bytes", size), ("latency_s", units.seconds), ("_w", watts),
+              ("_usd", units.usd), ("_usd_per_hour", lambda v: f"{units.usd(v)} per hour"))
 
 
 def _pretty_si(key: str, value: Any) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        for suffix, scale, unit in _SI_SUFFIX:
+        for suffix, human in _SI_SUFFIX:
             if key.endswith(suffix):
-                return f"{fmt(value, scale)} {unit}"
+                return human(value)
         return fmt(value)
     return "-" if value is None else str(value)
 
@@ -175,12 +204,24 @@ def models_list(json_out: bool) -> None:
         emit_json(rows)
         return
     table = Table(title="built-in models", title_justify="left")
-    for col in ("name", "display name", "attention", "MoE", "total params (B)", "active params (B)"):
-        table.add_column(col, justify="right" if "params" in col else "left")
+    for col in ("name", "display name", "attention", "MoE", "params", "active"):
+        table.add_column(col, justify="right" if col in ("params", "active") else "left", whole=col == "name")
     for r in rows:
         table.add_row(r["name"], r["display_name"], r["attention"], "yes" if r["moe"] else "no",
-                      fmt(r["total_params"], 1e9), fmt(r["active_params"], 1e9))
+                      count(r["total_params"]), count(r["active_params"]))
     console.print(table)
+
+
+def _derived(key: str, value) -> str:
+    """A derived quantity of a model in its unit: bytes, FLOPs, parameter counts, relative errors."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return str(value)
+    if key.endswith("_error"):
+        return f"{value:+.2%}"
+    for part, human in (("bytes", size), ("flops", units.flop), ("params", count), ("seq_len", count)):
+        if part in key:
+            return human(value)
+    return fmt(value)
 
 
 def models_show(ref: str, seq_len: int, json_out: bool) -> None:
@@ -197,9 +238,9 @@ def models_show(ref: str, seq_len: int, json_out: bool) -> None:
     for key, value in summary["derived"].items():
         if isinstance(value, dict):
             for sub, v in value.items():
-                table.add_row(f"{key} {sub}", fmt(v) if isinstance(v, float) else str(v))
+                table.add_row(f"{key} {sub}", _derived(key, v))
         else:
-            table.add_row(key, fmt(value) if isinstance(value, float) else str(value))
+            table.add_row(key, _derived(key, value))
     console.print(table)
     spec = Table(title="spec", title_justify="left", show_header=False)
     spec.add_column("field", style="bold")
@@ -219,43 +260,55 @@ def compare(db, names: list[str], json_out: bool) -> None:
     if json_out:
         emit_json({"entries": rows, "metrics": [vars(m) for m in metrics()]})
         return
-    table = Table(title="hardware comparison (dense peaks; best of each row in bold green)", title_justify="left")
-    table.add_column("metric", style="bold")
-    table.add_column("unit")
-    for r in rows:
-        table.add_column(str(r["name"]), justify="right")
+    lines = []
     for m in metrics():
         values = [r[m.key] for r in rows]
         if all(v is None for v in values):
             continue
         best = best_index(values, m.higher_is_better)
-        cells = [fmt(v, m.scale) for v in values]
+        cells = [units.usd(v) if m.unit == "USD" else fmt(v, m.scale) for v in values]
         if best is not None:
             cells[best] = f"[bold green]{cells[best]}[/]"
-        table.add_row(m.label, m.unit, *cells)
-    console.print(table)
+        lines.append((m.label, "" if m.unit == "USD" else m.unit, cells))
+    # Entries side by side, as many as fit the terminal beside the metric's name (wrapped to 18
+    # cells) and unit; the rest in further tables with the same rows.
+    unit_width = max(cell_len(unit) for _, unit, _ in lines)
+    widths = [max([cell_len(str(r["name"]))] + [cell_len(console.render_str(c[i]).plain) for _, _, c in lines])
+              for i, r in enumerate(rows)]
+    groups, group, used = [], [], 1 + 21 + unit_width + 3
+    for i, w in enumerate(widths):
+        if group and used + w + 3 > console.width:
+            groups.append(group)
+            group, used = [], 1 + 21 + unit_width + 3
+        group.append(i)
+        used += w + 3
+    groups.append(group)
+    for k, group in enumerate(groups):
+        title = "hardware comparison (dense peaks; best of each row in bold green)" if k == 0 else \
+            "hardware comparison, continued"
+        table = Table(title=title, title_justify="left")
+        table.add_column("metric", style="bold")
+        table.add_column("unit")
+        for i in group:
+            table.add_column(str(rows[i]["name"]), justify="right")
+        for label, unit, cells in lines:
+            table.add_row(label, unit, *(cells[i] for i in group))
+        console.print(table)
 
 
 # --- estimate --------------------------------------------------------------------------------
 
-def _seconds(x: float | None) -> str:
-    if x is None:
-        return "-"
-    if x >= 86400:
-        return f"{x / 86400:,.1f} d"
-    if x >= 1:
-        return f"{x:,.3g} s"
-    return f"{x * 1e3:,.3g} ms"
+_seconds = units.seconds
 
 
 def _usd(x: float | None) -> str:
-    return "no price" if x is None else f"${fmt(x)}"
+    return "no price" if x is None else units.usd(x)
 
 
 def _kv_table(title: str, rows: list[tuple[str, str]]) -> Table:
     table = Table(title=title, title_justify="left", show_header=False)
     table.add_column("quantity", style="bold")
-    table.add_column("value", justify="right")
+    table.add_column("value", justify="right", whole=False)
     for k, v in rows:
         table.add_row(k, v)
     return table
@@ -288,53 +341,94 @@ def _ops_table(title: str, ops: dict) -> Table:
 def _memory_table(memory: dict, tiers: dict) -> list[Table]:
     parts = Table(title="memory per device", title_justify="left")
     parts.add_column("part")
-    parts.add_column("GB", justify="right")
+    parts.add_column("size", justify="right")
     for k, v in memory.items():
-        parts.add_row(k, fmt(v, 1e9))
+        parts.add_row(k, size(v))
     tier_table = Table(title="memory tiers per device", title_justify="left")
-    for col in ("tier", "used GB", "capacity GB", "use"):
+    for col in ("tier", "used", "capacity", "use"):
         tier_table.add_column(col, justify="left" if col == "tier" else "right")
     for name, t in tiers.items():
         cap = t["capacity_bytes"]
-        tier_table.add_row(name, fmt(t["used_bytes"], 1e9), fmt(cap, 1e9),
+        tier_table.add_row(name, size(t["used_bytes"]), size(cap),
                            f"{t['used_bytes'] / cap:.0%}" if cap else "-")
     return [parts, tier_table]
 
 
-def _header(spec, machine) -> str:
-    return (f"{spec.display_name or spec.name} on {machine.devices:,} x {machine.accelerator.name} "
-            f"({machine.system.name}, {machine.system.nodes:,} node{'s' if machine.system.nodes > 1 else ''})")
+def _fleet(devices: int, system, accelerator, db=None) -> str:
+    """``units.fleet`` with the database's entry of ``system`` (a Machine holds the entry resized
+    to its devices); without ``db``, the count reads as nodes of the system, right for any entry."""
+    if db is None:
+        return fleet(devices, system, accelerator, named_node=False)
+    return fleet(devices, db.system(system.name), accelerator)
 
 
-def estimate_train(spec, machine, plan, work, json_out: bool) -> None:
+def _kwh_joules(kwh: float | None) -> float | None:
+    """Joules of an energy the report gives in kWh (its JSON field's unit)."""
+    return None if kwh is None else kwh * 3.6e6
+
+
+def _header(spec, machine, db=None) -> str:
+    return (f"{spec.display_name or spec.name} on {_fleet(machine.devices, machine.system, machine.accelerator, db)}"
+            f", {machine.accelerator.name}")
+
+
+def train_doc(spec, machine, plan, work, report) -> dict:
+    """The JSON document of one training estimate (``estimate train --json``; charts read it)."""
+    return {"model": spec.name, "system": machine.system.name, "devices": machine.devices,
+            "plan": {k: (v.item() if hasattr(v, "item") else v) for k, v in vars(plan).items()},
+            "workload": vars(work), "result": report}
+
+
+def _components_csv(report) -> list[dict]:
+    return [{"component": k, "seconds": v} for k, v in report["time_components_s"].items()]
+
+
+def estimate_train(spec, machine, plan, work, output=None, model_ref: str | None = None, db=None) -> None:
     from perfmodel.report import check_feasible, train_report
     from perfmodel.training import estimate_training
 
+    from .deliver import delivered, report_files
+    from .options import EstimateOutput
+
+    output = output or EstimateOutput()
     result = estimate_training(spec, machine, plan, work)
     check_feasible(result, machine)
     report = train_report(result, machine, spec)
-    if json_out:
-        emit_json({"model": spec.name, "system": machine.system.name, "devices": machine.devices,
-                   "plan": {k: (v.item() if hasattr(v, "item") else v) for k, v in vars(plan).items()},
-                   "workload": vars(work), "result": report})
+    doc = train_doc(spec, machine, plan, work, report)
+    export = _train_export(spec, machine, plan, work, model_ref or spec.name)
+    if delivered(doc, output, lambda: _components_csv(report), dict.fromkeys(("breakdown", "roofline", "memory"),
+                 lambda: doc), "breakdown", export):
         return
-    console.print(_header(spec, machine), style="bold")
+    _estimate_train_tables(spec, machine, plan, work, report, db)
+    report_files(doc)
+
+
+def _train_export(spec, machine, plan, work, model_ref: str):
+    def files(framework: str) -> dict[str, str]:
+        from perfmodel.exports import training_files
+
+        return training_files(framework, spec, machine, plan, work, model_ref)
+    return files
+
+
+def _estimate_train_tables(spec, machine, plan, work, report, db=None) -> None:
+    console.print(_header(spec, machine, db), style="bold")
     console.print(f"plan: tp {plan.tp}, pp {plan.pp} (interleave {plan.interleave}), dp {plan.dp}, cp {plan.cp}, "
                   f"ep {plan.ep}, micro-batch {plan.micro_batch}, zero {plan.zero}, recompute {plan.recompute}, "
                   f"sp {'on' if plan.sp else 'off'}, {plan.precision}", markup=False)
     run = report["run"]
     low, high = report["step_time_range_s"]
-    rows = [("step time", f"{_seconds(report['step_time_s'])} (range {_seconds(low)}-{_seconds(high)}; "
-                          f"constants: {_constants(report)})"),
+    rows = [("step time", f"{_seconds(report['step_time_s'])} (range {_span(low, high)})"),
+            ("constants", _constants(report)),
             ("tokens/s", fmt(report["tokens_per_s"])),
             ("MFU", f"{report['mfu']:.1%}"), ("HFU", f"{report['hfu']:.1%}"),
             ("microbatches per step", fmt(report["microbatches"])),
-            ("power per device (with node share)", f"{fmt(report['power_per_device_w'])} W"),
-            ("energy per token (with PUE)", f"{fmt(report['energy_per_token_j'])} J"),
+            ("power per device (with node share)", watts(report["power_per_device_w"])),
+            ("energy per token (with PUE)", joules(report["energy_per_token_j"])),
             ("cost per hour", _usd(report["cost_per_hour_usd"])),
             ("cost per million tokens", _usd(report["cost_per_million_tokens_usd"]))]
     if work.tokens:
-        rows += [("run time", _seconds(run["time_s"])), ("run energy", f"{fmt(run['energy_kwh'])} kWh"),
+        rows += [("run time", _seconds(run["time_s"])), ("run energy", units.energy(_kwh_joules(run["energy_kwh"]))),
                  ("run cost", _usd(run["cost_usd"]))]
     console.print(_kv_table("summary", rows))
     console.print(_times_table("step time by component", report["time_components_s"], report["step_time_s"],
@@ -345,31 +439,48 @@ def estimate_train(spec, machine, plan, work, json_out: bool) -> None:
     console.print(f"cost basis: {report['cost_basis']}", markup=False)
 
 
-def estimate_serve(spec, machine, plan, work, json_out: bool) -> None:
+def estimate_serve(spec, machine, plan, work, output=None, model_ref: str | None = None, db=None) -> None:
     from perfmodel.report import check_feasible, serve_report
     from perfmodel.serving import estimate_serving
 
+    from .deliver import delivered, report_files
+    from .options import EstimateOutput
+
+    output = output or EstimateOutput()
     result = estimate_serving(spec, machine, plan, work)
     check_feasible(result, machine)
     report = serve_report(result, machine, spec)
-    if json_out:
-        emit_json({"model": spec.name, "system": machine.system.name, "devices": machine.devices,
-                   "plan": vars(plan), "workload": vars(work), "result": report})
+    doc = {"model": spec.name, "system": machine.system.name, "devices": machine.devices,
+           "plan": vars(plan), "workload": vars(work), "result": report}
+
+    def export(framework: str) -> dict[str, str]:
+        from perfmodel.exports import instance_pool, serving_files
+
+        return serving_files(framework, spec, [instance_pool(machine, plan, work)], model_ref or spec.name)
+    rows = lambda: [{"phase": phase, "component": k, "seconds": v}  # noqa: E731
+                    for phase in ("prefill", "decode") for k, v in report[f"{phase}_components_s"].items()]
+    if delivered(doc, output, rows, dict.fromkeys(("breakdown", "roofline", "memory"), lambda: doc), "breakdown",
+                 export):
         return
-    console.print(_header(spec, machine), style="bold")
+    _estimate_serve_tables(spec, machine, plan, work, report, db)
+    report_files(doc)
+
+
+def _estimate_serve_tables(spec, machine, plan, work, report, db=None) -> None:
+    console.print(_header(spec, machine, db), style="bold")
     console.print(f"instance: tp {plan.tp}, pp {plan.pp}, ep {plan.ep}, dp-attention {plan.dp_attention}, "
                   f"batch {plan.batch}; weights {plan.weight_precision}, activations {plan.activation_precision}, "
                   f"kv {plan.kv_precision}", markup=False)
     (tl, th), (pl, ph) = report["ttft_range_s"], report["tpot_range_s"]
-    rows = [("time to first token", f"{_seconds(report['ttft_s'])} (range {_seconds(tl)}-{_seconds(th)})"),
-            ("time per output token", f"{_seconds(report['tpot_s'])} (range {_seconds(pl)}-{_seconds(ph)}; "
-                                      f"constants: {_constants(report)})"),
+    rows = [("time to first token", f"{_seconds(report['ttft_s'])} (range {_span(tl, th)})"),
+            ("time per output token", f"{_seconds(report['tpot_s'])} (range {_span(pl, ph)})"),
+            ("constants", _constants(report)),
             ("devices per instance", fmt(report["devices_per_instance"])),
             ("largest batch the KV cache allows", fmt(report["max_batch"])),
             ("prefill tokens/s per device", fmt(report["prefill_tokens_per_s_per_device"])),
             ("decode tokens/s per device", fmt(report["decode_tokens_per_s_per_device"])),
-            ("power per device (with node share)", f"{fmt(report['power_per_device_w'])} W"),
-            ("energy per output token (with PUE)", f"{fmt(report['energy_per_token_j'])} J"),
+            ("power per device (with node share)", watts(report["power_per_device_w"])),
+            ("energy per output token (with PUE)", joules(report["energy_per_token_j"])),
             ("cost per million output tokens", _usd(report["cost_per_million_tokens_usd"]))]
     console.print(_kv_table("summary", rows))
     console.print(_times_table("prefill (time to first token)", report["prefill_components_s"], report["ttft_s"]))
@@ -384,10 +495,58 @@ def estimate_serve(spec, machine, plan, work, json_out: bool) -> None:
 
 # --- validate --------------------------------------------------------------------------------
 
-def validate(db, calibrate: bool, json_out: bool) -> None:
-    from perfmodel.validation import calibrate as fit, command, summarize, validate as run
+def _metric_label(metric: str) -> str:
+    """A validation metric's name for people; its value carries the unit (``step_time_s`` -> ``step time``)."""
+    label = metric.replace("_per_s", "/s").replace("_bytes", "").replace("tflops", "TFLOP/s")
+    label = label[:-2] if label.endswith("_s") else label
+    return {"mfu": "MFU", "tpot": "TPOT", "ttft": "TTFT"}.get(label, label.replace("_", " "))
 
-    outcomes = run(db)
+
+def _metric_value(metric: str, value: float | None) -> str:
+    """A validation metric's value in its unit: bytes, seconds, a fraction as a percentage, else the number."""
+    if value is None:
+        return "-"
+    if "bytes" in metric:
+        return size(value)
+    if metric.endswith("_s") and not metric.endswith("_per_s"):
+        return units.seconds(value)
+    return f"{value:.1%}" if metric == "mfu" else fmt(value)
+
+
+def _validation_table(cells: list[tuple[str, ...]]) -> Table:
+    """Cases with their system, metric, published and predicted values and error; on a terminal
+    too narrow for that, the system (and the calibration mark) goes under the case's name."""
+    for narrow in (False, True):
+        table = Table(title="validation: predicted vs published" + ("" if narrow else " (*: calibration case)"),
+                      title_justify="left")
+        for col, justify in (("case", "left"),) + ((("system", "left"),) if not narrow else ()) + (
+                ("metric", "left"), ("published", "right"), ("predicted", "right"), ("error", "right")):
+            table.add_column(col, justify=justify, whole=col in ("system", "published", "predicted"),
+                             max_width=16 if narrow and col == "metric" else None)
+        for name, calibration, system, *rest in cells:
+            if narrow:
+                table.add_row(f"{name}\n[dim]on {system}{', calibration' if calibration else ''}[/]", *rest)
+            else:
+                table.add_row(name + (" *" if calibration else ""), system, *rest)
+        if _fits(table):
+            break
+    return table
+
+
+def _fits(table: Table) -> bool:
+    """Whether ``table`` fits the terminal without wrapping any cell."""
+    return console.measure(table, options=console.options.update_width(100_000)).maximum <= console.width
+
+
+def validate(db, calibrate: bool, json_out: bool) -> None:
+    from perfmodel.validation import calibrate as fit, command, load_cases, predict, summarize
+
+    cases = load_cases()
+    with Progress(len(cases), "predicting the validation cases", enabled=not json_out) as progress:
+        outcomes = []
+        for case in cases:
+            outcomes.append(predict(case, db))
+            progress.advance()
     summary = summarize(outcomes)
     rows = [{"id": o.case.id, "kind": o.case.kind, "calibration": o.case.calibration, "system": o.case.system,
              "metric": o.case.measured.metric, "published": o.case.measured.value, "predicted": o.predicted,
@@ -398,18 +557,21 @@ def validate(db, calibrate: bool, json_out: bool) -> None:
     if json_out:
         emit_json({"cases": rows, "summary": summary, **({"calibration_fit": fitted} if fitted else {})})
         return
-    table = Table(title="validation: predicted vs published", title_justify="left")
-    for col, justify in (("case", "left"), ("system", "left"), ("metric", "left"), ("published", "right"),
-                         ("predicted", "right"), ("error", "right")):
-        table.add_column(col, justify=justify)
+    skipped: dict[str, int] = {}
+    cells = []
     for r in rows:
         err = "-" if r["error"] is None else f"{r['error']:+.1%}"
         if r["infeasible_in_model"]:
             err += f" (model: {r['infeasible_in_model']} binds)"
-        name = r["id"] + (" (calibration)" if r["calibration"] else "")
-        table.add_row(name, r["system"], r["metric"], fmt(r["published"]), fmt(r["predicted"]),
-                      err if r["status"] == "ok" else r["status"])
-    console.print(table)
+        if r["status"].startswith("skipped: "):
+            reason = r["status"].removeprefix("skipped: ")
+            skipped[reason] = skipped.get(reason, 0) + 1
+            err = "skipped"
+        elif r["status"] != "ok":
+            err = r["status"]
+        cells.append((r["id"], r["calibration"], r["system"], _metric_label(r["metric"]), _metric_value(r["metric"], r["published"]),
+                      _metric_value(r["metric"], r["predicted"]), err))
+    console.print(_validation_table(cells))
     for group in ("calibration", "held_out", "exact"):
         s = summary[group]
         if s["cases"]:
@@ -419,7 +581,8 @@ def validate(db, calibrate: bool, json_out: bool) -> None:
         if s["cases"]:
             console.print(f"  held-out {kind}: {s['cases']} cases, mean absolute error {s['mape']:.1%}")
     if summary["skipped"]:
-        console.print(f"skipped: {summary['skipped']} cases whose source lacks a plan detail (listed above)")
+        console.print(f"skipped: {summary['skipped']} cases whose source lacks a plan detail (listed above): "
+                      + "; ".join(f"{reason} ({n})" for reason, n in skipped.items()))
     if fitted:
         console.print(f"refit of framework-gemm-efficiency on {fitted['cases']} calibration cases: "
                       f"{fitted['value']:.3f} (MAPE {fitted['mape_before']:.1%} at 1.0 -> {fitted['mape_after']:.1%})")
@@ -427,32 +590,58 @@ def validate(db, calibrate: bool, json_out: bool) -> None:
 
 # --- plan ------------------------------------------------------------------------------------
 
-class _LateProgress:
-    """A progress bar on stderr that appears only once a search has run for a second."""
+class Progress:
+    """A transient progress bar on stderr for a step that may take a while, shared by the commands.
 
-    def __init__(self, total: int, what: str):
+    ``progress = Progress(total, what, enabled=not json_out)``; then ``progress(done)`` (or
+    ``progress(done, total)`` when the total is learnt on the way, as the searches report it) or
+    ``progress.advance()``; ``progress.close()`` at the end, or use it as a context manager. The bar
+    appears only once the step has run for ``delay`` seconds and is silent when not ``enabled``
+    (``--json`` / ``--csv``: the output is for a script) or when stderr is not a terminal.
+    """
+
+    def __init__(self, total: int | None, what: str, enabled: bool = True, delay: float = 1.0,
+                 stderr: Console | None = None):
         import time
 
-        self.total, self.what, self.done = total, what, 0
+        self.stderr = stderr or Console(stderr=True)
+        self.total, self.what, self.done, self.delay = total, what, 0, delay
+        self.enabled = enabled and self.stderr.is_terminal
         self.started = time.perf_counter()
         self.bar = None
 
-    def __call__(self, evaluated: int) -> None:
+    def __call__(self, done: int, total: int | None = None) -> None:
         import time
 
-        self.done += 1
-        if self.bar is None and time.perf_counter() - self.started > 1.0 and self.done < self.total:
-            from rich.progress import Progress
+        self.done = done
+        if total is not None:
+            self.total = total
+        if not self.enabled:
+            return
+        if self.bar is None:
+            if time.perf_counter() - self.started < self.delay or (self.total is not None and done >= self.total):
+                return
+            from rich.progress import Progress as Bar
 
-            self.bar = Progress(console=Console(stderr=True), transient=True)
+            self.bar = Bar(console=self.stderr, transient=True)
             self.bar.start()
-            self.task = self.bar.add_task(self.what, total=self.total, completed=self.done)
-        elif self.bar is not None:
-            self.bar.update(self.task, completed=self.done)
+            self.task = self.bar.add_task(self.what, total=self.total, completed=done)
+        else:
+            self.bar.update(self.task, completed=done, total=self.total)
+
+    def advance(self, steps: int = 1) -> None:
+        self(self.done + steps)
 
     def close(self) -> None:
         if self.bar is not None:
             self.bar.stop()
+            self.bar = None
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _plan_text(q: dict) -> str:
@@ -465,16 +654,29 @@ def _plan_text(q: dict) -> str:
     return text + (" offload " + ",".join(places) if places else "")
 
 
-def _plans_table(title: str, plans: list[dict], cost_label: str) -> Table:
+def _span(low: float | None, high: float | None) -> str:
+    """A range of durations, the unit said once when both ends share it: ``49.2-64.8 s``."""
+    a, b = _seconds(low), _seconds(high)
+    number, _, unit = a.rpartition(" ")
+    return f"{number}-{b}" if unit and b.endswith(" " + unit) else f"{a} to {b}"
+
+
+def _fleet_named(db, system: str, devices: int) -> str:
+    """``units.fleet`` of ``devices`` of the database's system ``system``."""
+    entry = db.system(system)
+    return fleet(devices, entry, db.accelerator(entry.accelerator))
+
+
+def _plans_table(title: str, plans: list[dict], cost_label: str, db=None) -> Table:
     table = Table(title=title, title_justify="left")
-    for col in ("#", "where", "plan", "step", "MFU", cost_label, "J/token"):
-        table.add_column(col, justify="left" if col in ("where", "plan") else "right",
-                         overflow="fold" if col == "plan" else "ellipsis")
+    for col in ("#", "where", "plan", "step", "MFU", cost_label, "energy"):
+        table.add_column(col, justify="left" if col in ("where", "plan") else "right")
     for i, p in enumerate(plans, start=1):
         cost = p["run_cost_usd"] if p["run_cost_usd"] else p["cost_per_million_tokens_usd"]
-        table.add_row(str(i), f"{p['devices']:,} x {p['system']}", _plan_text(p["plan"]),
-                      f"{_seconds(p['step_time_s'])} ({_seconds(p['step_time_low_s'])}-{_seconds(p['step_time_high_s'])})",
-                      f"{p['mfu']:.1%}", _usd(cost), fmt(p["energy_per_token_j"]))
+        where = _two_lines(_fleet_named(db, p["system"], p["devices"])) if db else f"{p['devices']:,} x {p['system']}"
+        table.add_row(str(i), where, _plan_text(p["plan"]),
+                      f"{_seconds(p['step_time_s'])}\n{_span(p['step_time_low_s'], p['step_time_high_s'])}",
+                      f"{p['mfu']:.1%}", _usd(cost), joules(p["energy_per_token_j"]))
     return table
 
 
@@ -524,52 +726,79 @@ def _cost_bases(machines) -> dict[str, str]:
     return {m.system.name: cost_basis(m) for m in machines}
 
 
-def plan_train(db, spec, pairs, work, options, json_out: bool, pareto: bool, timing: bool,
-               model_ref: str | None = None) -> None:
-    from perfmodel.report import train_report
-    from perfmodel.training import TrainPlan, estimate_training
-    from search.train import raise_if_infeasible, search_training
+def _bar(what: str, enabled: bool) -> Progress:
+    """A ``Progress`` whose total the search reports with each step: ``progress(done, total)``."""
+    return Progress(None, what, enabled=enabled)
 
-    progress = _LateProgress(len(pairs), f"planning {spec.name}")
+
+def _plan_row_csv(rows: list[dict]) -> list[dict]:
+    return [{"rank": i, "system": r["system"], "devices": r["devices"], **r["plan"],
+             **{k: r.get(k) for k in ("step_time_s", "step_time_low_s", "step_time_high_s", "mfu", "run_cost_usd",
+                                      "cost_per_million_tokens_usd", "energy_per_token_j")},
+             "reproduce": r.get("reproduce")} for i, r in enumerate(rows, start=1)]
+
+
+def plan_train(db, request, output) -> None:
+    from perfmodel.report import train_report
+    from perfmodel.search.api import plan_train as search
+    from perfmodel.training import TrainPlan
+
+    from .deliver import delivered, report_files
+
+    if output.export:
+        from perfmodel.exports import TRAINING, ExportError
+
+        if output.export not in TRAINING:
+            raise ExportError(f"--export {output.export} writes serving configurations; for a training plan use one "
+                              f"of {', '.join(TRAINING)}")
+        request = replace(request, framework=request.framework or output.export)
+    progress = _bar(f"planning {request.model}", not (output.json_out or output.csv_out))
     try:
-        result = search_training(spec, db, pairs, work, options, progress=progress)
+        planning = search(request, db=db, progress=progress)
     finally:
         progress.close()
-    raise_if_infeasible(result, options)
-    model_ref = model_ref or spec.name
+    spec, pairs, work, options, result = (planning.spec, planning.candidates, planning.work, planning.options,
+                                          planning.result)
+    pareto, timing = output.pareto, output.timing
     listed = [result.best] + result.ties + result.top + result.pareto
     for row in listed:
-        row["reproduce"] = _train_command(model_ref, row, work, options)
+        row["reproduce"] = _train_command(request.model, row, work, options)
     bases = _cost_bases(result.machines.values())
-    machine = result.machines[(result.best["system"], result.best["devices"])]
-    if json_out:
-        best_plan = TrainPlan(**result.best["plan"])
-        breakdown = train_report(estimate_training(spec, machine, best_plan, work), machine, spec)
-        emit_json({"model": spec.name, "objective": options.objective, "candidates": [list(p) for p in pairs],
-                   "workload": vars(work), "pricing": options.pricing, "cost_basis": bases,
-                   "best": {**result.best, "breakdown": breakdown}, "ties": result.ties, "tie_count": result.tie_count,
-                   "top": result.top,
-                   **({"pareto": result.pareto} if pareto else {}), "evidence": _evidence_json(result.evidence, timing)})
+    machine = planning.machine
+    best_plan = TrainPlan(**result.best["plan"])
+    breakdown = train_report(planning.estimate(), machine, spec)
+    doc = {"model": spec.name, "objective": options.objective, "candidates": [list(p) for p in pairs],
+           "workload": vars(work), "pricing": options.pricing, "cost_basis": bases,
+           "best": {**result.best, "breakdown": breakdown}, "ties": result.ties, "tie_count": result.tie_count,
+           "top": result.top, **({"pareto": result.pareto} if pareto else {}),
+           "evidence": _evidence_json(result.evidence, timing)}
+    estimate = lambda: train_doc(spec, machine, best_plan, work, breakdown)  # noqa: E731
+    charts = {"pareto": lambda: {**doc, "pareto": result.pareto}, "breakdown": estimate, "roofline": estimate,
+              "memory": estimate}
+    if delivered(doc, output, lambda: _plan_row_csv(result.pareto if pareto else [result.best] + result.top),
+                 charts, "pareto" if pareto else "breakdown",
+                 _train_export(spec, machine, best_plan, work, request.model)):
         return
     best = result.best
     cost_label = "run cost" if work.tokens else "$/M tokens"
     console.print(f"{spec.display_name or spec.name}: {work.global_batch:,} sequences x {work.seq_len:,} tokens per "
-                  f"step" + (f", {work.tokens:,.3g} tokens" if work.tokens else "") + f"; objective: {options.objective}",
+                  f"step" + (f", {count(work.tokens)} tokens" if work.tokens else "") + f"; objective: {options.objective}",
                   style="bold", markup=False)
-    console.print(_plans_table("optimal plan (step: prediction, low-high range)", [best], cost_label))
+    console.print(_plans_table("optimal plan (step: prediction, low-high range; energy per token)", [best],
+                               cost_label, db))
     _print_commands([best])
     if result.tie_count:
         shown = f", the first {len(result.ties)}" if result.tie_count > len(result.ties) else ""
         console.print(_plans_table(f"ties: {result.tie_count:,} plans whose predicted range overlaps the optimal "
-                                   f"plan's{shown}", result.ties, cost_label))
+                                   f"plan's{shown}", result.ties, cost_label, db))
         _print_commands(result.ties)
     else:
         console.print("no other plan's predicted range overlaps the optimal plan's")
-    console.print(_plans_table(f"top {len(result.top)} plans", result.top, cost_label))
+    console.print(_plans_table(f"top {len(result.top)} plans", result.top, cost_label, db))
     _print_commands(result.top)
     if pareto:
         console.print(_plans_table("Pareto front (step time, cost per token, energy per token)", result.pareto,
-                                   cost_label))
+                                   cost_label, db))
         _print_commands(result.pareto)
     _print_quantization([best["plan"]["precision"]], "bf16")
     _print_bases(bases, options.pricing)
@@ -585,7 +814,8 @@ def plan_train(db, spec, pairs, work, options, json_out: bool, pareto: bool, tim
     console.print(_kv_table("evidence", rows))
     console.print("validity rules: " + "; ".join(e.rules), markup=False, style="dim")
     console.print()
-    estimate_train(spec, machine, TrainPlan(**best["plan"]), work, json_out=False)
+    _estimate_train_tables(spec, machine, best_plan, work, breakdown, db)
+    report_files(doc)
 
 
 def _gap(gap) -> str:
@@ -595,9 +825,34 @@ def _gap(gap) -> str:
     return "0%" if gap == 0 else f"{gap:.1e} of the objective" if gap < 1e-3 else f"{gap:.1%}"
 
 
+def _command_lines(prefix: str, command: str, width: int) -> list[str]:
+    """``prefix`` and a shell ``command`` in lines of at most ``width`` cells, cut between flags and
+    ended by `` \\``, so that they paste into a shell as the one command (a flag keeps its value)."""
+    import shlex
+
+    groups: list[str] = []
+    for word in shlex.split(command):
+        if groups and not word.startswith("-") and groups[-1].startswith("--") and " " not in groups[-1]:
+            groups[-1] += " " + shlex.quote(word)
+        else:
+            groups.append(shlex.quote(word))
+    lines, line = [], prefix.rstrip()
+    for group in groups:
+        if line.strip() and cell_len(line) + 1 + cell_len(group) + 2 > width and line != prefix.rstrip():
+            lines.append(line + " \\")
+            line = "     "
+        line += ("" if line.endswith(" ") else " ") + group
+    return lines + [line]
+
+
+def _print_command(prefix: str, command: str) -> None:
+    for line in _command_lines(prefix, command, console.width):
+        console.print(line, markup=False, style="dim", soft_wrap=True)
+
+
 def _print_commands(rows: list[dict]) -> None:
     for i, row in enumerate(rows, start=1):
-        console.print(f"  #{i} reproduce: {row['reproduce']}", markup=False, style="dim", soft_wrap=True)
+        _print_command(f"  #{i} reproduce:", row["reproduce"])
 
 
 def _quantization_remark(formats, native: str) -> str | None:
@@ -620,11 +875,25 @@ def _print_quantization(formats, native: str) -> None:
 def _print_bases(bases: dict[str, str], pricing: str) -> None:
     console.print(f"cost basis ({pricing}; --pricing cloud|owned):", markup=False)
     for line in bases.values():
-        console.print(f"  {line}", markup=False, soft_wrap=True)
+        console.print(f"  {line}", markup=False)
 
 
 def _ms(x: float | None) -> str:
-    return "-" if x is None else f"{fmt(x * 1e3)} ms"
+    return _seconds(x)
+
+
+def _pools_fleet(db, pools, two_lines: bool = False) -> str:
+    """The devices of ``pools`` by system, as ``units.fleet`` counts them (joined by ``+``)."""
+    by_system: dict[str, int] = {}
+    for p in pools:
+        by_system[p.system] = by_system.get(p.system, 0) + p.devices
+    parts = [_fleet_named(db, name, n) for name, n in by_system.items()]
+    return ("\n+ " if two_lines else " + ").join(_two_lines(p) if two_lines else p for p in parts)
+
+
+def _two_lines(fleet_text: str) -> str:
+    """A ``units.fleet`` text for a narrow cell: the count, then the nodes (``64 GPUs`` / ``(8 x dgx-h100)``)."""
+    return fleet_text.replace(" of ", "\nof ", 1).replace(" (", "\n(", 1)
 
 
 def _config_text(c: dict) -> str:
@@ -654,15 +923,20 @@ def _serve_ties(best, deployments: list, objective: str) -> list[bool]:
     return [d != best and value(d) * (1.0 - _deployment_error(d)) <= high for d in deployments]
 
 
-def _deployments_table(title: str, deployments: list, ties: list[bool] | None = None) -> Table:
+def _deployments_table(title: str, deployments: list, ties: list[bool] | None = None, db=None) -> Table:
+    """Deployments: each pool as instances x devices per instance (``decode 2x8``), the fleet, p90 latencies, cost
+    per million output tokens and energy per output token."""
     table = Table(title=title, title_justify="left")
-    for col in ("#", "pools", "devices", "TTFT p90", "TPOT p90", "$/M tok", "J/tok"):
-        table.add_column(col, justify="left" if col == "pools" else "right", overflow="fold")
+    for col in ("#", "pools", "fleet", "TTFT p90", "TPOT p90", "$/M tok", "energy"):
+        table.add_column(col, justify="left" if col in ("pools", "fleet") else "right", whole=col == "pools" or None)
     for i, d in enumerate(deployments, start=1):
-        pools = "; ".join(f"{p.role} {p.instances}x{p.devices_per_instance} {p.system}" for p in d.pools)
+        mixed = len({p.system for p in d.pools}) > 1
+        pools = "\n".join(f"{p.role} {p.instances:,}x{p.devices_per_instance}" + (f" {p.system}" if mixed else "")
+                          for p in d.pools)
+        where = _pools_fleet(db, d.pools, two_lines=True) if db else f"{d.devices:,}"
         mark = " ≈" if ties and ties[i - 1] else ""
-        table.add_row(f"{i}{mark}", pools, f"{d.devices:,}", _ms(d.ttft_p90_s), _ms(d.tpot_p90_s),
-                      _usd(d.usd_per_million_tokens), fmt(d.joules_per_token))
+        table.add_row(f"{i}{mark}", pools, where, _ms(d.ttft_p90_s), _ms(d.tpot_p90_s),
+                      _usd(d.usd_per_million_tokens), joules(d.joules_per_token))
     return table
 
 
@@ -670,39 +944,56 @@ def _range(value, error) -> str:
     """' (p90 range low-high)' of a predicted latency and its relative error, or '' without one."""
     if value is None or not error:
         return ""
-    return f" (p90 range {_ms(value * (1 - error))}-{_ms(value * (1 + error))})"
+    return f" (p90 range {_span(value * (1 - error), value * (1 + error))})"
 
 
-def plan_serve(db, spec, systems, demand, options, json_out: bool, pareto: bool, timing: bool,
-               model_ref: str | None = None) -> None:
-    from perfmodel.machine import build_machine
-    from search.serve import raise_if_infeasible, search_serving
+def _deployments_csv(deployments: list) -> list[dict]:
+    return [{"rank": i, "mode": d.mode, "pools": len(d.pools), **{k: v for k, v in _deployment_json(d).items()
+                                                                 if not isinstance(v, (list, dict))}}
+            for i, d in enumerate(deployments, start=1)]
 
-    result = search_serving(spec, db, systems, demand, options)
-    bases = _cost_bases(build_machine(db, name, None, options.pricing, options.prices) for name in systems)
-    raise_if_infeasible(result)
-    model_ref = model_ref or spec.name
+
+def plan_serve(db, request, output) -> None:
+    from perfmodel.search.api import plan_serve as search
+
+    from .deliver import delivered, report_files
+
+    progress = _bar(f"planning {request.model} serving", not (output.json_out or output.csv_out))
+    try:
+        planning = search(request, db=db, progress=progress)
+    finally:
+        progress.close()
+    spec, systems, demand, options, result = (planning.spec, planning.systems, planning.demand, planning.options,
+                                              planning.result)
+    pareto, timing = output.pareto, output.timing
+    bases = _cost_bases(planning.machines.values())
     for d in [result.best] + result.top + result.pareto:
         for pool in d.pools:
-            pool.reproduce = _serve_command(model_ref, pool, demand, options)
+            pool.reproduce = _serve_command(request.model, pool, demand, options)
     evidence = dict(vars(result.evidence))
     if not timing:
         evidence.pop("seconds")
     formats = {f for p in result.best.pools for f in (p.config["weight_precision"], p.config["activation_precision"],
                                                       p.config["kv_precision"])}
     remark = _quantization_remark(formats, spec.native_precision)
-    if json_out:
-        emit_json({"model": spec.name, "systems": systems, "objective": options.objective,
-                   "demand": {"rate": demand.rate, "input_len": vars(demand.input_len),
-                              "output_len": vars(demand.output_len),
-                              "slo_s": {k: getattr(demand, k) for k in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90")}},
-                   "best": _deployment_json(result.best), "top": [_deployment_json(d) for d in result.top],
-                   "top_ties": [i for i, t in enumerate(_serve_ties(result.best, result.top, options.objective)) if t],
-                   **({"pareto": [_deployment_json(d) for d in result.pareto]} if pareto else {}),
-                   "pricing": options.pricing, "cost_basis": bases, "quantization": remark, "evidence": evidence})
+    doc = {"model": spec.name, "systems": systems, "objective": options.objective,
+           "demand": {"rate": demand.rate, "input_len": vars(demand.input_len), "output_len": vars(demand.output_len),
+                      "slo_s": {k: getattr(demand, k) for k in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90")}},
+           "best": _deployment_json(result.best), "top": [_deployment_json(d) for d in result.top],
+           "top_ties": [i for i, t in enumerate(_serve_ties(result.best, result.top, options.objective)) if t],
+           **({"pareto": [_deployment_json(d) for d in result.pareto]} if pareto else {}),
+           "pricing": options.pricing, "cost_basis": bases, "quantization": remark, "evidence": evidence}
+
+    def export(framework: str) -> dict[str, str]:
+        from perfmodel.exports import deployment_pools, serving_files
+
+        return serving_files(framework, spec, deployment_pools(result.best, planning.machines, demand), request.model)
+    charts = {"pareto": lambda: {**doc, "pareto": [_deployment_json(d) for d in result.pareto]}}
+    if delivered(doc, output, lambda: _deployments_csv(result.pareto if pareto else [result.best] + result.top),
+                 charts, "pareto", export):
         return
-    slo = ", ".join(f"{k.replace('_', ' ')} {fmt(getattr(demand, k) * 1e3)} ms" for k in ("ttft_p50", "ttft_p90", "tpot_p50",
-                                                                                "tpot_p90") if getattr(demand, k))
+    slo = ", ".join(f"{k.replace('_', ' ')} {_ms(getattr(demand, k))}" for k in ("ttft_p50", "ttft_p90", "tpot_p50",
+                                                                              "tpot_p90") if getattr(demand, k))
     console.print(f"{spec.display_name or spec.name}: {demand.rate:,.3g} requests/s, prompts {demand.input_len.mean:,.0f} "
                   f"tokens (p90 {demand.input_len.p90:,.0f}), outputs {demand.output_len.mean:,.0f} (p90 "
                   f"{demand.output_len.p90:,.0f}); targets: {slo}; objective: {options.objective}",
@@ -711,33 +1002,34 @@ def plan_serve(db, spec, systems, demand, options, json_out: bool, pareto: bool,
     console.print(f"optimal deployment: {best.mode}", style="bold")
     for p in best.pools:
         console.print(_kv_table(
-            f"{p.role} pool: {p.instances:,} instance{'s' if p.instances > 1 else ''} of {p.devices_per_instance} x "
-            f"{p.accelerator} ({p.system})",
+            f"{p.role} pool: {_pools_fleet(db, [p])} as {p.instances:,} instance{'s' if p.instances > 1 else ''} "
+            f"of {p.devices_per_instance}",
             [("instance", _config_text(p.config)),
              ("TTFT p50 / p90", f"{_ms(p.ttft_p50_s)} / {_ms(p.ttft_p90_s)}" + _range(p.ttft_p90_s, p.ttft_error)),
              ("TPOT p50 / p90", f"{_ms(p.tpot_p50_s)} / {_ms(p.tpot_p90_s)}" + _range(p.tpot_p90_s, p.tpot_error)),
-             ("requests/s it carries", fmt(p.requests_per_s)), ("HBM per device", f"{fmt(p.hbm_used_bytes, 1e9)} GB"),
-             ("power", f"{fmt(p.power_w / 1e3)} kW"), ("cost", _usd(p.usd_per_hour) + (" per hour" if p.usd_per_hour
-                                                                                        else "")),
+             ("requests/s it carries", fmt(p.requests_per_s)), ("HBM per device", size(p.hbm_used_bytes)),
+             ("power", watts(p.power_w)), ("cost", _usd(p.usd_per_hour) + (" per hour" if p.usd_per_hour else "")),
              (("prefill p90, unloaded" if p.role == "prefill" else "decode step p90, full batch, unloaded"),
-              _ms(p.prefill_p90_s if p.role == "prefill" else p.step_p90_s)),
-             ("reproduce (unloaded)", p.reproduce)]))
-    console.print(_kv_table("fleet", [("devices", f"{best.devices:,}"), ("power (IT, with node share)",
-                                                                         f"{fmt(best.power_w / 1e3)} kW"),
+              _ms(p.prefill_p90_s if p.role == "prefill" else p.step_p90_s))]))
+        _print_command("  reproduce (unloaded):", p.reproduce)
+    console.print(_kv_table("fleet", [("devices", _pools_fleet(db, best.pools)),
+                                      ("power (IT, with node share)", watts(best.power_w)),
                                       ("cost per hour", _usd(best.usd_per_hour)),
                                       ("cost per million output tokens", _usd(best.usd_per_million_tokens)),
-                                      ("energy per output token (with PUE)", f"{fmt(best.joules_per_token)} J")]))
+                                      ("energy per output token (with PUE)", joules(best.joules_per_token))]))
     ties = _serve_ties(best, result.top, options.objective)
-    console.print(_deployments_table(f"top {len(result.top)} single-configuration deployments", result.top, ties))
+    console.print(_deployments_table(f"top {len(result.top)} single-configuration deployments", result.top, ties,
+                                     db))
     for i, d in enumerate(result.top, start=1):
         for pool in d.pools:
-            console.print(f"  #{i} {pool.role}: {pool.reproduce}", markup=False, style="dim", soft_wrap=True)
+            _print_command(f"  #{i} {pool.role}:", pool.reproduce)
     if any(ties):
         console.print(f"≈: a tie, its {options.objective} within the prediction error of the optimum's "
                       f"(+-{_deployment_error(best):.0%}); the optimum is not better than these by more than the "
                       "model can tell", style="dim")
     if pareto:
-        console.print(_deployments_table("Pareto front (cost per token, latency, energy per token)", result.pareto))
+        console.print(_deployments_table("Pareto front (cost per token, latency, energy per token)", result.pareto,
+                                         db=db))
     e = result.evidence
     rows = [("instance configurations evaluated", f"{e.configurations:,}"),
             ("meeting the SLOs at some instance count", f"{e.feasible_configurations:,}"),
@@ -750,44 +1042,51 @@ def plan_serve(db, spec, systems, demand, options, json_out: bool, pareto: bool,
     if remark:
         console.print(remark, markup=False, style="yellow")
     _print_bases(bases, options.pricing)
+    report_files(doc)
 
 
-def place_experts(spec, machine, problem, time_limit: float, json_out: bool) -> None:
-    from search.placement import OBJECTIVE, layer_time, place
+def place_experts(db, request, output) -> None:
+    from perfmodel.search.api import place_experts as search
+    from perfmodel.search.placement import OBJECTIVE
 
-    bar = _LateProgress(3 * problem.stats.layers, f"placing {problem.stats.layers} layers three ways "
-                                                  f"(time limit {time_limit:g} s)")
-    methods = {}
-    for i, method in enumerate(("round-robin", "greedy", "cp-sat")):
-        methods[method] = place(problem, method, time_limit, lambda done, i=i: bar(i * problem.stats.layers + done))
-    bar.close()
+    progress = _bar(f"placing experts three ways (time limit {request.time_limit:g} s)",
+                    not (output.json_out or output.csv_out))
+    try:
+        placed = search(request, db=db, progress=progress)
+    finally:
+        progress.close()
+    spec, machine, problem, time_limit = placed.spec, placed.machine, placed.problem, request.time_limit
     rows = {}
-    for name, p in methods.items():
+    for name, p in placed.placements.items():
         rows[name] = {"imbalance": p.imbalance, "max_load_tokens": float(p.max_load.mean()),
-                      "cross_node_tokens": p.cross_tokens, "predicted_moe_time_s": layer_time(spec, machine, p,
-                                                                                               problem.devices),
+                      "cross_node_tokens": p.cross_tokens, "predicted_moe_time_s": placed.predicted_moe_time_s(name),
                       "gap_to_bound": p.gap}
-    best = methods["cp-sat"]
+    best = placed.best
     evidence = {"status": best.status, "gap": best.gap, "bound_tokens_per_layer": [float(b) for b in best.bound],
                 "objective": OBJECTIVE, "decomposition": "per layer in order (the previous layer fixed for "
                 "affinity); per layer: replicas by water-filling, copies per node by CP-SAT, devices by LPT with "
                 "interchange", "devices": problem.devices, "devices_per_node": problem.devices_per_node,
                 "slots": problem.slots, "replicas": problem.replicas, "layers": problem.stats.layers,
                 "experts": problem.stats.experts, "time_limit_s": time_limit}
-    if json_out:
+    if output.csv_out and not output.json_out:
+        from .deliver import emit_csv
+
+        emit_csv([{"method": name, **r} for name, r in rows.items()])
+        return
+    if output.json_out:
         emit_json({"model": spec.name, "system": machine.system.name, "placement": best.as_map(),
                    "methods": rows, "evidence": evidence})
         return
     console.print(f"{spec.display_name or spec.name}: {problem.stats.layers} MoE layers x {problem.stats.experts} "
-                  f"experts on {problem.devices} x {machine.accelerator.name} ({problem.devices_per_node} per node), "
-                  f"{problem.slots} slots per device, {problem.replicas} replicas per layer", style="bold",
-                  markup=False)
+                  f"experts on {_fleet(problem.devices, machine.system, machine.accelerator, db)}, "
+                  f"{machine.accelerator.name}, {problem.slots} slots per device, {problem.replicas} replicas per layer",
+                  style="bold", markup=False)
     table = Table(title="placements compared", title_justify="left")
     for col in ("method", "imbalance (max/mean)", "busiest device tokens", "tokens crossing nodes",
                 "predicted MoE time", "gap to bound"):
-        table.add_column(col, justify="left" if col == "method" else "right")
+        table.add_column(col, justify="left" if col == "method" else "right", whole=col == "method" or None)
     for name, r in rows.items():
-        table.add_row(name, f"{r['imbalance']:.3f}", fmt(r["max_load_tokens"]), fmt(r["cross_node_tokens"]),
+        table.add_row(name, f"{r['imbalance']:.3f}", count(r["max_load_tokens"]), count(r["cross_node_tokens"]),
                       _seconds(r["predicted_moe_time_s"]), f"{r['gap_to_bound']:.2%}")
     console.print(table)
     base = rows["round-robin"]
@@ -819,7 +1118,7 @@ def _constants(report) -> str:
 
 def _calibration_source(db, device: str, table, source: str | None, seed: int):
     """The accelerator, and whether timings come from aiconfigurator (checks of the shared flags)."""
-    from hardware_db.errors import SpecError
+    from perfmodel.hardware_db.errors import SpecError
 
     acc = db.accelerator(device)
     if (table is None) == (source is None):
@@ -893,7 +1192,7 @@ def _fit_collectives(acc, table, source, seed):
 
 
 def _fit_gemm(acc, table, source, seed):
-    from hardware_db.errors import SpecError
+    from perfmodel.hardware_db.errors import SpecError
     from perfmodel.calibrate import fit_gemm
 
     from .timings_io import (WEIGHT_ONLY, aiconfigurator_cast_launch, aiconfigurator_table,
@@ -941,7 +1240,7 @@ def _gemm_blocks(results) -> dict:
 
 def _fit_attention(acc, table, source, seed):
     """Prefill fits by attention precision and decode fits by KV precision, their source and note."""
-    from hardware_db.errors import SpecError
+    from perfmodel.hardware_db.errors import SpecError
     from perfmodel.calibrate import fit_attention
 
     from .timings_io import MAX_DECODE_GROUP, aiconfigurator_table, read_attention_timings
@@ -976,7 +1275,7 @@ def _fit_mla(acc, gemm, decode_memory, seed):
     with the device's fitted fp8 ``gemm`` kernel for the module's projections and, in decode, the
     HBM fraction ``decode_memory`` of its fitted decode attention; their source and note; None
     when the install has no such tables for the device or there is no fp8 GEMM fit."""
-    from hardware_db.errors import SpecError
+    from perfmodel.hardware_db.errors import SpecError
     from perfmodel.calibrate import fit_mla
     from perfmodel.catalog import load_model
 
@@ -1009,7 +1308,7 @@ def _fit_mla(acc, gemm, decode_memory, seed):
 def _fit_dispatch(db, acc, table, source, seed, system_name):
     """The low-latency dispatch / combine fit, its source and note: aiconfigurator's DeepEP tables
     with the link bandwidths its system file gives, or a CSV with those of ``system_name``'s links."""
-    from hardware_db.errors import SpecError
+    from perfmodel.hardware_db.errors import SpecError
     from perfmodel.calibrate import fit_dispatch
 
     from .timings_io import aiconfigurator_dispatch_tables, read_dispatch_timings
@@ -1084,7 +1383,7 @@ def _db_fp8_gemm(db, acc):
 def _score_moe(acc, gemm):
     """(MAPE, table) of the fitted fp8 GEMM kernel on aiconfigurator's wide-EP MoE table, or None
     when the install has no such table for the device or no fp8 fit."""
-    from hardware_db.errors import SpecError
+    from perfmodel.hardware_db.errors import SpecError
     from perfmodel.calibrate import score_moe
 
     from .timings_io import aiconfigurator_table, read_moe_timings
@@ -1174,20 +1473,21 @@ def calibrate_gemm(db, device: str, table, source: str | None, out, seed: int, j
 
 def _gemm_table(acc, provenance, results) -> None:
     t = Table(title=f"GEMM kernels on {acc.name}, fitted on {provenance}", title_justify="left")
-    for col in ("precision", "compute", "memory", "launch", "blend p", "tile overhead", "cast", "held-out error",
-                "p90"):
-        t.add_column(col, justify="left" if col == "precision" else "right")
+    for col in ("precision", "compute", "memory", "launch", "blend p", "tile overhead", "held-out error (p90)"):
+        t.add_column(col, justify="left" if col == "precision" else "right", whole=col == "precision" or None)
     for p, r in results.items():
         k = r.kernel
-        t.add_row(p, f"{k.compute_fraction:.1%}", f"{k.memory_fraction:.1%}", f"{k.launch_s * 1e6:.2f} us",
-                  f"{k.sharpness:.2f}", f"{k.tile_overhead:.2f}", "yes" if k.cast else "no",
-                  f"{r.held_out_mape:.1%}", f"{r.held_out_p90:.1%}")
+        t.add_row(p + (" (cast)" if k.cast else ""), f"{k.compute_fraction:.1%}", f"{k.memory_fraction:.1%}",
+                  f"{k.launch_s * 1e6:.2f} us", f"{k.sharpness:.2f}", f"{k.tile_overhead:.2f}",
+                  f"{r.held_out_mape:.1%} ({r.held_out_p90:.1%})")
     console.print(t)
+    if any(r.kernel.cast for r in results.values()):
+        console.print("(cast): the fit includes the activation cast to the GEMM's input format", style="dim")
 
 
 def calibrate_all(db, device: str, source: str | None, out, seed: int, json_out: bool) -> None:
     """Every kernel family aiconfigurator measured for the device: GEMMs, attention and NCCL collectives."""
-    from hardware_db.errors import SpecError
+    from perfmodel.hardware_db.errors import SpecError
 
     if source is None:
         raise SpecError("perfmodel calibrate needs --from aiconfigurator, or a family with your own timings: "

@@ -28,7 +28,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from hardware_db.errors import SpecError
+from perfmodel.hardware_db.errors import SpecError
 
 # aiconfigurator's folder name for each accelerator it measured.
 AICONFIGURATOR_DEVICES = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "a100-sxm-80gb": "a100_sxm",
@@ -249,7 +249,7 @@ def read_dispatch_timings(paths: list[Path], ranks_per_node: int = 8) -> tuple:
 
 def _csv_rows(path: Path, needed: tuple):
     """(line number, row dict) of a CSV with a header holding ``needed``; ``#`` lines are comments."""
-    from hardware_db.files import read_text
+    from perfmodel.hardware_db.files import read_text
 
     lines = [line for line in read_text(path, MAX_TABLE_BYTES, "timing table").splitlines()
              if line.strip() and not line.lstrip().startswith("#")]
@@ -344,7 +344,7 @@ def aiconfigurator_dispatch_tables(device: str) -> tuple[list[Path], int, float,
     measured different node counts), the GPUs per node and the per-direction intra- and
     inter-node bandwidths (bytes/s) its system file gives for the machines measured, and their
     provenance."""
-    from hardware_db.files import read_yaml
+    from perfmodel.hardware_db.files import read_yaml
 
     newest, provenance = aiconfigurator_table(device, "comm/sglang", "wideep_deepep_ll_perf.parquet")
     root = newest.parents[1]

@@ -424,3 +424,15 @@ ENTRY_KINDS: dict[str, type[Entry]] = {
     "calibrations": Calibration,
     "constants": Constant,
 }
+
+
+def file_schema() -> dict:
+    """The JSON schema (pydantic's own) of one user hardware YAML file: a mapping of entry kinds to
+    lists of entries. An entry with ``extends`` may leave out what it inherits (checked after merging)."""
+    from pydantic import ConfigDict, create_model
+
+    kinds = {kind: (list[model] | None, None) for kind, model in ENTRY_KINDS.items()}
+    model = create_model("HardwareFile", __config__=ConfigDict(extra="forbid"), **kinds)
+    schema = model.model_json_schema()
+    schema["description"] = file_schema.__doc__.split("\n\n")[0].replace("\n   ", "").strip()
+    return schema

@@ -9,7 +9,7 @@ import importlib
 # Loaded on first use (PEP 562), so that importing one submodule (the command line reads
 # ``perfmodel.defaults`` at start-up) does not load numpy, pydantic and the database.
 _EXPORTS = {
-    "load_database": "hardware_db", "builtin_models": ".catalog", "find_model": ".catalog", "load_model": ".catalog",
+    "load_database": ".hardware_db", "builtin_models": ".catalog", "find_model": ".catalog", "load_model": ".catalog",
     "spec_from_hf_config": ".catalog", "compare": ".comparison", "profile": ".comparison", "Machine": ".machine",
     "build_machine": ".machine", "MlaSpec": ".model", "MoeSpec": ".model", "TransformerSpec": ".model",
     "model_summary": ".model", "ServePlan": ".serving", "ServeResult": ".serving", "ServeWorkload": ".serving",

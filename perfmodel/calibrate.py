@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hardware_db.errors import SpecError
+from perfmodel.hardware_db.errors import SpecError
 
 from .collectives import COLLECTIVES, EXCHANGES, FittedCollectives, FittedDispatch, expert_exchange_time
 from .kernels import AttentionKernel, GemmKernel

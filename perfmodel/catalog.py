@@ -14,9 +14,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from hardware_db.errors import SpecError, UnknownNameError
-from hardware_db.files import read_json, read_yaml, short
-from hardware_db.loader import format_validation_error
+from perfmodel.hardware_db.errors import SpecError, UnknownNameError
+from perfmodel.hardware_db.files import read_json, read_yaml, short
+from perfmodel.hardware_db.loader import format_validation_error
 
 from .model import TransformerSpec
 
@@ -62,8 +62,13 @@ def find_model(name: str, catalog: Mapping[str, TransformerSpec] | None = None) 
 
 
 def load_model(ref: str) -> TransformerSpec:
-    """A model from a catalog name, a spec YAML file or a Hugging Face ``config.json`` path."""
+    """A model from a catalog name, a spec YAML file, a Hugging Face ``config.json`` path or a
+    Hugging Face model directory (a downloaded snapshot: its ``config.json`` is read, no weights)."""
     path = Path(ref)
+    if ref and path.is_dir():
+        if not (path / "config.json").is_file():
+            raise SpecError(f"model directory {ref} has no config.json (a Hugging Face model directory holds one)")
+        return spec_from_hf_config(read_json(path / "config.json"), path / "config.json")
     if path.suffix.lower() == ".json" or (path.suffix.lower() in (".yaml", ".yml")):
         if not path.is_file():
             raise SpecError(f"model file not found: {ref}")

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hardware_db.loader import Database
-from hardware_db.schema import PRECISIONS, Accelerator, System
+from perfmodel.hardware_db.loader import Database
+from perfmodel.hardware_db.schema import PRECISIONS, Accelerator, System
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ def profile(name: str, db: Database) -> dict[str, float | str | None]:
     entry = db.entry(name)
     system = entry if isinstance(entry, System) else None
     if system is None and not isinstance(entry, Accelerator):
-        from hardware_db.errors import SpecError
+        from perfmodel.hardware_db.errors import SpecError
 
         raise SpecError(f"'{name}' is a {entry.__class__.__name__.lower()}; compare takes accelerators or systems")
     acc = db.accelerator(system.accelerator) if system else entry

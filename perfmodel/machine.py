@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from hardware_db.errors import SpecError, UnknownNameError, UnsupportedPrecisionError  # noqa: F401
-from hardware_db.loader import Database, MemoryTier
-from hardware_db.schema import PRECISIONS, Accelerator, System
+from perfmodel.hardware_db.errors import SpecError, UnknownNameError, UnsupportedPrecisionError  # noqa: F401
+from perfmodel.hardware_db.loader import Database, MemoryTier
+from perfmodel.hardware_db.schema import PRECISIONS, Accelerator, System
 
 from .collectives import COLLECTIVES, FittedCollectives, FittedDispatch, Topology
 from .kernels import AttentionKernel, GemmKernel

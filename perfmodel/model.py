@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from hardware_db.schema import BYTES_PER_ELEMENT
+from perfmodel.hardware_db.schema import BYTES_PER_ELEMENT
 
 Positive = Annotated[int, Field(ge=1, le=10_000_000)]
 NonNegative = Annotated[int, Field(ge=0, le=10_000_000)]

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
-from hardware_db.errors import SpecError, UnknownNameError
-from hardware_db.schema import BYTES_PER_ELEMENT
+from perfmodel.hardware_db.errors import SpecError, UnknownNameError
 
 
 class Recompute(IntEnum):
@@ -51,6 +50,7 @@ WEIGHT_PRECISIONS = ("bf16", "fp8", "int8", "int4", "fp4")
 KV_PRECISIONS = ("bf16", "fp8", "int4")
 # Activation (GEMM input) precision: "a16" keeps bf16 math; "a8" and "a4" run at the weight's rate.
 ACTIVATION_PRECISIONS = ("a16", "a8", "a4")
+ATTENTION = ("flash", "standard")   # fused causal FlashAttention, or the 2021 kernels writing the s x s scores
 # The only weight formats each activation width pairs with (W8A8: fp8 or int8; W4A4: int4 or fp4).
 _GEMM_RATE = {("a8", "fp8"): "fp8", ("a8", "int8"): "int8", ("a4", "int4"): "int4", ("a4", "fp4"): "fp4"}
 _ACTIVATION_BYTES = {"a16": 2.0, "a8": 1.0, "a4": 0.5}
@@ -92,6 +92,8 @@ class QuantScheme:
 
     @property
     def weight_bytes(self) -> float:
+        from perfmodel.hardware_db.schema import BYTES_PER_ELEMENT  # pydantic: not at start-up
+
         return BYTES_PER_ELEMENT[self.weight]
 
     @property
@@ -100,6 +102,8 @@ class QuantScheme:
 
     @property
     def kv_bytes(self) -> float:
+        from perfmodel.hardware_db.schema import BYTES_PER_ELEMENT
+
         return BYTES_PER_ELEMENT[self.kv]
 
     def attention_precision(self, supports) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from hardware_db.errors import InfeasibleError
+from perfmodel.hardware_db.errors import InfeasibleError
 
 from .machine import Machine
 from .power import cost_basis
@@ -53,9 +53,18 @@ def check_feasible(result, machine: Machine) -> None:
                                                                          machine, used))
 
 
+def device_roof(machine: Machine) -> dict[str, Any]:
+    """The device's roofline: datasheet peak FLOP/s per precision it lists, and HBM bandwidth (the
+    datasheet's, and the achievable streaming rate the model uses)."""
+    acc = machine.accelerator
+    return {"name": acc.name, "peak_flops_per_s": {p: float(v) for p, v in acc.peak_flops.items()},
+            "hbm_bytes_per_s": float(acc.hbm_bytes_per_s), "achievable_hbm_bytes_per_s": float(machine.hbm_bytes_per_s)}
+
+
 def train_report(result: TrainResult, machine: Machine, spec=None) -> dict[str, Any]:
     times = {k: _f(v) for k, v in result.components.items()}
-    ops = {k: {"seconds": _f(v), "bound": "compute" if _b(result.bounds[k]) else "memory"}
+    ops = {k: {"seconds": _f(v), "bound": "compute" if _b(result.bounds[k]) else "memory",
+               "flops": _f(result.operator_flops.get(k)), "bytes": _f(result.operator_bytes.get(k))}
            for k, v in result.operator_times.items()}
     memory = {k: _f(v) for k, v in result.memory.items()}
     tiers = {"hbm": {"used_bytes": _f(result.hbm_used_bytes), "capacity_bytes": machine.hbm_bytes}}
@@ -70,7 +79,7 @@ def train_report(result: TrainResult, machine: Machine, spec=None) -> dict[str, 
         "tokens_per_s": _f(result.tokens_per_s), "mfu": _f(result.mfu),
         "hfu": _f(result.hfu), "microbatches": _f(result.num_microbatches),
         "time_components_s": times, "time_on_link_s": {k: _f(v) for k, v in result.link_times.items()},
-        "operators_s": ops, "memory_per_device_bytes": memory, "memory_tiers": tiers,
+        "operators_s": ops, "device": device_roof(machine), "memory_per_device_bytes": memory, "memory_tiers": tiers,
         "power_per_device_w": _f(result.power_w), "energy_per_token_j": _f(result.energy_per_token_j),
         "cost_per_hour_usd": _f(result.cost_per_hour_usd),
         "cost_per_million_tokens_usd": _f(result.cost_per_million_tokens_usd), "cost_basis": cost_basis(machine),
@@ -90,10 +99,12 @@ def serve_report(result: ServeResult, machine: Machine, spec=None) -> dict[str, 
         "prefill_components_s": {k: _f(v) for k, v in result.prefill_components.items()},
         "decode_components_s": {k: _f(v) for k, v in result.decode_components.items()},
         "operators_s": {
-            **{f"prefill {k}": {"seconds": _f(v), "bound": "compute" if _b(result.bounds[f'prefill {k}']) else "memory"}
-               for k, v in result.prefill_operator_times.items()},
-            **{f"decode {k}": {"seconds": _f(v), "bound": "compute" if _b(result.bounds[f'decode {k}']) else "memory"}
-               for k, v in result.decode_operator_times.items()}},
+            **{f"{phase} {k}": {"seconds": _f(v), "bound": "compute" if _b(result.bounds[f'{phase} {k}']) else "memory",
+                                "flops": _f(work[k][0]), "bytes": _f(work[k][1])}
+               for phase, times, work in (("prefill", result.prefill_operator_times, result.prefill_operator_work),
+                                          ("decode", result.decode_operator_times, result.decode_operator_work))
+               for k, v in times.items()}},
+        "device": device_roof(machine),
         "memory_per_device_bytes": {k: _f(v) for k, v in result.memory.items()},
         "memory_tiers": {"hbm": {"used_bytes": _f(result.hbm_used_bytes), "capacity_bytes": machine.hbm_bytes}},
         "precisions": {"weights": result.quant.weight, "activations": result.quant.activation,

@@ -6,12 +6,29 @@ case's number is what typing its flags at the CLI prints (``cli_args`` gives tho
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
-from hardware_db.errors import SpecError, UnknownNameError
+from perfmodel.hardware_db.errors import SpecError, UnknownNameError
 
 from .defaults import SERVE_DEFAULTS, TRAIN_DEFAULTS
-from .plan import ACTIVATION_PRECISIONS, KV_PRECISIONS, OVERLAP, PLACES, RECOMPUTE, WEIGHT_PRECISIONS, QuantScheme
+from .plan import (ACTIVATION_PRECISIONS, ATTENTION, KV_PRECISIONS, OVERLAP, PLACES, RECOMPUTE, WEIGHT_PRECISIONS,
+                   QuantScheme)
+
+PRICING = ("cloud", "owned")
+KV_PLACES = ("hbm", "ddr", "cxl", "pooled")
+MODEL_HELP = "Catalog name, spec YAML, Hugging Face config.json or model directory."
+PRICING_HELP = ("Cost basis: cloud (on-demand rent per device-hour) or owned (price over its depreciation life, "
+                "network, facility and energy).")
+PRICE_HELP = "Your all-in price for a system, SYSTEM=USD_PER_DEVICE_HOUR (repeatable; either basis)."
+MOE_IMBALANCE_HELP = "Busiest over mean expert-parallel device load (0: the named constant moe-load-imbalance)."
+
+
+def option(default, help: str, *, choices=(), complete: str | None = None, flag: str | None = None):
+    """A request field that is also a command-line option: its default, its help, its allowed values
+    (listed in --help and checked by the request) and what the shell completes it with (``model``,
+    ``system``). The command line is built from these fields (``perfmodel.cli.options``)."""
+    return field(default=default, metadata={"help": help, "choices": tuple(choices), "complete": complete,
+                                            "flag": flag})
 
 
 def positive(name: str, value) -> None:
@@ -26,13 +43,21 @@ def one_of(name: str, value, allowed) -> None:
         raise UnknownNameError(f"--{name.replace('_', '-')} value", str(value), allowed)
 
 
+def check_choices(request, skip=()) -> None:
+    """Every field declared with ``choices`` holds one of them (None: not given); one-line errors."""
+    for f in fields(request):
+        allowed = f.metadata.get("choices")
+        value = getattr(request, f.name)
+        if allowed and f.name not in skip and value is not None and value not in allowed:
+            if f.type in ("int", int) or isinstance(value, int):
+                raise SpecError(f"--{f.name.replace('_', '-')} needs {', '.join(map(str, allowed[:-1]))} or "
+                                f"{allowed[-1]}, has {value}")
+            one_of(f.name, value, allowed)
+
+
 def _positive(request, *names: str) -> None:
     for name in names:
         positive(name, getattr(request, name))
-
-
-def _choice(request, name: str, allowed) -> None:
-    one_of(name, getattr(request, name), allowed)
 
 
 def _flags(request, skip=(), keep=()) -> list[str]:
@@ -58,51 +83,47 @@ def _flags(request, skip=(), keep=()) -> list[str]:
 class TrainRequest:
     """``perfmodel estimate train``: one training plan of a model on a system."""
 
-    model: str = TRAIN_DEFAULTS["model"]
-    system: str = TRAIN_DEFAULTS["system"]
-    devices: int | None = TRAIN_DEFAULTS["devices"]
-    tp: int = 8
-    pp: int = 2
-    dp: int | None = None               # default: what fills the devices
-    cp: int = 1
-    ep: int = 1
-    etp: int | None = None              # default: tp
-    interleave: int = 1
-    micro_batch: int = 1
-    zero: int = 1
-    recompute: str = "selective"
-    sp: bool = True
-    precision: str = TRAIN_DEFAULTS["precision"]
-    offload_optimizer: str = "hbm"
-    offload_grads: str = "hbm"
-    offload_params: str = "hbm"
-    attention: str = "flash"
-    dp_overlap: bool = True
-    overlap: str = "framework"
-    tp_overlap: bool = False
-    moe_imbalance: float = 0.0          # busiest over mean expert device load; 0: the named constant
-    pricing: str = "cloud"              # cost basis: cloud or owned
-    price: tuple[str, ...] = ()         # SYSTEM=USD per device-hour, the user's prices
-    global_batch: int = TRAIN_DEFAULTS["global_batch"]
-    seq_len: int = TRAIN_DEFAULTS["seq_len"]
-    tokens: float = TRAIN_DEFAULTS["tokens"]
+    model: str = option(TRAIN_DEFAULTS["model"], MODEL_HELP, complete="model")
+    system: str = option(TRAIN_DEFAULTS["system"], "System name from the hardware database.", complete="system")
+    devices: int | None = option(TRAIN_DEFAULTS["devices"], "Devices.")
+    tp: int = option(8, "Tensor-parallel degree.")
+    pp: int = option(2, "Pipeline stages.")
+    dp: int | None = option(None, "Data-parallel degree (default: fills the devices).")
+    cp: int = option(1, "Context-parallel degree.")
+    ep: int = option(1, "Expert-parallel degree (MoE; experts folded over tp x cp x dp).")
+    etp: int | None = option(None, "Expert tensor-parallel degree (default: tp).")
+    interleave: int = option(1, "Virtual pipeline stages per device.")
+    micro_batch: int = option(1, "Sequences per microbatch.")
+    zero: int = option(1, "ZeRO stage.", choices=(0, 1, 2, 3))
+    recompute: str = option("selective", "Activation recomputation.", choices=RECOMPUTE)
+    sp: bool = option(True, "Sequence parallelism.")
+    precision: str = option(TRAIN_DEFAULTS["precision"], "GEMM precision.", choices=("bf16", "fp16", "fp8"))
+    offload_optimizer: str = option("hbm", "Where optimizer states live.", choices=PLACES)
+    offload_grads: str = option("hbm", "Where gradients live (off HBM only with the optimizer states).",
+                                choices=PLACES)
+    offload_params: str = option("hbm", "Where parameters live.", choices=PLACES)
+    attention: str = option("flash", "flash (causal FlashAttention) or standard (s x s scores written, as 2021 "
+                                     "Megatron-LM).", choices=ATTENTION)
+    dp_overlap: bool = option(True, "Overlap the gradient reduction with the backward pass.")
+    overlap: str = option("framework", "none (every transfer exposed), framework (as Megatron-LM and DeepSpeed "
+                                       "schedule them) or ideal (all under compute).", choices=OVERLAP)
+    tp_overlap: bool = option(False, "Megatron's TP-communication overlap with the GEMMs (needs --sp).")
+    moe_imbalance: float = option(0.0, MOE_IMBALANCE_HELP)
+    pricing: str = option("cloud", PRICING_HELP, choices=PRICING)
+    price: tuple[str, ...] = option((), PRICE_HELP)
+    global_batch: int = option(TRAIN_DEFAULTS["global_batch"], "Sequences per optimizer step.")
+    seq_len: int = option(TRAIN_DEFAULTS["seq_len"], "Tokens per sequence.")
+    tokens: float = option(TRAIN_DEFAULTS["tokens"], "Training tokens of the run (for run time, energy, cost).")
 
     def resolve(self, db, spec=None):
         """(spec, machine, plan, workload), or a one-line SpecError naming the bad value."""
         from .catalog import load_model
         from .machine import build_machine
-        from .training import ATTENTION, TrainPlan, TrainWorkload
+        from .training import TrainPlan, TrainWorkload
 
         _positive(self, "devices", "tp", "pp", "dp", "cp", "ep", "etp", "interleave", "micro_batch",
                   "global_batch", "seq_len")
-        _choice(self, "recompute", RECOMPUTE)
-        _choice(self, "precision", ("bf16", "fp16", "fp8"))
-        _choice(self, "attention", ATTENTION)
-        _choice(self, "overlap", OVERLAP)
-        for name in ("offload_optimizer", "offload_grads", "offload_params"):
-            _choice(self, name, PLACES)
-        if self.zero not in (0, 1, 2, 3):
-            raise SpecError(f"--zero needs 0, 1, 2 or 3, has {self.zero}")
+        check_choices(self)
         if not 0 <= self.tokens < 1e18:
             raise SpecError(f"--tokens needs 0 to 1e18, has {self.tokens:g}")
         _imbalance(self.moe_imbalance)
@@ -141,25 +162,27 @@ class TrainRequest:
 class ServeRequest:
     """``perfmodel estimate serve``: one serving instance of a model on a system."""
 
-    model: str = SERVE_DEFAULTS["model"]
-    system: str = SERVE_DEFAULTS["system"]
-    devices: int | None = None
-    tp: int = 8
-    pp: int = 1
-    ep: int = 1
-    dp_attention: int = 1
-    batch: int = 32
-    input_len: int = SERVE_DEFAULTS["input_len"]
-    output_len: int = SERVE_DEFAULTS["output_len"]
-    weight_precision: str = "bf16"
-    activation_precision: str = "a16"
-    kv_precision: str = "bf16"
-    kv_place: str = "hbm"
-    mtp_draft_tokens: int = 0
-    mtp_acceptance: float = 0.0
-    moe_imbalance: float = 0.0
-    pricing: str = "cloud"
-    price: tuple[str, ...] = ()
+    model: str = option(SERVE_DEFAULTS["model"], MODEL_HELP, complete="model")
+    system: str = option(SERVE_DEFAULTS["system"], "System name from the hardware database.", complete="system")
+    devices: int | None = option(None, "Devices (default: one node of the system).")
+    tp: int = option(8, "Tensor-parallel degree per instance.")
+    pp: int = option(1, "Pipeline stages per instance.")
+    ep: int = option(1, "Expert-parallel degree (MoE; experts folded over tp x dp-attention devices; above the "
+                        "expert count, redundant copies).")
+    dp_attention: int = option(1, "Attention data-parallel ranks (MLA models).")
+    batch: int = option(32, "Concurrent sequences per instance.")
+    input_len: int = option(SERVE_DEFAULTS["input_len"], "Prompt tokens.")
+    output_len: int = option(SERVE_DEFAULTS["output_len"], "Generated tokens.")
+    weight_precision: str = option("bf16", "Weight format.", choices=WEIGHT_PRECISIONS)
+    activation_precision: str = option("a16", "Activation format: a16 (bf16 math), a8 (W8A8) or a4 (W4A4).",
+                                       choices=ACTIVATION_PRECISIONS)
+    kv_precision: str = option("bf16", "KV-cache format.", choices=KV_PRECISIONS)
+    kv_place: str = option("hbm", "Where the KV cache lives: hbm, or a host tier.", choices=KV_PLACES)
+    mtp_draft_tokens: int = option(0, "Multi-token prediction: draft tokens per step (0-16).")
+    mtp_acceptance: float = option(0.0, "Share of draft tokens accepted (0-1).")
+    moe_imbalance: float = option(0.0, MOE_IMBALANCE_HELP)
+    pricing: str = option("cloud", PRICING_HELP, choices=PRICING)
+    price: tuple[str, ...] = option((), PRICE_HELP)
 
     def resolve(self, db, spec=None):
         from .catalog import load_model
@@ -167,15 +190,12 @@ class ServeRequest:
         from .serving import ServePlan, ServeWorkload
 
         _positive(self, "devices", "tp", "pp", "ep", "dp_attention", "batch", "input_len", "output_len")
-        _choice(self, "weight_precision", WEIGHT_PRECISIONS)
-        _choice(self, "activation_precision", ACTIVATION_PRECISIONS)
-        _choice(self, "kv_precision", KV_PRECISIONS)
+        check_choices(self)
         if not 0 <= self.mtp_draft_tokens <= 16:
             raise SpecError(f"--mtp-draft-tokens needs 0 to 16, has {self.mtp_draft_tokens}")
         if not 0.0 <= self.mtp_acceptance <= 1.0:
             raise SpecError(f"--mtp-acceptance needs a share from 0 to 1, has {self.mtp_acceptance:g}")
         QuantScheme(self.weight_precision, self.activation_precision, self.kv_precision)  # the pairing rule
-        _choice(self, "kv_place", ("hbm", "ddr", "cxl", "pooled"))
         _imbalance(self.moe_imbalance)
         spec = spec or load_model(self.model)
         machine = build_machine(db, self.system, self.devices, self.pricing, parse_prices(db, self.price))

@@ -11,7 +11,7 @@ the score matrix is written and read by the softmax and the value GEMM as in Meg
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -94,19 +94,21 @@ class OpTimes:
     mean_flops: np.ndarray              # the average device's GEMM and attention FLOPs
     backward: dict[str, np.ndarray]     # each operator's backward pass
     backward_total: np.ndarray
+    bytes: dict[str, np.ndarray] = field(default_factory=dict)   # HBM traffic of each forward, this device
 
     def take(self, rows) -> "OpTimes":
         """The operator times of the plans at indices ``rows``."""
         pick = lambda v: np.broadcast_to(v, np.shape(rows))[...] if np.ndim(v) == 0 else np.asarray(v)[rows]  # noqa: E731
         each = lambda d: {n: pick(v) for n, v in d.items()}                                         # noqa: E731
         return OpTimes(pick(self.total), each(self.seconds), each(self.compute_bound), each(self.flops),
-                       pick(self.mean_flops), each(self.backward), pick(self.backward_total))
+                       pick(self.mean_flops), each(self.backward), pick(self.backward_total), each(self.bytes))
 
     def scaled(self, k) -> "OpTimes":
         """The same operators run ``k`` times (layers, microbatches)."""
         return OpTimes(self.total * k, {n: t * k for n, t in self.seconds.items()}, self.compute_bound,
                        {n: f * k for n, f in self.flops.items()}, self.mean_flops * k,
-                       {n: t * k for n, t in self.backward.items()}, self.backward_total * k)
+                       {n: t * k for n, t in self.backward.items()}, self.backward_total * k,
+                       {n: b * k for n, b in self.bytes.items()})
 
 
 # FlashAttention's backward pass runs five matrix products to the forward's two (Dao 2023,
@@ -127,7 +129,7 @@ def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel 
     its forward. Every other operator is a roofline, and its backward twice its forward
     (Narayanan et al. 2021 Sec. 5.1).
     """
-    seconds, bound, flops, backward = {}, {}, {}, {}
+    seconds, bound, flops, backward, traffic = {}, {}, {}, {}, {}
     total, mean, back = 0.0, 0.0, 0.0
     for op in ops:
         work = op.flops * op.attention.padding if op.attention is not None else op.flops
@@ -144,10 +146,11 @@ def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel 
                 t = np.where(a.flash, core_seconds(attention, op), t)
             b = np.where(a.flash, FLASH_BACKWARD_OVER_FORWARD, 2.0) * t
         seconds[op.name], bound[op.name], flops[op.name], backward[op.name] = t, cb, op.flops, b
+        traffic[op.name] = op.bytes
         total, back = total + t, back + b
         if op.gemm:
             mean = mean + op.mean_flops
-    return OpTimes(total, seconds, bound, flops, mean, backward, back)
+    return OpTimes(total, seconds, bound, flops, mean, backward, back, traffic)
 
 
 def core_seconds(kernel: AttentionKernel, op: Op) -> np.ndarray:
@@ -160,15 +163,16 @@ def core_seconds(kernel: AttentionKernel, op: Op) -> np.ndarray:
 
 def merge(*parts: OpTimes) -> OpTimes:
     """Operator times of several op lists on one device, summed by operator name."""
-    seconds, bound, flops, backward = {}, {}, {}, {}
+    seconds, bound, flops, backward, traffic = {}, {}, {}, {}, {}
     for part in parts:
         for k, v in part.seconds.items():
             seconds[k] = seconds.get(k, 0.0) + v
             flops[k] = flops.get(k, 0.0) + part.flops[k]
+            traffic[k] = traffic.get(k, 0.0) + part.bytes.get(k, 0.0)
             backward[k] = backward.get(k, 0.0) + part.backward[k]
             bound[k] = part.compute_bound[k]
     return OpTimes(sum(p.total for p in parts), seconds, bound, flops, sum(p.mean_flops for p in parts),
-                   backward, sum(p.backward_total for p in parts))
+                   backward, sum(p.backward_total for p in parts), traffic)
 
 
 def kv_width_per_device(spec: TransformerSpec, tp):

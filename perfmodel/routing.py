@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hardware_db.errors import SpecError
+from perfmodel.hardware_db.errors import SpecError
 
 
 MAX_TOKENS = 1e15  # routed tokens of one expert in one layer: far above any measured batch, far below overflow

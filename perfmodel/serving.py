@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hardware_db.schema import BYTES_PER_ELEMENT
+from perfmodel.hardware_db.schema import BYTES_PER_ELEMENT
 
 from .layout import Layout
 from .machine import Machine
@@ -77,6 +77,8 @@ class ServeResult:
     shortfall: np.ndarray
     prefill_operator_times: dict[str, np.ndarray] = field(default_factory=dict)
     decode_operator_times: dict[str, np.ndarray] = field(default_factory=dict)
+    prefill_operator_work: dict[str, tuple] = field(default_factory=dict)   # (FLOPs, bytes) per prefill op
+    decode_operator_work: dict[str, tuple] = field(default_factory=dict)    # (FLOPs, bytes) per decode step op
     quant: QuantScheme = QuantScheme()
     ttft_range_s: tuple = (0.0, 0.0)      # prediction intervals (Machine.interval)
     tpot_range_s: tuple = (0.0, 0.0)
@@ -324,6 +326,8 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
         decode_tokens_per_s_per_device=decode_tps, power_w=power, energy_per_token_j=energy,
         cost_per_million_tokens_usd=cost, hbm_used_bytes=mem.used, feasible=binding == "", binding=binding,
         shortfall=shortfall, prefill_operator_times=prefill.ops.seconds, decode_operator_times=decode.ops.seconds,
+        prefill_operator_work={k: (f, prefill.ops.bytes[k]) for k, f in prefill.ops.flops.items()},
+        decode_operator_work={k: (f, decode.ops.bytes[k]) for k, f in decode.ops.flops.items()},
         quant=inst.quant,
         ttft_range_s=machine.interval(ttft, pp * prefill.ops.total, np.maximum(ttft - pp * prefill.ops.total, 0.0)),
         tpot_range_s=tuple(np.asarray(x) / per_step for x in machine.interval(

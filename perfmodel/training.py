@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hardware_db.schema import PRECISIONS
+from perfmodel.hardware_db.schema import PRECISIONS
 
 from .layout import Layout
 from .machine import Machine
@@ -43,7 +43,6 @@ from .power import device_power_w, run_cost
 from .kernels import distinct_rows
 from .roofline import OpTimes, layer_ops, lm_head_ops, merge, mtp_ops, ops_time
 
-ATTENTION = ("flash", "standard")   # fused causal FlashAttention, or the 2021 kernels writing the s x s scores
 
 
 @dataclass(frozen=True)
@@ -121,6 +120,7 @@ class TrainResult:
     num_microbatches: np.ndarray = 0.0
     operator_times: dict[str, np.ndarray] = field(default_factory=dict)   # per step, busiest device
     operator_flops: dict[str, np.ndarray] = field(default_factory=dict)   # per step, busiest device (fwd+bwd)
+    operator_bytes: dict[str, np.ndarray] = field(default_factory=dict)   # per step, busiest device (fwd+bwd)
     busy_fraction: np.ndarray = 0.0
     model_flops_per_step: np.ndarray = 0.0       # the model's FLOPs (causal when the kernel is), all devices
     executed_flops_per_step: np.ndarray = 0.0    # summed over devices, with recompute
@@ -644,6 +644,8 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
         constraint_names=names, hbm_used_bytes=mem.hbm_used, num_microbatches=sh.num_micro,
         operator_times={k: m * (t + fwd.backward[k]) for k, t in fwd.seconds.items()} if breakdown else {},
         operator_flops={k: m * 3.0 * f for k, f in fwd.flops.items()} if breakdown else {},
+        # The backward's two GEMMs per forward GEMM move about the forward's bytes each (as its FLOPs).
+        operator_bytes={k: m * 3.0 * b for k, b in fwd.bytes.items()} if breakdown else {},
         busy_fraction=busy, model_flops_per_step=np.broadcast_to(comp.model_flops, np.shape(step)),
         executed_flops_per_step=np.broadcast_to(comp.executed_flops, np.shape(step)), memory_stage=mem.stage,
         link_times=links, step_time_low_s=low, step_time_high_s=high)

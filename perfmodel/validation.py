@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from hardware_db.errors import SpecError
-from hardware_db.files import read_yaml
-from hardware_db.loader import Database, format_validation_error
+from perfmodel.hardware_db.errors import SpecError
+from perfmodel.hardware_db.files import read_yaml
+from perfmodel.hardware_db.loader import Database, format_validation_error
 
 from .catalog import find_model
 from .memory import activation_bytes_per_layer, model_state_bytes
@@ -246,7 +246,7 @@ def with_constant(db: Database, name: str, value: float) -> Database:
     """The same database with one named constant set to ``value``."""
     from dataclasses import replace
 
-    from hardware_db.schema import Constant
+    from perfmodel.hardware_db.schema import Constant
 
     old = db.constants.get(name)
     entry = old.model_copy(update={"value": value}) if old else Constant(

@@ -19,7 +19,8 @@ from fractions import Fraction
 
 import numpy as np
 
-OBJECTIVES = ("cost", "energy", "devices")
+
+
 # The fewest-devices objective breaks ties by power: this weight keeps power from ever outweighing
 # one device (a fleet draws far less than 10^9 W).
 DEVICE_TIE_BREAK = 1e-9

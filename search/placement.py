@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hardware_db.errors import SpecError
+from perfmodel.hardware_db.errors import SpecError
 from perfmodel.routing import RoutingStats
 
 # The objective, stated in every result: lexicographic, the busiest node's load first, then the
@@ -309,7 +309,7 @@ def place(problem: PlacementProblem, method: str = "cp-sat", time_limit: float =
     the wall clock pass ``time_limit`` anyway, the remaining layers keep their greedy placement and
     the status says FEASIBLE. ``progress`` is called with the number of layers placed."""
     if method not in METHODS:
-        from hardware_db.errors import UnknownNameError
+        from perfmodel.hardware_db.errors import UnknownNameError
 
         raise UnknownNameError("placement method", method, METHODS)
     started = time.perf_counter()

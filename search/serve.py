@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from hardware_db.errors import InfeasibleError, SpecError, UnknownNameError
-from hardware_db.loader import Database
+from perfmodel.hardware_db.errors import InfeasibleError, SpecError, UnknownNameError
+from perfmodel.hardware_db.loader import Database
 from perfmodel.machine import Machine, build_machine
 from perfmodel.model import TransformerSpec
 from perfmodel.plan import QuantScheme
@@ -31,12 +31,13 @@ from perfmodel.queueing import pool_latencies
 from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving, kv_transfer_time
 
 from . import fleet
-from .fleet import OBJECTIVES, FleetInstance, FleetSolution, single_pool_solutions
+from .fleet import FleetInstance, FleetSolution, single_pool_solutions
 from .pareto import pareto_front
 from .placement import imbalance_table
+from .requests import SERVE_MODES as MODES
+from .requests import SERVE_OBJECTIVES as OBJECTIVES
 
 MAX_INSTANCES = 1 << 20
-MODES = ("colocated", "disaggregated")
 
 
 @dataclass(frozen=True)
@@ -322,8 +323,9 @@ class PoolOptions:
 
 
 def pool_options(spec: TransformerSpec, db: Database, systems: list[str], demand: Demand,
-                 options: ServeSearchOptions) -> PoolOptions:
-    """Evaluate every instance configuration of every system and size each role's pools."""
+                 options: ServeSearchOptions, progress=None) -> PoolOptions:
+    """Evaluate every instance configuration of every system and size each role's pools;
+    ``progress`` is called with the number of systems evaluated."""
     slo = slo_of(demand)
     counter: dict[str, int] = {}
     options_list: list[dict] = []
@@ -331,7 +333,9 @@ def pool_options(spec: TransformerSpec, db: Database, systems: list[str], demand
     machines = {}
     fastest: dict = {}
     max_devices = options.max_devices or 10_000_000
-    for name in systems:
+    for k, name in enumerate(systems):
+        if progress is not None and k:
+            progress(k)
         base = db.system(name)
         # Size the system to what a fleet may use: the device limit, or a generous default.
         devices = min(max_devices, max(base.devices, options.max_instance_devices))
@@ -362,8 +366,9 @@ def pool_options(spec: TransformerSpec, db: Database, systems: list[str], demand
 
 
 def search_serving(spec: TransformerSpec, db: Database, systems: list[str], demand: Demand,
-                   options: ServeSearchOptions = ServeSearchOptions()) -> ServeSearchResult:
-    """The cheapest (or most frugal) deployment meeting the demand and SLOs, with evidence."""
+                   options: ServeSearchOptions = ServeSearchOptions(), progress=None) -> ServeSearchResult:
+    """The cheapest (or most frugal) deployment meeting the demand and SLOs, with evidence.
+    ``progress`` is called with the steps done of len(systems) + 1 (each system, then the fleet)."""
     if options.objective not in OBJECTIVES:
         raise UnknownNameError("objective", options.objective, OBJECTIVES)
     for mode in options.modes:
@@ -373,7 +378,9 @@ def search_serving(spec: TransformerSpec, db: Database, systems: list[str], dema
         raise SpecError(f"the request rate needs to be positive, has {demand.rate:g}")
     started = time.perf_counter()
     slo = slo_of(demand)
-    pools = pool_options(spec, db, systems, demand, options)
+    pools = pool_options(spec, db, systems, demand, options, progress)
+    if progress is not None:
+        progress(len(systems))
     options_list, machines, counter = pools.options, pools.machines, pools.counter
     configurations, feasible_configs = pools.configurations, pools.feasible
     instance, pairs_checked = fleet_instance(spec, demand, options_list, machines, slo, options)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hardware_db.schema import PRECISIONS
+from perfmodel.hardware_db.schema import PRECISIONS
 from perfmodel.machine import Machine
 from perfmodel.plan import RECOMPUTE
 from perfmodel.model import TransformerSpec
@@ -44,6 +44,10 @@ class SpaceOptions:
     recomputes: tuple[str, ...] = RECOMPUTE
     precisions: tuple[str, ...] = ("bf16", "fp8")
     offload_places: tuple[str, ...] = PLACES
+    max_pp: int | None = None                      # a framework's limits (perfmodel.exports.Capabilities)
+    max_ep: int | None = None
+    offload_parts: tuple[tuple[str, tuple[str, ...]], ...] | None = None   # None: every part to every tier
+    offload_zero: tuple[int, ...] = (0, 1, 2, 3)   # ZeRO stages offloading is searched with
     dimensions: dict = field(default_factory=dict)  # filled by build_space for the report
 
 
@@ -59,8 +63,9 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     kv = spec.kv_heads
     tps = [t for t in _divisors(n) if t <= domain and spec.num_heads % t == 0 and (kv % t == 0 or t % kv == 0)]
     cps = [c for c in _divisors(n) if c <= options.max_cp and work.seq_len % c == 0]
-    pps = [p for p in _divisors(n) if p <= spec.num_layers]
-    eps = [e for e in _divisors(n) if spec.moe and spec.moe.num_experts % e == 0] if spec.moe else [1]
+    pps = [p for p in _divisors(n) if p <= spec.num_layers and p <= (options.max_pp or n)]
+    eps = ([e for e in _divisors(n) if spec.moe.num_experts % e == 0 and e <= (options.max_ep or n)]
+           if spec.moe else [1])
     precisions = [p for p in options.precisions if machine.supports(p)]
     etps = (0, 1) if spec.moe else (0,)          # 0: expert TP = tp (Megatron's default); 1: experts unsplit
     declared = {"tp": len(tps), "pp": len(pps), "cp": len(cps), "ep": len(eps), "etp": len(etps),

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hardware_db.errors import InfeasibleError, SpecError
-from hardware_db.loader import Database
-from hardware_db.schema import PRECISIONS
+from perfmodel.hardware_db.errors import InfeasibleError, SpecError
+from perfmodel.hardware_db.loader import Database
+from perfmodel.hardware_db.schema import PRECISIONS
 from perfmodel.machine import Machine, build_machine
 from perfmodel.plan import RECOMPUTE
 from perfmodel.model import TransformerSpec
@@ -37,8 +37,8 @@ from perfmodel.training import TrainPlan, TrainWorkload, estimate_training
 from .pareto import pareto_front
 from .placement import imbalance_table
 from .space import RULES, SpaceOptions, build_space, declared_size
+from .requests import TRAIN_OBJECTIVES as OBJECTIVES
 
-OBJECTIVES = ("time", "cost", "energy", "devices")
 PARTS = (("optimizer_place", "optimizer states"), ("grad_place", "gradients"), ("param_place", "weights"))
 OPTIMIZER, GRADIENTS = 0, 1  # their indices in PARTS
 US = 1e6  # CP-SAT works in integer microseconds
@@ -153,7 +153,18 @@ def _constraints(table: PlanTable, options: SearchOptions) -> np.ndarray:
     return ok
 
 
-def _offload_costs(spec, machine, work, cols, rows, places):
+def _framework_limits(delta, zero, places, space: SpaceOptions) -> None:
+    """Moves a framework cannot make (``SpaceOptions.offload_parts`` / ``offload_zero``) become no option."""
+    if space.offload_parts is not None:
+        allowed = dict(space.offload_parts)
+        for p, (field_name, _) in enumerate(PARTS):
+            for t, place in enumerate(places):
+                if place != "hbm" and place not in allowed.get(field_name, ()):
+                    delta[:, p, t] = np.inf
+    delta[~np.isin(zero, space.offload_zero), :, 1:] = np.inf
+
+
+def _offload_costs(spec, machine, work, cols, rows, places, space: SpaceOptions = SpaceOptions()):
     """Added step time (s) and bytes of each part for each tier, for the given lattice rows.
 
     Evaluated with the cost model itself: one part moved at a time (the model's offload terms are
@@ -178,6 +189,7 @@ def _offload_costs(spec, machine, work, cols, rows, places):
             allowed = np.isin(trial.binding, ("", "hbm") + PLACES[1:])
             added = trial.step_time_s - base.step_time_s - (delta[:, OPTIMIZER, t] if p == GRADIENTS else 0.0)
             delta[:, p, t] = np.where(allowed & np.isfinite(added), added, np.inf)
+    _framework_limits(delta, base_cols["zero"], places, space)
     part_bytes = np.stack([np.broadcast_to(base.memory[name], (len(rows),)) for _, name in PARTS], axis=1)
     fixed = base.hbm_used_bytes - part_bytes.sum(axis=1)     # activations + reserve
     return base.step_time_s, delta, part_bytes, fixed
@@ -331,7 +343,8 @@ def _offload_branch_and_bound(spec, machine, work, cols, result, memory_bound, p
     memory_bound = memory_bound[result.step_time_s[memory_bound] < incumbent]
     if not len(memory_bound):
         return [], 0, np.inf
-    base_time, delta, part_bytes, fixed = _offload_costs(spec, machine, work, cols, memory_bound, places)
+    base_time, delta, part_bytes, fixed = _offload_costs(spec, machine, work, cols, memory_bound, places,
+                                                         options.space)
     bound = _relaxed_bound(base_time, delta, part_bytes, fixed, hbm_cap)
     order = np.argsort(bound, kind="stable")
     order = order[np.isfinite(bound[order])]
@@ -372,7 +385,7 @@ def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[
                     progress: Callable[[int], None] | None = None) -> SearchResult:
     """The optimal plan, the top plans, the Pareto front and the evidence, over all candidates."""
     if options.objective not in OBJECTIVES:
-        from hardware_db.errors import UnknownNameError
+        from perfmodel.hardware_db.errors import UnknownNameError
 
         raise UnknownNameError("objective", options.objective, OBJECTIVES)
     if options.budget_usd is not None and not work.tokens:
@@ -454,8 +467,9 @@ def check_plans(spec: TransformerSpec, result: "SearchResult", work: TrainWorklo
     value = {"time": lambda p: p["step_time_s"], "cost": lambda p: p["run_cost_usd"] or np.inf,
              "energy": lambda p: p["energy_per_token_j"],
              "devices": lambda p: p["devices"] + p["step_time_s"] * 1e-9}[options.objective]
-    listed = [result.best] + result.top + result.pareto + result.ties
-    for p in listed:
+    listed = {repr(sorted((k, v) for k, v in p.items() if k != "reproduce")): p   # each distinct row once
+              for p in [result.best] + result.top + result.pareto + result.ties}
+    for p in listed.values():
         machine = result.machines[(p["system"], p["devices"])]
         plan = TrainPlan(**{k: np.array([v]) for k, v in p["plan"].items()})
         again = estimate_training(spec, machine, plan, work, detail=False)

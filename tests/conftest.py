@@ -7,7 +7,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def db():
-    from hardware_db.loader import load_database
+    from perfmodel.hardware_db.loader import load_database
 
     return load_database()
 

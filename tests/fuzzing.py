@@ -17,6 +17,7 @@ import io
 import itertools
 import json
 import re
+import tempfile
 import time
 import traceback
 import warnings
@@ -65,7 +66,7 @@ def commands() -> dict[tuple[str, ...], tuple[Param, ...]]:
     """Every leaf command of the app (and every group callback that runs on its own) with its parameters."""
     import typer.main
 
-    from cli.app import app
+    from perfmodel.cli.app import app
 
     out: dict[tuple[str, ...], tuple[Param, ...]] = {}
 
@@ -87,13 +88,15 @@ def commands() -> dict[tuple[str, ...], tuple[Param, ...]]:
 @lru_cache(maxsize=1)
 def vocabulary() -> dict[str, tuple[str, ...]]:
     """Real values per flag (names from the database and catalog, every accepted choice)."""
-    from hardware_db.loader import load_database
+    from perfmodel.hardware_db.loader import load_database
     from perfmodel.catalog import builtin_models
-    from perfmodel.plan import ACTIVATION_PRECISIONS, KV_PRECISIONS, OVERLAP, PLACES, RECOMPUTE, WEIGHT_PRECISIONS
-    from perfmodel.training import ATTENTION
-    from search.serve import MODES
-    from search.serve import OBJECTIVES as SERVE_OBJECTIVES
-    from search.train import OBJECTIVES
+    from perfmodel.exports import FRAMEWORKS
+    from perfmodel.plan import (ACTIVATION_PRECISIONS, ATTENTION, KV_PRECISIONS, OVERLAP, PLACES, RECOMPUTE,
+                                WEIGHT_PRECISIONS)
+    from perfmodel.search.requests import SERVE_MODES as MODES
+    from perfmodel.search.requests import SERVE_OBJECTIVES
+    from perfmodel.search.requests import TRAIN_OBJECTIVES as OBJECTIVES
+    from perfmodel.cli.options import CHARTS
 
     db = load_database()
     systems = tuple(db.systems)
@@ -109,11 +112,17 @@ def vocabulary() -> dict[str, tuple[str, ...]]:
         "--activation-precision": ACTIVATION_PRECISIONS, "--activation-precisions": ("a16", "a8", "a16,a8", "a4"),
         "--kv-precision": KV_PRECISIONS, "--kv-precisions": KV_PRECISIONS + ("bf16,fp8",),
         "--modes": MODES + ("colocated,disaggregated",), "--from": ("aiconfigurator",),
+        "--export": FRAMEWORKS, "--chart": CHARTS,
         "--input-len": ("2048", "mean=2048,p50=1500,p90=4096", "p90=100,p50=200"),
         "--output-len": ("512", "mean=512,p90=2000"),
         "--price": tuple(f"{s}={p}" for s in systems[:4] for p in ("2.5", "0", "-1", "nan", "x")),
     }
 
+
+_SCRATCH = Path(tempfile.gettempdir()) / "perfmodel-fuzz-written"
+WRITTEN = {"--out": tuple(str(_SCRATCH / name) for name in ("export", "deep/er/export", "plot.png")),
+           "--plot": tuple(str(_SCRATCH / name) for name in ("a.png", "a.svg", "a.html", "a.txt", "a", "no/dir/a.png",
+                                                            "export"))}
 
 HOSTILE_TEXT = ("", " ", "\n", "a\nb", "\t", "🙂", "x" * 1000, "../../etc/passwd", "-", "--", "--json", "None",
                 "null", "0", "-1", "nan", "1e999", "=", ",", ",,", "a=b=c", "\x00", "\\", "'", '"', "$HOME", "*")
@@ -142,7 +151,10 @@ FILE_TARGETS = {"--model": ("model-yaml", "config-json"), "name": ("model-yaml",
 
 
 def value_strategy(param: Param, files: FileSource | None) -> st.SearchStrategy[str]:
-    """Text for one parameter: real values, typos, boundary and absurd values, or a hostile file's path."""
+    """Text for one parameter: real values, typos, boundary and absurd values, or a hostile file's path.
+    Flags that write files (--out, --plot) get paths inside one scratch folder only."""
+    if param.flag in WRITTEN:
+        return st.sampled_from(WRITTEN[param.flag])
     if param.kind == "int":
         return st.sampled_from(HOSTILE_INTS) | st.integers(-3, 300).map(str)
     if param.kind == "float":
@@ -245,7 +257,7 @@ def time_limit(argv: list[str] | tuple[str, ...]) -> float:
 
 def run(argv: list[str]) -> Outcome:
     """Run the CLI in this process, capturing its output, its warnings and any escaping exception."""
-    from cli.app import main
+    from perfmodel.cli.app import main
 
     out, err = io.StringIO(), io.StringIO()
     start = time.perf_counter()

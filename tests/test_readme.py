@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.app import main
+from perfmodel.cli.app import main
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
 BLOCKS = re.findall(r"```(\w+)\n(.*?)```", README, flags=re.S)
@@ -37,7 +37,7 @@ def test_readme_python_example_runs(monkeypatch):
 
 
 def test_readme_yaml_example_loads(tmp_path):
-    from hardware_db.loader import load_database
+    from perfmodel.hardware_db.loader import load_database
 
     yaml_text = next(body for lang, body in BLOCKS if lang == "yaml")
     (tmp_path / "gpus.yaml").write_text(yaml_text)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from cli.app import main
+from perfmodel.cli.app import main
 
 
 def run(capsys, *argv):
@@ -127,7 +127,7 @@ def test_help_imports_no_heavy_module():
 
 
 def test_console_script_runs():
-    proc = subprocess.run([sys.executable, "-m", "cli", "hardware", "list", "--kind", "systems", "--json"],
+    proc = subprocess.run([sys.executable, "-m", "perfmodel.cli", "hardware", "list", "--kind", "systems", "--json"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "dgx-h100" in json.loads(proc.stdout)["systems"]

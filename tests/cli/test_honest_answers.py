@@ -91,15 +91,20 @@ def test_plan_and_estimate_share_their_defaults():
 
     import typer.main
 
-    from cli.app import DEFAULT_PLAN, app
+    from perfmodel.cli.app import app
     from perfmodel.defaults import SERVE_DEFAULTS, TRAIN_DEFAULTS
     from perfmodel.requests import ServeRequest, TrainRequest
+    from perfmodel.search.requests import PlanServeRequest, PlanTrainRequest
 
     train = {f.name: f.default for f in fields(TrainRequest)}
     serve = {f.name: f.default for f in fields(ServeRequest)}
     assert all(train[k] == v for k, v in TRAIN_DEFAULTS.items())
     assert all(serve[k] == v for k, v in SERVE_DEFAULTS.items())
-    assert DEFAULT_PLAN["model"] == TRAIN_DEFAULTS["model"] and DEFAULT_PLAN["devices"] == [TRAIN_DEFAULTS["devices"]]
+    plan = PlanTrainRequest()
+    assert plan.model == TRAIN_DEFAULTS["model"] and plan.system == (TRAIN_DEFAULTS["system"],)
+    assert (plan.global_batch, plan.seq_len, plan.tokens) == tuple(TRAIN_DEFAULTS[k] for k in ("global_batch", "seq_len",
+                                                                                               "tokens"))
+    assert PlanServeRequest().model == SERVE_DEFAULTS["model"]
     command = typer.main.get_command(app)
     for group, name, table in (("estimate", "train", TRAIN_DEFAULTS), ("plan", "train", TRAIN_DEFAULTS),
                                ("estimate", "serve", SERVE_DEFAULTS), ("plan", "serve", SERVE_DEFAULTS)):
@@ -120,7 +125,7 @@ def test_training_is_bf16_unless_fp8_is_named(capsys):
 
 def test_serving_keeps_the_models_own_format_and_fp8_unless_asked(capsys):
     from perfmodel.catalog import find_model
-    from search.serve import default_weight_precisions
+    from perfmodel.search.serve import default_weight_precisions
 
     assert default_weight_precisions(find_model("llama-3.1-70b")) == ("bf16", "fp8")
     assert default_weight_precisions(find_model("deepseek-v3")) == ("fp8",)
@@ -174,7 +179,7 @@ def test_every_serving_pool_reproduces_with_its_estimate_command(capsys):
 def test_the_training_checker_catches_a_tampered_answer(db):
     from perfmodel.catalog import find_model
     from perfmodel.training import TrainWorkload
-    from search.train import SearchOptions, check_plans, search_training
+    from perfmodel.search.train import SearchOptions, check_plans, search_training
 
     spec, work = find_model("llama-3.1-8b"), TrainWorkload(64, 4096)
     result = search_training(spec, db, [("dgx-h100", 8)], work, SearchOptions(top=5))
@@ -189,7 +194,7 @@ def test_the_training_checker_catches_a_tampered_answer(db):
 def test_an_unsettled_offload_solve_is_not_optimal():
     from types import SimpleNamespace
 
-    from search.train import PlanTable, _proof
+    from perfmodel.search.train import PlanTable, _proof
 
     table = PlanTable({"step_time_s": np.array([10.0, 12.0])})
     settled, unsettled = SimpleNamespace(unresolved=np.inf), SimpleNamespace(unresolved=8.0)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hardware_db.errors import SpecError, UnknownNameError
-from hardware_db.loader import BUILTIN_DIR, check_file, load_database, user_dirs_from_env
+from perfmodel.hardware_db.errors import SpecError, UnknownNameError
+from perfmodel.hardware_db.loader import BUILTIN_DIR, check_file, load_database, user_dirs_from_env
 
 ACCELERATORS = ["a100-sxm-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "gb200", "mi250x", "mi250x-gcd",
                 "mi300x", "mi325x", "ascend-910b", "ascend-910c"]

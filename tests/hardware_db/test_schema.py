@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from hardware_db.errors import UnsupportedPrecisionError
-from hardware_db.schema import Accelerator, Link, System
+from perfmodel.hardware_db.errors import UnsupportedPrecisionError
+from perfmodel.hardware_db.schema import Accelerator, Link, System
 
 H100 = dict(
     name="x-gpu", display_name="X", vendor="V", sources=["test"],

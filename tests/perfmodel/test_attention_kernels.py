@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli.timings_io import read_attention_timings
-from hardware_db import load_database
-from hardware_db.errors import SpecError
+from perfmodel.cli.timings_io import read_attention_timings
+from perfmodel.hardware_db import load_database
+from perfmodel.hardware_db.errors import SpecError
 from perfmodel.calibrate import fit_attention
 from perfmodel.kernels import AttentionKernel
 from perfmodel.machine import build_machine
@@ -91,7 +91,7 @@ def test_attention_rows_need_a_known_phase_and_dtype(tmp_path):
 
 
 def test_calibrate_attention_cli_writes_an_entry_serving_uses(tmp_path, capsys):
-    from cli.app import main
+    from perfmodel.cli.app import main
 
     assert main(["calibrate", "attention", "--device", "h100-sxm", "--table", str(SAMPLE), "--out", str(tmp_path),
                  "--json"]) == 0

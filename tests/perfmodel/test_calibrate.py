@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli.timings_io import read_timings
-from hardware_db import load_database
-from hardware_db.errors import SpecError
+from perfmodel.cli.timings_io import read_timings
+from perfmodel.hardware_db import load_database
+from perfmodel.hardware_db.errors import SpecError
 from perfmodel.calibrate import fit_collectives
 from perfmodel.collectives import COLLECTIVES
 from perfmodel.machine import build_machine
@@ -64,7 +64,7 @@ def test_measured_costs_replace_the_link_model_inside_a_node_only(db):
 
 
 def test_calibrate_cli_writes_an_entry_the_database_loads(tmp_path, capsys):
-    from cli.app import main
+    from perfmodel.cli.app import main
 
     code = main(["calibrate", "collectives", "--device", "h100-sxm", "--table", str(SAMPLE), "--out",
                  str(tmp_path), "--json"])
@@ -87,7 +87,7 @@ def test_calibrate_cli_writes_an_entry_the_database_loads(tmp_path, capsys):
     (["--device", "h100-sxm", "--table", "/nonexistent.csv"], "no such file"),
 ])
 def test_calibrate_cli_errors(capsys, argv, message):
-    from cli.app import main
+    from perfmodel.cli.app import main
 
     code = main(["calibrate", "collectives", *argv])
     err = capsys.readouterr().err

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cli.timings_io import read_dispatch_timings
-from hardware_db import load_database
-from hardware_db.errors import SpecError
+from perfmodel.cli.timings_io import read_dispatch_timings
+from perfmodel.hardware_db import load_database
+from perfmodel.hardware_db.errors import SpecError
 from perfmodel.calibrate import fit_dispatch
 from perfmodel.catalog import load_model
 from perfmodel.collectives import FittedDispatch, Topology

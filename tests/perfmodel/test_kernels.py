@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cli.timings_io import read_gemm_timings
-from hardware_db import load_database
-from hardware_db.errors import SpecError
+from perfmodel.cli.timings_io import read_gemm_timings
+from perfmodel.hardware_db import load_database
+from perfmodel.hardware_db.errors import SpecError
 from perfmodel.calibrate import fit_gemm
 from perfmodel.kernels import GemmKernel, distinct_rows
 from perfmodel.machine import build_machine
@@ -77,7 +77,7 @@ def test_gemm_rows_need_known_dtypes(tmp_path):
 
 
 def test_calibrate_gemm_cli_writes_a_loadable_entry(tmp_path, capsys):
-    from cli.app import main
+    from perfmodel.cli.app import main
 
     assert main(["calibrate", "gemm", "--device", "h100-sxm", "--table", str(SAMPLE), "--out", str(tmp_path),
                  "--json"]) == 0
@@ -110,7 +110,7 @@ def test_distinct_rows_are_exact():
 
 
 def test_calibrate_without_a_source_is_a_one_line_error(capsys):
-    from cli.app import main
+    from perfmodel.cli.app import main
 
     assert main(["calibrate"]) == 2
     assert "needs --from aiconfigurator" in capsys.readouterr().err
@@ -120,7 +120,7 @@ def test_weight_only_kernels_pay_their_dequantization_and_never_beat_their_bytes
     """A100's int8 / int4 weight-only kernels (fitted on TensorRT-LLM's tables): at one token a
     GEMM is faster than bf16 but never by more than the weight bytes saved; at 4,096 tokens it runs
     bf16 math and is no faster than the bf16 GEMM's compute; a decode step follows."""
-    from hardware_db import load_database
+    from perfmodel.hardware_db import load_database
     from perfmodel.catalog import load_model
     from perfmodel.machine import build_machine
     from perfmodel.plan import QuantScheme

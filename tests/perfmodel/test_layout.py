@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hardware_db import load_database
+from perfmodel.hardware_db import load_database
 from perfmodel.catalog import find_model
 from perfmodel.layout import Layout
 from perfmodel.machine import build_machine

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hardware_db.errors import SpecError, UnknownNameError
+from perfmodel.hardware_db.errors import SpecError, UnknownNameError
 from perfmodel.catalog import find_model, load_model
 from perfmodel.model import TransformerSpec
 

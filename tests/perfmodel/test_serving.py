@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hardware_db.errors import SpecError, UnsupportedPrecisionError
+from perfmodel.hardware_db.errors import SpecError, UnsupportedPrecisionError
 from perfmodel.catalog import find_model
 from perfmodel.machine import build_machine
 from perfmodel.serving import ServePlan, ServeWorkload, distinct_experts, estimate_serving

@@ -163,7 +163,7 @@ def _check_serving_laws(db, case):
     machine = build_machine(db, system, max(devices, db.system(system).devices_per_node))
     r = estimate_serving(spec, machine, plan, ServeWorkload(1024, 256))
     assert str(r.binding) in ("", "hbm"), r.binding
-    from hardware_db.schema import BYTES_PER_ELEMENT
+    from perfmodel.hardware_db.schema import BYTES_PER_ELEMENT
     model_bytes = spec.total_params * BYTES_PER_ELEMENT[plan.weight_precision]
     assert float(r.memory["weights"]) * devices >= model_bytes * (1 - REL)
     assert float(r.hbm_used_bytes) == pytest.approx(sum(float(v) for v in r.memory.values()), rel=REL)

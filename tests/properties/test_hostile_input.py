@@ -75,8 +75,8 @@ def test_yaml_is_only_read_with_a_safe_loader():
     # One parser for every YAML file, built on PyYAML's SafeConstructor: plain data only.
     import yaml
 
-    from hardware_db.errors import SpecError
-    from hardware_db.files import BoundedSafeLoader, parse_yaml
+    from perfmodel.hardware_db.errors import SpecError
+    from perfmodel.hardware_db.files import BoundedSafeLoader, parse_yaml
 
     root = Path(__file__).parents[2]
     for path in [p for package in ("cli", "hardware_db", "perfmodel", "search") for p in (root / package).rglob("*.py")]:

@@ -267,7 +267,7 @@ def test_cost_is_linear_in_price(db, factor, busy):
 
 @given(value=st.floats(1.0, 4000.0))
 def test_units_round_trip_through_the_schema(value):
-    from hardware_db.schema import Accelerator
+    from perfmodel.hardware_db.schema import Accelerator
 
     a = Accelerator.model_validate(dict(name="x", display_name="x", vendor="v", sources=["s"],
                                         dense_tflops={"bf16": 100.0}, hbm_gb=value, hbm_tb_per_s=1.0, l2_mb=10,
@@ -281,8 +281,8 @@ def test_units_round_trip_through_the_schema(value):
 @SLOW
 @given(seed=st.integers(0, 10**6))
 def test_the_optimum_is_no_worse_than_any_random_feasible_plan(db, seed):
-    from search.space import build_space
-    from search.train import PLAN_FIELDS, SearchOptions, search_training
+    from perfmodel.search.space import build_space
+    from perfmodel.search.train import PLAN_FIELDS, SearchOptions, search_training
 
     spec, work = find_model("llama-3.1-8b"), TrainWorkload(64, 4096)
     best = search_training(spec, db, [("dgx-h100", 16)], work, SearchOptions(offload=False)).best
@@ -299,7 +299,7 @@ points = st.lists(st.tuples(*[st.floats(0, 100, allow_nan=False)] * 3), min_size
 
 @given(pts=points)
 def test_pareto_set_is_non_dominated(pts):
-    from search.pareto import dominates, pareto_front
+    from perfmodel.search.pareto import dominates, pareto_front
 
     arr = np.array(pts)
     front = arr[pareto_front(arr)]
@@ -308,7 +308,7 @@ def test_pareto_set_is_non_dominated(pts):
 
 @given(pts=points)
 def test_pareto_set_contains_each_single_objective_optimum(pts):
-    from search.pareto import pareto_front
+    from perfmodel.search.pareto import pareto_front
 
     arr = np.array(pts)
     front = arr[pareto_front(arr)]
@@ -318,7 +318,7 @@ def test_pareto_set_contains_each_single_objective_optimum(pts):
 
 @given(pts=points)
 def test_filtering_the_pareto_set_again_changes_nothing(pts):
-    from search.pareto import pareto_front
+    from perfmodel.search.pareto import pareto_front
 
     arr = np.array(pts)
     front = arr[pareto_front(arr)]
@@ -330,9 +330,9 @@ def test_filtering_the_pareto_set_again_changes_nothing(pts):
        batch=st.sampled_from([8, 16]))
 def test_solvers_agree_with_brute_force_on_small_spaces(db, layers, hidden, devices, batch):
     from perfmodel.model import TransformerSpec
-    from search.brute import brute_force_training
-    from search.space import SpaceOptions
-    from search.train import SearchOptions, search_training
+    from perfmodel.search.brute import brute_force_training
+    from perfmodel.search.space import SpaceOptions
+    from perfmodel.search.train import SearchOptions, search_training
 
     spec = TransformerSpec(name="t", hidden_size=hidden, num_layers=layers, num_heads=16, ffn_hidden_size=4 * hidden,
                            vocab_size=32000)

@@ -24,7 +24,7 @@ COMMANDS = {
 
 def run(argv, seed):
     env = {**os.environ, "PYTHONHASHSEED": str(seed)}
-    proc = subprocess.run([sys.executable, "-m", "cli", *argv, "--json"], capture_output=True, env=env, timeout=300)
+    proc = subprocess.run([sys.executable, "-m", "perfmodel.cli", *argv, "--json"], capture_output=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr.decode()
     return proc.stdout
 

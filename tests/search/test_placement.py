@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hardware_db.errors import SpecError
+from perfmodel.hardware_db.errors import SpecError
 from perfmodel.routing import RoutingStats, zipf_routing
-from search.placement import PlacementProblem, imbalance_for_ep, place, water_fill
+from perfmodel.search.placement import PlacementProblem, imbalance_for_ep, place, water_fill
 
 
 def check_valid(problem: PlacementProblem, placement) -> None:
@@ -111,7 +111,7 @@ def test_bad_problems_are_errors(kwargs, message):
 def test_plan_search_uses_the_skew(db):
     from perfmodel.catalog import find_model
     from perfmodel.training import TrainWorkload
-    from search.train import SearchOptions, search_training
+    from perfmodel.search.train import SearchOptions, search_training
 
     spec = find_model("mixtral-8x7b")
     work = TrainWorkload(64, 4096)

@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from perfmodel.catalog import find_model
-from search.brute import brute_force_fleet
-from search import fleet
-from search.serve import Demand, Lengths, ServeSearchOptions, fleet_instance, pool_options, search_serving, slo_of
+from perfmodel.search.brute import brute_force_fleet
+from perfmodel.search import fleet
+from perfmodel.search.serve import Demand, Lengths, ServeSearchOptions, fleet_instance, pool_options, search_serving, slo_of
 
 
 SMALL = ServeSearchOptions(weight_precisions=("fp8",), activation_precisions=("a8",), kv_precisions=("fp8",),
@@ -93,8 +93,8 @@ def test_deployment_meets_its_targets(db):
 
 
 def test_impossible_targets_exit_as_infeasible(db):
-    from hardware_db.errors import InfeasibleError
-    from search.serve import raise_if_infeasible
+    from perfmodel.hardware_db.errors import InfeasibleError
+    from perfmodel.search.serve import raise_if_infeasible
 
     spec = find_model("llama-3.1-70b")
     demand = Demand(rate=5.0, input_len=Lengths.of(2048), output_len=Lengths.of(256), ttft_p90=0.001, tpot_p90=0.0001)

@@ -7,14 +7,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hardware_db.errors import InfeasibleError
+from perfmodel.hardware_db.errors import InfeasibleError
 from perfmodel.machine import build_machine
 from perfmodel.model import TransformerSpec
 from perfmodel.training import TrainWorkload
-from search.brute import brute_force_training
-from search.pareto import dominates, pareto_front
-from search.space import SpaceOptions
-from search.train import SearchOptions, raise_if_infeasible, search_training
+from perfmodel.search.brute import brute_force_training
+from perfmodel.search.pareto import dominates, pareto_front
+from perfmodel.search.space import SpaceOptions
+from perfmodel.search.train import SearchOptions, raise_if_infeasible, search_training
 
 SMALL_SPACE = SpaceOptions(micro_batches=(1, 2), interleaves=(1, 2), zero_stages=(0, 1, 2, 3),
                            recomputes=("none", "full"), precisions=("bf16",), max_cp=2)
@@ -49,7 +49,7 @@ def test_search_matches_brute_force(db, layers, hidden, devices, global_batch, s
 def test_every_objective_matches_brute_force(db, objective, hidden, seq, pricing):
     """Cost, energy and fewest devices, over candidates of several sizes and kinds, against every
     plan of every candidate evaluated by brute force; the checker finds nothing."""
-    from search.train import check_plans
+    from perfmodel.search.train import check_plans
 
     spec, work = tiny_model(8, hidden, 32), TrainWorkload(16, seq)
     candidates = [("dgx-h100", 2), ("dgx-h100", 4), ("mi300x-8x", 2)]

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hardware_db.errors import SpecError
-from hardware_db.files import MIB, read_bytes, read_json, read_text
+from perfmodel.hardware_db.errors import SpecError
+from perfmodel.hardware_db.files import MIB, read_bytes, read_json, read_text
 from perfmodel.routing import MAX_TOKENS, RoutingStats
 
 MAX_FILE_BYTES = 64 * MIB          # a DeepSeek-V3 table with every transition is about 30 MB of text

@@ -1,0 +1,88 @@
+"""Launch configurations of the frameworks that run a plan: a plan in, the files a framework reads out.
+
+Each writer targets one named version of its framework; every flag and key it emits is checked
+against that version's argument names, vendored with their source in ``flags/*.yaml``. A plan the
+framework cannot express (an offload tier it lacks) raises ``ExportError`` instead of being
+approximated. Importing this package loads nothing heavy (the command line lists ``FRAMEWORKS``).
+"""
+
+from dataclasses import dataclass
+
+from perfmodel.hardware_db.errors import SpecError
+
+TRAINING = ("megatron", "nemo", "torchtitan", "deepspeed")
+SERVING = ("vllm", "sglang", "trtllm", "dynamo")
+FRAMEWORKS = TRAINING + SERVING
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a training framework can run, as limits on the plan space: ``plan train --export`` searches
+    only plans the framework expresses (and ``estimate --export`` refuses the others, saying why)."""
+
+    max_pp: int | None = None                 # None: any degree
+    max_cp: int | None = None
+    max_ep: int | None = None
+    precisions: tuple[str, ...] = ("bf16", "fp16", "fp8")
+    offload: tuple[tuple[str, tuple[str, ...]], ...] = ()   # (plan field, tiers it may move to)
+    offload_zero: tuple[int, ...] = (1, 2, 3)  # ZeRO stages offloading works with
+
+
+# Megatron-LM / Megatron-Bridge: --optimizer-cpu-offload moves optimizer states to host DDR, with the
+# distributed optimizer (ZeRO 1). torchtitan: FSDP2's CPU offload moves weights, gradients and optimizer
+# states together (not searched: the search moves parts one by one). DeepSpeed: ZeRO-Offload to cpu or
+# nvme; weights only with stage 3; pipeline, context and expert parallelism live in the model code.
+CAPABILITIES = {
+    "megatron": Capabilities(offload=(("optimizer_place", ("ddr",)),), offload_zero=(1,)),
+    "nemo": Capabilities(offload=(("optimizer_place", ("ddr",)),), offload_zero=(1,)),
+    "torchtitan": Capabilities(precisions=("bf16", "fp8")),
+    "deepspeed": Capabilities(max_pp=1, max_cp=1, max_ep=1, precisions=("bf16", "fp16"),
+                              offload=(("optimizer_place", ("ddr", "nvme")), ("grad_place", ("ddr", "nvme")),
+                                       ("param_place", ("ddr", "nvme")))),
+}
+
+
+class ExportError(SpecError):
+    """The plan is valid but the framework cannot express it (an offload tier, a parallelism it lacks)."""
+
+
+def _framework(framework: str, allowed: tuple[str, ...], kind: str) -> None:
+    from perfmodel.hardware_db.errors import UnknownNameError
+
+    if framework not in FRAMEWORKS:
+        raise UnknownNameError("--export framework", framework, FRAMEWORKS)
+    if framework not in allowed:
+        raise ExportError(f"--export {framework} writes {'serving' if kind == 'training' else 'training'} "
+                          f"configurations; for a {kind} plan use one of {', '.join(allowed)}")
+
+
+def training_files(framework: str, spec, machine, plan, work, model_ref: str) -> dict[str, str]:
+    """The launch files (name -> text) of a training plan for ``framework``."""
+    from .training import WRITERS, TrainJob
+
+    _framework(framework, TRAINING, "training")
+    job = TrainJob(spec=spec, system=machine.system.name, devices=int(machine.devices),
+                   devices_per_node=int(machine.system.devices_per_node), plan=plan, work=work, model_ref=model_ref)
+    return WRITERS[framework](job)
+
+
+def serving_files(framework: str, spec, pools, model_ref: str) -> dict[str, str]:
+    """The launch files (name -> text) of a serving deployment's pools for ``framework``."""
+    from .serving import WRITERS
+
+    _framework(framework, SERVING, "serving")
+    return WRITERS[framework](spec, pools, model_ref)
+
+
+def instance_pool(machine, plan, work):
+    """One colocated instance (``estimate serve``) as a pool of one."""
+    from .serving import PoolSpec
+
+    return PoolSpec.of_instance(machine, plan, work)
+
+
+def deployment_pools(deployment, machines, demand):
+    """The pools of a searched deployment (``plan serve``)."""
+    from .serving import PoolSpec
+
+    return [PoolSpec.of_pool(pool, machines[pool.system], demand) for pool in deployment.pools]

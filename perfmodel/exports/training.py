@@ -1,0 +1,402 @@
+"""Training plans as launch files: Megatron-LM flags, Megatron-Bridge (NeMo 2) recipe overrides,
+torchtitan TOML and DeepSpeed JSON. Each writer maps the plan's degrees and choices one to one onto
+its framework's arguments (checked against the vendored version) or raises ``ExportError`` naming
+what the framework cannot express."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from dataclasses import dataclass
+
+from . import ExportError
+from .vendored import checked, vendored
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """What a training export reads: the model, the devices and nodes, the plan and the batch."""
+
+    spec: object            # TransformerSpec
+    system: str
+    devices: int
+    devices_per_node: int
+    plan: object            # TrainPlan (scalars)
+    work: object            # TrainWorkload
+    model_ref: str
+
+    @property
+    def nodes(self) -> int:
+        return max(1, math.ceil(self.devices / self.devices_per_node))
+
+    @property
+    def gpus_per_node(self) -> int:
+        return min(self.devices, self.devices_per_node)
+
+    @property
+    def steps(self) -> int:
+        """Optimizer steps of the run (tokens / tokens per step), at least 1."""
+        return max(1, math.ceil(self.work.tokens / (self.work.global_batch * self.work.seq_len)))
+
+    @property
+    def etp(self) -> int:
+        return int(self.plan.etp) or int(self.plan.tp)
+
+    def describe(self) -> str:
+        p = self.plan
+        return (f"{self.spec.name} on {self.devices:,} devices of {self.system} ({self.nodes} node"
+                f"{'s' if self.nodes > 1 else ''} of {self.gpus_per_node}): tp {p.tp}, pp {p.pp} x {p.interleave}, "
+                f"dp {p.dp}, cp {p.cp}, ep {p.ep}, micro-batch {p.micro_batch}, ZeRO {p.zero}, recompute "
+                f"{p.recompute}, {p.precision}; {self.work.global_batch:,} x {self.work.seq_len:,} tokens per step")
+
+
+def _header(framework: str, job: TrainJob, run: str) -> str:
+    v = vendored(framework)
+    return "\n".join([
+        "#!/usr/bin/env bash",
+        f"# {job.describe()}",
+        f"# Written by perfmodel for {v.citation};",
+        "# every argument below exists at that version (perfmodel/exports/flags).",
+        f"# {run}",
+        "set -euo pipefail", ""])
+
+
+def _torchrun(job: TrainJob) -> list[str]:
+    """torchrun's own flags (PyTorch's elastic launcher), one process per device."""
+    return ["torchrun", "--nproc-per-node", str(job.gpus_per_node), "--nnodes", str(job.nodes),
+            "--node-rank", '"${NODE_RANK:-0}"', "--master-addr", '"${MASTER_ADDR:-localhost}"',
+            "--master-port", '"${MASTER_PORT:-29500}"']
+
+
+def _command(words: list[str], items: dict[str, object]) -> str:
+    """A shell command: ``words`` then ``--flag value`` per item (flags of type flag take no value), one per line."""
+    lines = [" ".join(words)]
+    for name, value in items.items():
+        if value is True:
+            lines.append(name)
+        elif isinstance(value, (list, tuple)):
+            lines.append(f"{name} " + " ".join(_word(v) for v in value))
+        else:
+            lines.append(f"{name} {_word(value)}")
+    return " \\\n  ".join(lines) + "\n"
+
+
+def _word(value) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if text.startswith('"$') else shlex.quote(text)
+
+
+def _offload_to_ddr_only(framework: str, job: TrainJob, what: str) -> bool:
+    """True when the optimizer states go to host DDR; raises for a tier or a part the framework cannot offload."""
+    p = job.plan
+    if p.grad_place != "hbm" or p.param_place != "hbm":
+        raise ExportError(f"{framework} offloads optimizer states only ({what}); the plan also moves "
+                          f"{'gradients' if p.grad_place != 'hbm' else 'weights'} to {p.grad_place if p.grad_place != 'hbm' else p.param_place}: "
+                          "use --export deepspeed, or plan with --no-offload")
+    if p.optimizer_place not in ("hbm", "ddr"):
+        raise ExportError(f"{framework} offloads optimizer states to host DDR only ({what}); the plan puts them on "
+                          f"{p.optimizer_place}")
+    return p.optimizer_place == "ddr"
+
+
+def _architecture_supported(framework: str, spec) -> None:
+    if spec.sliding_window or spec.attention_sinks:
+        raise ExportError(f"the {framework} export does not write sliding-window attention or attention sinks "
+                          f"({spec.name}); start from the framework's own recipe for this model")
+
+
+# --- Megatron-LM ---------------------------------------------------------------------------------
+
+def _megatron_model(spec, seq_len: int) -> dict[str, object]:
+    """Megatron-LM's architecture flags for ``spec`` (GPT model, pretrain_gpt.py)."""
+    kv = spec.num_kv_heads or spec.num_heads
+    items: dict[str, object] = {
+        "--num-layers": spec.num_layers, "--hidden-size": spec.hidden_size, "--ffn-hidden-size": spec.ffn_hidden_size,
+        "--num-attention-heads": spec.num_heads, "--seq-length": seq_len,
+        "--max-position-embeddings": max(spec.max_seq_len, seq_len),
+        "--normalization": "RMSNorm" if spec.norm == "rmsnorm" else "LayerNorm",
+        "--position-embedding-type": "rope" if spec.position_embedding == "rope" else "learned_absolute"}
+    if kv != spec.num_heads:
+        items.update({"--group-query-attention": True, "--num-query-groups": kv})
+    if spec.head_dim and not spec.mla:
+        items["--kv-channels"] = spec.head_dim
+    if spec.mlp == "gated":
+        items["--swiglu"] = True
+    if not spec.tied_embeddings:
+        items["--untie-embeddings-and-output-weights"] = True
+    if not spec.linear_bias:
+        items["--disable-bias-linear"] = True
+    if spec.qkv_bias:
+        items["--add-qkv-bias"] = True
+    if spec.qk_norm:
+        items["--qk-layernorm"] = True
+    if spec.mla:
+        m = spec.mla
+        items.update({"--multi-latent-attention": True, "--kv-lora-rank": m.kv_lora_rank,
+                      "--qk-head-dim": m.qk_nope_head_dim, "--qk-pos-emb-head-dim": m.qk_rope_head_dim,
+                      "--v-head-dim": m.v_head_dim})
+        if m.q_lora_rank:
+            items["--q-lora-rank"] = m.q_lora_rank
+    if spec.moe:
+        moe = spec.moe
+        items.update({"--num-experts": moe.num_experts, "--moe-router-topk": moe.top_k,
+                      "--moe-ffn-hidden-size": moe.expert_ffn_hidden_size})
+        if moe.num_shared_experts:
+            items["--moe-shared-expert-intermediate-size"] = moe.num_shared_experts * moe.expert_ffn_hidden_size
+        if moe.first_dense_layers:
+            dense = moe.first_dense_layers
+            items["--moe-layer-freq"] = f"([0]*{dense}+[1]*{spec.num_layers - dense})"
+    if spec.mtp_layers:
+        items["--mtp-num-layers"] = spec.mtp_layers
+    return items
+
+
+def _megatron_parallel(job: TrainJob) -> dict[str, object]:
+    p = job.plan
+    items: dict[str, object] = {"--tensor-model-parallel-size": int(p.tp), "--pipeline-model-parallel-size": int(p.pp),
+                                "--context-parallel-size": int(p.cp)}
+    if p.interleave > 1:
+        items["--num-virtual-stages-per-pipeline-rank"] = int(p.interleave)
+    if p.sp and p.tp > 1:
+        items["--sequence-parallel"] = True
+    if job.spec.moe:
+        items.update({"--expert-model-parallel-size": int(p.ep), "--expert-tensor-parallel-size": job.etp})
+    items.update({"--micro-batch-size": int(p.micro_batch), "--global-batch-size": int(job.work.global_batch),
+                  "--train-iters": job.steps})
+    return items
+
+
+def _megatron_memory(job: TrainJob, framework: str = "Megatron-LM") -> dict[str, object]:
+    """ZeRO stage, recompute, overlap and offload as Megatron-LM flags."""
+    p = job.plan
+    items: dict[str, object] = {}
+    if p.zero == 1:
+        items["--use-distributed-optimizer"] = True
+    elif p.zero >= 2:
+        items.update({"--use-megatron-fsdp": True, "--data-parallel-sharding-strategy":
+                      "optim_grads" if p.zero == 2 else "optim_grads_params"})
+    if p.recompute == "selective":
+        items["--recompute-granularity"] = "selective"
+    elif p.recompute == "full":
+        items.update({"--recompute-granularity": "full", "--recompute-method": "uniform", "--recompute-num-layers": 1})
+    if p.overlap_dp and p.dp > 1:
+        items["--overlap-grad-reduce"] = True
+        if p.zero >= 1:
+            items["--overlap-param-gather"] = True
+    if p.tp_overlap and p.tp > 1:
+        items["--tp-comm-overlap"] = True
+    if _offload_to_ddr_only(framework, job, "--optimizer-cpu-offload"):
+        if p.zero < 1:
+            raise ExportError("Megatron-LM offloads optimizer states with the distributed optimizer only; the plan "
+                              "has ZeRO 0")
+        items.update({"--optimizer-cpu-offload": True, "--optimizer-offload-fraction": 1.0})
+    items.update({"--bf16": True} if p.precision in ("bf16", "fp8") else {"--fp16": True})
+    if p.precision == "fp8":
+        items.update({"--fp8-format": "hybrid", "--fp8-recipe": "tensorwise"})
+    items["--attention-backend"] = "flash" if p.flash else "unfused"
+    return items
+
+
+def megatron(job: TrainJob) -> dict[str, str]:
+    """``megatron.sh``: torchrun + pretrain_gpt.py with the plan as Megatron-LM flags."""
+    _architecture_supported("Megatron-LM", job.spec)
+    items = {**_megatron_model(job.spec, job.work.seq_len), **_megatron_parallel(job), **_megatron_memory(job),
+             "--tokenizer-type": "HuggingFaceTokenizer", "--tokenizer-model": "$TOKENIZER",
+             "--data-path": "$DATA_PATH", "--save": "$CHECKPOINT_DIR"}
+    checked("megatron", items)
+    run = (f"Run from a Megatron-LM checkout on each of the {job.nodes} node(s), with NODE_RANK, MASTER_ADDR, "
+           "TOKENIZER (a Hugging Face id or path), DATA_PATH and CHECKPOINT_DIR set.")
+    script = _header("megatron", job, run) + ': "${TOKENIZER:?}" "${DATA_PATH:?}" "${CHECKPOINT_DIR:?}"\n'
+    script += _command(_torchrun(job) + ["pretrain_gpt.py"], {k: _quoted_env(v) for k, v in items.items()})
+    return {"megatron.sh": script}
+
+
+def _quoted_env(value):
+    return f'"{value}"' if isinstance(value, str) and value.startswith("$") else value
+
+
+# --- Megatron-Bridge (NeMo 2) --------------------------------------------------------------------
+
+# Catalog model -> the Megatron-Bridge v0.6.0 recipe that builds its architecture (scripts/training/run_recipe.py
+# --recipe; src/megatron/bridge/recipes/). The plan's degrees, batch and precision override the recipe's.
+BRIDGE_RECIPES = {
+    "llama-3.1-8b": "llama31_8b_pretrain_2gpu_h100_bf16_config",
+    "llama-3.1-70b": "llama31_70b_pretrain_32gpu_h100_bf16_config",
+    "llama-3.1-405b": "llama31_405b_pretrain_256gpu_h100_bf16_config",
+    "qwen2.5-72b": "qwen25_72b_pretrain_32gpu_h100_bf16_config",
+    "qwen3-235b-a22b": "qwen3_235b_a22b_pretrain_256gpu_h100_bf16_config",
+    "deepseek-v3": "deepseek_v3_pretrain_256gpu_h100_bf16_32nodes_config",
+    "gpt-oss-120b": "gpt_oss_120b_pretrain_64gpu_h100_bf16_config",
+}
+BRIDGE_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed"}
+
+
+def nemo(job: TrainJob) -> dict[str, str]:
+    """``nemo.sh``: Megatron-Bridge's run_recipe.py with the model's recipe and the plan as overrides."""
+    recipe = BRIDGE_RECIPES.get(job.spec.name)
+    if recipe is None:
+        raise ExportError(f"Megatron-Bridge {vendored('nemo').version} has no recipe for {job.spec.name} (recipes for: "
+                          f"{', '.join(BRIDGE_RECIPES)}); use --export megatron")
+    p = job.plan
+    items: dict[str, object] = {
+        "model.tensor_model_parallel_size": int(p.tp), "model.pipeline_model_parallel_size": int(p.pp),
+        "model.virtual_pipeline_model_parallel_size": int(p.interleave) if p.interleave > 1 else None,
+        "model.context_parallel_size": int(p.cp), "model.sequence_parallel": bool(p.sp and p.tp > 1),
+        "model.seq_length": int(job.work.seq_len), "dataset.seq_length": int(job.work.seq_len),
+        "train.micro_batch_size": int(p.micro_batch), "train.global_batch_size": int(job.work.global_batch),
+        "train.train_iters": job.steps, "mixed_precision": BRIDGE_PRECISION[p.precision],
+        "optimizer.use_distributed_optimizer": p.zero >= 1, "ddp.use_distributed_optimizer": p.zero >= 1,
+        "ddp.overlap_grad_reduce": bool(p.overlap_dp and p.dp > 1),
+        "ddp.overlap_param_gather": bool(p.overlap_dp and p.dp > 1 and p.zero >= 1),
+        "model.tp_comm_overlap": bool(p.tp_overlap and p.tp > 1),
+        "model.recompute_granularity": None if p.recompute == "none" else p.recompute}
+    if p.recompute == "full":
+        items.update({"model.recompute_method": "uniform", "model.recompute_num_layers": 1})
+    if p.zero >= 2:
+        items.update({"ddp.use_megatron_fsdp": True, "ddp.data_parallel_sharding_strategy":
+                      "optim_grads" if p.zero == 2 else "optim_grads_params"})
+    if job.spec.moe:
+        items.update({"model.expert_model_parallel_size": int(p.ep), "model.expert_tensor_parallel_size": job.etp})
+    if _offload_to_ddr_only("Megatron-Bridge", job, "optimizer.optimizer_cpu_offload"):
+        items.update({"optimizer.optimizer_cpu_offload": True, "optimizer.optimizer_offload_fraction": 1.0})
+    overrides = {k: v for k, v in items.items() if v is not None}
+    checked("nemo", overrides, "keys")
+    run = (f"Run from a Megatron-Bridge checkout on each of the {job.nodes} node(s), with NODE_RANK and MASTER_ADDR "
+           "set; --dataset mock until you point the recipe at your data.")
+    words = _torchrun(job) + ["scripts/training/run_recipe.py", "--recipe", recipe, "--mode", "pretrain",
+                              "--dataset", "mock"]
+    lines = [" ".join(words)] + [shlex.quote(f"{k}={_override(v)}") for k, v in overrides.items()]
+    return {"nemo.sh": _header("nemo", job, run) + " \\\n  ".join(lines) + "\n"}
+
+
+def _override(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# --- torchtitan ----------------------------------------------------------------------------------
+
+# Catalog model -> torchtitan v0.2.2 model name and flavor (torchtitan/models/*/__init__.py).
+TITAN_MODELS = {"llama-3.1-8b": ("llama3", "8B"), "llama-3.1-70b": ("llama3", "70B"),
+                "llama-3.1-405b": ("llama3", "405B"), "deepseek-v3": ("deepseek_v3", "671B"),
+                "gpt-oss-120b": ("gpt_oss", "120b")}
+
+
+def _toml(sections: dict[str, dict[str, object]]) -> str:
+    out = []
+    for section, values in sections.items():
+        out.append(f"[{section}]")
+        out += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
+        out.append("")
+    return "\n".join(out)
+
+
+def torchtitan(job: TrainJob) -> dict[str, str]:
+    """``torchtitan.toml`` and ``torchtitan.sh``: the plan as a torchtitan job config."""
+    model = TITAN_MODELS.get(job.spec.name)
+    if model is None:
+        raise ExportError(f"torchtitan {vendored('torchtitan').version} has no flavor for {job.spec.name} (flavors "
+                          f"for: {', '.join(TITAN_MODELS)}); use --export megatron")
+    p = job.plan
+    if p.precision == "fp16":
+        raise ExportError("torchtitan trains in bf16 or fp32 (training.mixed_precision_param); the plan uses fp16")
+    offloaded = {p.optimizer_place, p.grad_place, p.param_place} - {"hbm"}
+    if offloaded and (offloaded != {"ddr"} or "hbm" in (p.optimizer_place, p.grad_place, p.param_place)):
+        raise ExportError("torchtitan offloads weights, gradients and optimizer states together to host DDR "
+                          "(training.enable_cpu_offload); the plan offloads "
+                          + ", ".join(f"{k.split('_')[0]}:{v}" for k, v in (("optimizer_place", p.optimizer_place),
+                                      ("grad_place", p.grad_place), ("param_place", p.param_place)) if v != "hbm"))
+    pp = int(p.pp)
+    local = int(job.work.global_batch // p.dp) if pp > 1 else int(p.micro_batch)
+    parallelism: dict[str, object] = {
+        "data_parallel_replicate_degree": 1 if p.zero else int(p.dp), "data_parallel_shard_degree": int(p.dp) if p.zero else 1,
+        "fsdp_reshard_after_forward": "always" if p.zero == 3 else "never",
+        "tensor_parallel_degree": int(p.tp), "context_parallel_degree": int(p.cp), "pipeline_parallel_degree": pp}
+    if pp > 1:
+        parallelism.update({"pipeline_parallel_schedule": "Interleaved1F1B" if p.interleave > 1 else "1F1B",
+                            "pipeline_parallel_microbatch_size": int(p.micro_batch)})
+        if p.interleave > 1:
+            parallelism["pipeline_parallel_layers_per_stage"] = job.spec.num_layers // (pp * int(p.interleave))
+    if job.spec.moe:
+        parallelism.update({"expert_parallel_degree": int(p.ep), "expert_tensor_parallel_degree": job.etp})
+    name, flavor = model
+    sections: dict[str, dict[str, object]] = {
+        "job": {"description": job.describe()[:200], "dump_folder": "./outputs"},
+        "model": {"name": name, "flavor": flavor, "hf_assets_path": "./assets/hf/" + job.spec.name},
+        "training": {"local_batch_size": local, "global_batch_size": int(job.work.global_batch),
+                     "seq_len": int(job.work.seq_len), "steps": job.steps, "mixed_precision_param": "bfloat16",
+                     "enable_cpu_offload": bool(offloaded)},
+        "parallelism": parallelism,
+        "activation_checkpoint": {"mode": str(p.recompute), **({"selective_ac_option": "op"}
+                                                               if p.recompute == "selective" else {})}}
+    if p.precision == "fp8":
+        sections["model"]["converters"] = ["quantize.linear.float8"]
+        sections["quantize.linear.float8"] = {"recipe_name": "tensorwise"}
+    checked("torchtitan", {f"{s}.{k}": v for s, values in sections.items() for k, v in values.items()}, "keys")
+    v = vendored("torchtitan")
+    toml = (f"# {job.describe()}\n# Written by perfmodel for {v.citation};\n# every key below exists at that version."
+            "\n\n" + _toml(sections))
+    run = f"Run from a torchtitan checkout on each of the {job.nodes} node(s), with NODE_RANK and MASTER_ADDR set."
+    script = _header("torchtitan", job, run) + _command(
+        _torchrun(job) + ["-m", "torchtitan.train"], {"--job.config_file": "torchtitan.toml"})
+    return {"torchtitan.toml": toml, "torchtitan.sh": script}
+
+
+# --- DeepSpeed -----------------------------------------------------------------------------------
+
+DEEPSPEED_DEVICES = {"hbm": "none", "ddr": "cpu", "nvme": "nvme"}
+
+
+def deepspeed(job: TrainJob) -> dict[str, str]:
+    """``ds_config.json`` and ``deepspeed.sh``: ZeRO stage, offload, precision and batch as DeepSpeed config."""
+    p = job.plan
+    for degree, what in ((p.pp, "pipeline stages are set in the model code (PipelineModule(num_stages=...))"),
+                         (p.cp, "its sequence parallelism (Ulysses, all-to-all) is not the plan's ring context "
+                                "parallelism"),
+                         (p.ep, "expert parallelism is set in the model code (deepspeed.moe.layer.MoE(ep_size=...))")):
+        if degree > 1:
+            raise ExportError(f"DeepSpeed cannot take this plan from ds_config.json: {what}; use --export megatron")
+    if p.precision == "fp8":
+        raise ExportError("DeepSpeed's config has no fp8 training; use --export megatron or torchtitan")
+    for place in (p.optimizer_place, p.grad_place, p.param_place):
+        if place not in DEEPSPEED_DEVICES:
+            raise ExportError(f"DeepSpeed offloads to cpu or nvme; the plan uses {place}")
+    if p.param_place != "hbm" and p.zero < 3:
+        raise ExportError("DeepSpeed offloads weights (offload_param) only with ZeRO stage 3")
+    if p.optimizer_place != "hbm" and p.zero < 1:
+        raise ExportError("DeepSpeed offloads optimizer states only with ZeRO stage 1 or more")
+    zero: dict[str, object] = {"stage": int(p.zero), "overlap_comm": bool(p.overlap_dp), "contiguous_gradients": True}
+    for part, place in (("offload_optimizer", p.optimizer_place), ("offload_param", p.param_place)):
+        if place != "hbm":
+            zero[part] = {"device": DEEPSPEED_DEVICES[place], "pin_memory": True,
+                          **({"nvme_path": "/local_nvme"} if place == "nvme" else {})}
+    accumulation = job.work.global_batch // (p.micro_batch * p.dp)
+    config: dict[str, object] = {
+        "train_batch_size": int(job.work.global_batch), "train_micro_batch_size_per_gpu": int(p.micro_batch),
+        "gradient_accumulation_steps": int(accumulation), "gradient_clipping": 1.0,
+        "bf16" if p.precision == "bf16" else "fp16": {"enabled": True}, "zero_optimization": zero,
+        "steps_per_print": 10, "wall_clock_breakdown": False}
+    if p.tp > 1:
+        config["tensor_parallel"] = {"autotp_size": int(p.tp)}
+    if p.recompute != "none":
+        config["activation_checkpointing"] = {"partition_activations": bool(p.tp > 1), "cpu_checkpointing": False}
+    checked("deepspeed", dict(_flatten(config)), "keys")
+    run = (f"Run with your DeepSpeed training script (TRAIN_SCRIPT) over a hostfile of {job.nodes} node(s); "
+           + ("activations are recomputed in your model code (deepspeed.checkpointing.checkpoint), "
+              f"{p.recompute} as planned." if p.recompute != "none" else "no activation recomputation."))
+    script = _header("deepspeed", job, run) + ': "${TRAIN_SCRIPT:?your DeepSpeed training script}"\n' + _command(
+        ["deepspeed", "--num_nodes", str(job.nodes), "--num_gpus", str(job.gpus_per_node), "--hostfile",
+         '"${HOSTFILE:-hostfile}"', '"$TRAIN_SCRIPT"'], {"--deepspeed": True, "--deepspeed_config": "ds_config.json"})
+    return {"ds_config.json": json.dumps(config, indent=2) + "\n", "deepspeed.sh": script}
+
+
+def _flatten(config: dict, prefix: str = ""):
+    for key, value in config.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            yield from _flatten(value, path + ".")
+        else:
+            yield path, value
+
+
+WRITERS = {"megatron": megatron, "nemo": nemo, "torchtitan": torchtitan, "deepspeed": deepspeed}

@@ -1,0 +1,92 @@
+"""The argument names of each framework at one named version, vendored with their source
+(``flags/<framework>.yaml``), and the check that an export uses only those names and values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+FLAGS_DIR = Path(__file__).parent / "flags"
+FILES = {"megatron": "megatron-lm", "nemo": "megatron-bridge", "torchtitan": "torchtitan", "deepspeed": "deepspeed",
+         "vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "dynamo": "dynamo"}
+
+
+@dataclass(frozen=True)
+class Vendored:
+    """One framework version's argument names: command-line ``names`` and config ``keys`` (dotted paths),
+    each with its type and, where the source declares them, its choices."""
+
+    framework: str
+    version: str
+    commit: str
+    released: str
+    source: str
+    names: dict[str, dict]
+    keys: dict[str, dict]
+    entries: dict[str, list[str]]
+
+    @property
+    def citation(self) -> str:
+        return f"{self.framework} {self.version} (commit {self.commit[:12]}, {self.released}; {self.source})"
+
+
+@lru_cache(maxsize=None)
+def vendored(framework: str) -> Vendored:
+    from perfmodel.hardware_db.files import read_yaml
+
+    data = read_yaml(FLAGS_DIR / f"{FILES[framework]}.yaml")
+    table = {"names": data.get("names") or {}, "keys": data.get("keys") or {}}
+    if data.get("kind") == "keys":  # a config-file framework lists its dotted keys under names
+        table = {"names": {}, "keys": {**table["names"], **table["keys"]}}
+    return Vendored(framework=str(data["framework"]), version=str(data["version"]), commit=str(data["commit"]),
+                    released=str(data["released"]), source=str(data["source"]), names=table["names"],
+                    keys=table["keys"], entries=data.get("entries") or {})
+
+
+def _type_ok(kind: str, value: Any) -> bool:
+    if kind == "flag":
+        return value is True
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "list":
+        return isinstance(value, (list, tuple))
+    if kind == "dict":
+        return isinstance(value, dict)
+    return isinstance(value, str)
+
+
+def unknown(framework: str, items: dict[str, Any], table: str = "names") -> list[str]:
+    """What in ``items`` (flag or dotted key -> value) the framework's vendored version does not
+    accept: an unknown name, a value of the wrong type, or a value outside its declared choices.
+    Values that are shell variables ("$DATA_PATH") are checked by name only."""
+    allowed = getattr(vendored(framework), table)
+    problems = []
+    for name, value in items.items():
+        spec = allowed.get(name)
+        if spec is None:
+            problems.append(f"{name} is not an argument of {vendored(framework).citation}")
+            continue
+        if isinstance(value, str) and value.startswith("$"):
+            continue
+        kind = spec.get("type", "str")
+        if not _type_ok(kind, value) and not (kind in ("str", "float") and isinstance(value, (int, float, str))):
+            problems.append(f"{name} takes {kind}, the export gives {value!r}")
+        choices = spec.get("choices")
+        if choices and value not in choices and str(value) not in map(str, choices):
+            problems.append(f"{name} takes one of {', '.join(map(str, choices))}, the export gives {value!r}")
+    return problems
+
+
+def checked(framework: str, items: dict[str, Any], table: str = "names") -> dict[str, Any]:
+    """``items`` unchanged when the framework accepts every one; else an AssertionError (a bug of the
+    writer, which golden tests catch before a user does)."""
+    problems = unknown(framework, items, table)
+    if problems:
+        raise AssertionError(f"{framework} export: " + "; ".join(problems))
+    return items

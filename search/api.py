@@ -1,0 +1,161 @@
+"""The searches as Python functions: ``perfmodel.plan_train``, ``plan_serve`` and ``place_experts``.
+
+Each takes its command's request (or the request's fields as keywords) and returns the typed result
+the command line renders. A user mistake raises a ``PerfmodelError`` with the CLI's one-line message;
+a request no plan can meet raises ``InfeasibleError`` naming the binding constraint.
+
+    >>> import perfmodel
+    >>> result = perfmodel.plan_train(model="llama-3.1-8b", devices=(8,), global_batch=64)
+    >>> result.best["plan"]["tp"], result.evidence.status
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from .requests import PlaceExpertsRequest, PlanServeRequest, PlanTrainRequest
+
+
+def _request(cls, request, fields: dict):
+    if request is None:
+        return cls(**fields)
+    if not isinstance(request, cls):
+        raise TypeError(f"expected a {cls.__name__}, got {type(request).__name__}")
+    return replace(request, **fields) if fields else request
+
+
+def _database(db):
+    if db is not None:
+        return db
+    from perfmodel.hardware_db.loader import load_database, user_dirs_from_env
+
+    return load_database(user_dirs_from_env())
+
+
+@dataclass(frozen=True)
+class TrainPlanning:
+    """A training search: what was asked, the resolved inputs and the search's result with its proof."""
+
+    request: PlanTrainRequest
+    spec: object                       # TransformerSpec
+    candidates: list                   # [(system, devices)]
+    work: object                       # TrainWorkload
+    options: object                    # SearchOptions
+    result: object                     # SearchResult
+
+    @property
+    def best(self) -> dict:
+        """The optimal plan's row: system, devices, plan degrees, step time, MFU, cost, energy."""
+        return self.result.best
+
+    @property
+    def evidence(self):
+        return self.result.evidence
+
+    @property
+    def machine(self):
+        """The Machine the optimal plan runs on."""
+        return self.result.machines[(self.best["system"], self.best["devices"])]
+
+    def estimate(self):
+        """The optimal plan evaluated on its own (``perfmodel estimate train``): a TrainResult."""
+        from perfmodel.training import TrainPlan, estimate_training
+
+        return estimate_training(self.spec, self.machine, TrainPlan(**self.best["plan"]), self.work)
+
+
+def plan_train(request: PlanTrainRequest | None = None, /, *, db=None,
+               progress: Callable[[int, int], None] | None = None, **fields) -> TrainPlanning:
+    """The optimal training plan over the declared space (``perfmodel plan train``); ``progress`` is
+    called with (candidates searched, candidates)."""
+    from .train import raise_if_infeasible, search_training
+
+    request = _request(PlanTrainRequest, request, fields)
+    db = _database(db)
+    spec, pairs, work, options = request.resolve(db)
+    done = iter(range(1, len(pairs) + 1))  # search_training reports once per candidate
+    result = search_training(spec, db, pairs, work, options,
+                             progress=(lambda _plans: progress(next(done), len(pairs))) if progress else None)
+    raise_if_infeasible(result, options)
+    return TrainPlanning(request, spec, pairs, work, options, result)
+
+
+@dataclass(frozen=True)
+class ServePlanning:
+    """A serving search: the demand, the resolved inputs and the cheapest deployment with its proof."""
+
+    request: PlanServeRequest
+    spec: object                       # TransformerSpec
+    systems: list[str]
+    demand: object                     # Demand
+    options: object                    # ServeSearchOptions
+    result: object                     # ServeSearchResult
+    machines: dict = field(default_factory=dict)   # system name -> Machine (one node), for cost bases
+
+    @property
+    def best(self):
+        """The optimal Deployment: its mode and pools (role, system, instances, parallel degrees, formats)."""
+        return self.result.best
+
+    @property
+    def evidence(self):
+        return self.result.evidence
+
+
+def plan_serve(request: PlanServeRequest | None = None, /, *, db=None,
+               progress: Callable[[int, int], None] | None = None, **fields) -> ServePlanning:
+    """The cheapest deployment meeting the request rate within the latency targets (``perfmodel plan serve``);
+    ``progress`` is called with (steps done, steps): each system evaluated, then the fleet solved."""
+    from perfmodel.machine import build_machine
+
+    from .serve import raise_if_infeasible, search_serving
+
+    request = _request(PlanServeRequest, request, fields)
+    db = _database(db)
+    spec, systems, demand, options = request.resolve(db)
+    result = search_serving(spec, db, systems, demand, options,
+                            progress=(lambda done: progress(done, len(systems) + 1)) if progress else None)
+    raise_if_infeasible(result)
+    machines = {name: build_machine(db, name, None, options.pricing, options.prices) for name in systems}
+    return ServePlanning(request, spec, systems, demand, options, result, machines)
+
+
+METHODS = ("round-robin", "greedy", "cp-sat")
+
+
+@dataclass(frozen=True)
+class ExpertPlacement:
+    """Experts placed three ways (round-robin, greedy, CP-SAT) with each one's predicted MoE time."""
+
+    request: PlaceExpertsRequest
+    spec: object                       # TransformerSpec
+    machine: object                    # Machine
+    problem: object                    # PlacementProblem
+    placements: dict                   # method -> Placement
+
+    @property
+    def best(self):
+        """The CP-SAT placement: ``best.as_map()`` is layer -> expert -> devices."""
+        return self.placements["cp-sat"]
+
+    def predicted_moe_time_s(self, method: str) -> float:
+        from .placement import layer_time
+
+        return layer_time(self.spec, self.machine, self.placements[method], self.problem.devices)
+
+
+def place_experts(request: PlaceExpertsRequest | None = None, /, *, db=None,
+                  progress: Callable[[int, int], None] | None = None, **fields) -> ExpertPlacement:
+    """Experts (with replicas of hot ones) placed on the devices of one expert-parallel group
+    (``perfmodel place-experts``); ``progress`` is called with (layers placed, 3 x layers)."""
+    from .placement import place
+
+    request = _request(PlaceExpertsRequest, request, fields)
+    spec, machine, problem = request.resolve(_database(db))
+    layers = problem.stats.layers
+    placements = {}
+    for i, method in enumerate(METHODS):
+        report = (lambda done, i=i: progress(i * layers + done, 3 * layers)) if progress else None
+        placements[method] = place(problem, method, request.time_limit, report)
+    return ExpertPlacement(request, spec, machine, problem, placements)

@@ -1,0 +1,340 @@
+"""One typed request per search command: ``plan train``, ``plan serve`` and ``place-experts``.
+
+Each dataclass is the single source of its command's options: their defaults, help and allowed
+values (``perfmodel.requests.option``); the command line is built from its fields and the Python API
+(``perfmodel.plan_train`` ...) takes the same fields. ``resolve`` checks the values (one-line
+errors naming the flag) and turns them into what the search takes. Importing this module loads
+nothing heavy: the command line reads it at start-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfmodel.defaults import SERVE_DEFAULTS, TRAIN_DEFAULTS
+from perfmodel.exports import TRAINING as TRAINING_FRAMEWORKS
+from perfmodel.hardware_db.errors import SpecError, UnknownNameError
+from perfmodel.plan import ACTIVATION_PRECISIONS, KV_PRECISIONS, WEIGHT_PRECISIONS
+from perfmodel.requests import MODEL_HELP, PRICE_HELP, PRICING, PRICING_HELP, check_choices, option, positive
+
+TRAIN_OBJECTIVES = ("time", "cost", "energy", "devices")
+SERVE_OBJECTIVES = ("cost", "energy", "devices")
+SERVE_MODES = ("colocated", "disaggregated")
+TRAIN_PRECISIONS = ("bf16", "fp16", "fp8")
+
+ROUTING_HELP = "Routing statistics file (.json, .csv or .npz; see README)."
+ZIPF_HELP = "Synthetic routing: Zipf exponent of expert popularity."
+AFFINITY_HELP = "Synthetic routing: share of tokens keeping their affine expert."
+SEED_HELP = "Synthetic routing: random seed."
+
+
+def names(flag: str, value, allowed) -> tuple[str, ...]:
+    """A comma-separated string (or a sequence) of names, each one of ``allowed``; at least one."""
+    items = value.split(",") if isinstance(value, str) else list(value)
+    out = tuple(str(t).strip() for t in items if str(t).strip())
+    for name in out:
+        if name not in allowed:
+            raise UnknownNameError(f"{flag} value", name, allowed)
+    if not out:
+        raise SpecError(f"{flag} needs at least one value")
+    return out
+
+
+def _in_range(flag: str, value, low: float, high: float, what: str = "a positive number") -> None:
+    if value is not None and not low < value < high:
+        raise SpecError(f"{flag} needs {what}, has {value:g}")
+
+
+def _routing(spec, request, tokens_per_layer: float = 65536.0):
+    from perfmodel.routing_io import routing_for
+
+    return routing_for(spec, {"routing": request.routing, "zipf": request.zipf, "affinity": request.affinity,
+                              "seed": request.seed, "tokens_per_layer": tokens_per_layer})
+
+
+@dataclass(frozen=True)
+class PlanTrainRequest:
+    """``perfmodel plan train``: the optimal training plan over the declared space."""
+
+    model: str = option(TRAIN_DEFAULTS["model"], MODEL_HELP, complete="model")
+    system: tuple[str, ...] = option((TRAIN_DEFAULTS["system"],), "Candidate system (repeatable: the search also "
+                                     "chooses among them).", complete="system")
+    devices: tuple[int, ...] = option((), f"Candidate device count (repeatable; default: {TRAIN_DEFAULTS['devices']}, "
+                                          "or the node multiples up to --max-devices).")
+    max_devices: int | None = option(None, "Largest device count to consider.")
+    global_batch: int = option(TRAIN_DEFAULTS["global_batch"], "Sequences per optimizer step.")
+    seq_len: int = option(TRAIN_DEFAULTS["seq_len"], "Tokens per sequence.")
+    tokens: float = option(TRAIN_DEFAULTS["tokens"], "Training tokens of the run.")
+    objective: str = option("time", "What to minimise.", choices=TRAIN_OBJECTIVES)
+    budget: float | None = option(None, "Largest cost of the whole run, USD.")
+    pricing: str = option("cloud", PRICING_HELP, choices=PRICING)
+    price: tuple[str, ...] = option((), PRICE_HELP)
+    power_cap_kw: float | None = option(None, "Largest IT power of all devices, kW.")
+    memory_headroom: float = option(0.0, "Share of HBM to keep free beyond the reserve, from 0 to 1.")
+    precisions: str = option(TRAIN_DEFAULTS["precision"], "Allowed GEMM precisions, comma separated (fp8 only when "
+                                                          "named here).", choices=TRAIN_PRECISIONS)
+    offload: bool = option(True, "Consider offloading state.")
+    top: int = option(5, "How many of the best plans to list.")
+    routing: str | None = option(None, ROUTING_HELP)
+    zipf: float | None = option(None, ZIPF_HELP)
+    affinity: float = option(0.5, AFFINITY_HELP)
+    seed: int = option(0, SEED_HELP)
+    framework: str | None = option(None, "Search only plans this framework can run (--export FRAMEWORK implies it).",
+                                   choices=TRAINING_FRAMEWORKS)
+
+    def resolve(self, db):
+        """(spec, [(system, devices)], workload, SearchOptions), or a one-line error naming the flag."""
+        from perfmodel.catalog import load_model
+        from perfmodel.machine import MAX_DEVICES
+        from perfmodel.requests import parse_prices
+        from perfmodel.training import TrainWorkload
+
+        from .train import SearchOptions
+
+        for flag, value in [("--devices", n) for n in self.devices] + [("--max-devices", self.max_devices)]:
+            if value is not None and not 1 <= value <= MAX_DEVICES:
+                raise SpecError(f"{flag} needs 1 to {MAX_DEVICES:,}, has {value}")
+        for name in ("global_batch", "seq_len", "top"):
+            positive(name, getattr(self, name))
+        check_choices(self, skip=("precisions",))
+        if not 0 <= self.tokens < 1e18:
+            raise SpecError(f"--tokens needs 0 to 1e18, has {self.tokens:g}")
+        _in_range("--budget", self.budget, 0, 1e15)
+        _in_range("--power-cap-kw", self.power_cap_kw, 0, 1e15)
+        precisions = names("--precisions", self.precisions, TRAIN_PRECISIONS)
+        if not self.system:
+            raise SpecError("--system needs at least one system")
+        spec = load_model(self.model)
+        pairs = device_candidates(db, list(self.system), list(self.devices) or None, self.max_devices)
+        _some_precision_runs(db, {name for name, _ in pairs}, precisions)
+        options = SearchOptions(objective=self.objective, budget_usd=self.budget, pricing=self.pricing,
+                                prices=parse_prices(db, self.price),
+                                power_cap_w=self.power_cap_kw * 1e3 if self.power_cap_kw else None,
+                                memory_headroom=self.memory_headroom, offload=self.offload, top=self.top,
+                                space=self._space(precisions), routing=_routing(spec, self))
+        return spec, pairs, TrainWorkload(self.global_batch, self.seq_len, self.tokens), options
+
+
+    def _space(self, precisions: tuple[str, ...]):
+        """The declared space: every precision named, within what ``framework`` can run."""
+        from .space import SpaceOptions
+
+        if self.framework is None:
+            return SpaceOptions(precisions=precisions)
+        from perfmodel.exports import CAPABILITIES
+
+        can = CAPABILITIES[self.framework]
+        runnable = tuple(p for p in precisions if p in can.precisions)
+        if not runnable:
+            raise SpecError(f"--precisions {','.join(precisions)}: {self.framework} trains in "
+                            f"{', '.join(can.precisions)}")
+        return SpaceOptions(precisions=runnable, max_pp=can.max_pp, max_cp=min(can.max_cp or 16, 16),
+                            max_ep=can.max_ep, offload_parts=can.offload, offload_zero=can.offload_zero)
+
+
+def device_candidates(db, systems: list[str], devices: list[int] | None, max_devices: int | None):
+    """(system, devices) pairs: the given counts, or node multiples (powers of two) up to ``max_devices``,
+    or the default count when neither is given."""
+    pairs = []
+    for name in dict.fromkeys(db.system(s).name for s in systems):
+        per_node = db.system(name).devices_per_node
+        if devices:
+            counts = devices
+        elif max_devices:
+            counts, nodes = [], 1
+            while nodes * per_node <= max_devices:
+                counts.append(nodes * per_node)
+                nodes *= 2
+            if max_devices // per_node * per_node not in counts and max_devices >= per_node:
+                counts.append(max_devices // per_node * per_node)
+            counts = counts or [max_devices]
+        else:
+            counts = [TRAIN_DEFAULTS["devices"]]
+        pairs += [(name, int(n)) for n in counts if not max_devices or n <= max_devices]
+    if not pairs:
+        raise SpecError(f"no device count at most --max-devices {max_devices}")
+    return pairs
+
+
+def _some_precision_runs(db, systems: set[str], precisions: tuple[str, ...]) -> None:
+    """At least one candidate system computes in one of ``precisions`` (else no plan exists to search)."""
+    from perfmodel.hardware_db.errors import UnsupportedPrecisionError
+    from perfmodel.machine import build_machine
+
+    machines = [build_machine(db, name, None) for name in sorted(systems)]
+    if not any(m.supports(p) for m in machines for p in precisions):
+        listed = ", ".join(f"{m.system.name} ({m.accelerator.name})" for m in machines)
+        raise UnsupportedPrecisionError(f"--precisions {','.join(precisions)}: none is listed in the datasheet of "
+                                        f"{listed}; try bf16")
+
+
+def parse_lengths(flag: str, text):
+    """2048, "2048" or "mean=2048,p50=1500,p90=4096" -> Lengths (a missing percentile is the mean)."""
+    from .serve import Lengths
+
+    values: dict[str, float] = {}
+    text = str(text)
+    try:
+        if "=" not in text:
+            values["mean"] = float(text)
+        else:
+            for part in text.split(","):
+                key, _, value = part.partition("=")
+                key = key.strip().lower()
+                if key not in ("mean", "p50", "p90"):
+                    raise UnknownNameError(f"{flag} field", key, ("mean", "p50", "p90"))
+                values[key] = float(value)
+    except ValueError:
+        raise SpecError(f"{flag} needs a number or mean=,p50=,p90=, has {text!r}") from None
+    if "mean" not in values:
+        values["mean"] = values.get("p50", values.get("p90", 0.0))
+    for key, value in values.items():
+        if not 1 <= value <= 10_000_000:
+            raise SpecError(f"{flag} {key} needs 1 to 10,000,000 tokens, has {value:g}")
+    lengths = Lengths.of(values["mean"], values.get("p50"), values.get("p90"))
+    if lengths.p90 < lengths.p50:
+        raise SpecError(f"{flag}: p90 ({lengths.p90:g}) needs to be at least p50 ({lengths.p50:g})")
+    return lengths
+
+
+@dataclass(frozen=True)
+class PlanServeRequest:
+    """``perfmodel plan serve``: the cheapest deployment meeting a request rate within latency targets."""
+
+    model: str = option(SERVE_DEFAULTS["model"], MODEL_HELP, complete="model")
+    system: tuple[str, ...] = option((SERVE_DEFAULTS["system"],), "Candidate system (repeatable; pools may use "
+                                     "different ones).", complete="system")
+    rate: float | None = option(None, "Requests per second (default: 10 unless --concurrency).")
+    concurrency: int | None = option(None, "Concurrent users instead of --rate (rate = users / (TTFT + output x "
+                                           "TPOT targets)).")
+    input_len: str = option(str(SERVE_DEFAULTS["input_len"]), "Prompt tokens: a mean, or mean=,p50=,p90=.")
+    output_len: str = option(str(SERVE_DEFAULTS["output_len"]), "Generated tokens: a mean, or mean=,p50=,p90=.")
+    ttft_p50_ms: float | None = option(None, "Time-to-first-token target at p50, ms.")
+    ttft_p90_ms: float | None = option(2000.0, "Time-to-first-token target at p90, ms.")
+    tpot_p50_ms: float | None = option(None, "Time-per-output-token target at p50, ms.")
+    tpot_p90_ms: float | None = option(50.0, "Time-per-output-token target at p90, ms.")
+    objective: str | None = option(None, "What to minimise (default: cost where the systems have prices, else "
+                                         "energy).", choices=SERVE_OBJECTIVES)
+    budget_usd_per_hour: float | None = option(None, "Largest fleet cost, USD per hour.")
+    pricing: str = option("cloud", PRICING_HELP, choices=PRICING)
+    price: tuple[str, ...] = option((), PRICE_HELP)
+    power_cap_kw: float | None = option(None, "Largest fleet IT power, kW.")
+    max_devices: int | None = option(None, "Largest fleet, devices.")
+    modes: str = option("colocated,disaggregated", "Deployment modes, comma separated.", choices=SERVE_MODES)
+    weight_precisions: str | None = option(None, "Allowed weight precisions, comma separated (default: the model's "
+                                                 "own and fp8; int8, int4 and fp4 only when named here).",
+                                           choices=WEIGHT_PRECISIONS)
+    activation_precisions: str = option("a16,a8", "Allowed activation precisions, comma separated.",
+                                        choices=ACTIVATION_PRECISIONS)
+    kv_precisions: str = option("bf16,fp8", "Allowed KV-cache precisions, comma separated.", choices=KV_PRECISIONS)
+    kv_offload: bool = option(True, "Consider KV cache in host memory.")
+    top: int = option(5, "How many of the best deployments to list.")
+    routing: str | None = option(None, ROUTING_HELP)
+    zipf: float | None = option(None, ZIPF_HELP)
+    affinity: float = option(0.5, AFFINITY_HELP)
+    seed: int = option(0, SEED_HELP)
+
+    def resolve(self, db):
+        """(spec, systems, Demand, ServeSearchOptions), or a one-line error naming the flag."""
+        from perfmodel.catalog import load_model
+        from perfmodel.machine import MAX_DEVICES, build_machine
+        from perfmodel.queueing import rate_from_concurrency
+        from perfmodel.requests import parse_prices
+
+        from .serve import Demand, ServeSearchOptions, default_weight_precisions
+
+        for name in ("concurrency", "max_devices", "top"):
+            positive(name, getattr(self, name))
+        if self.max_devices is not None and self.max_devices > MAX_DEVICES:
+            raise SpecError(f"--max-devices needs 1 to {MAX_DEVICES:,}, has {self.max_devices}")
+        if self.concurrency is not None and self.concurrency > 1e9:
+            raise SpecError(f"--concurrency needs 1 to 1,000,000,000 users, has {self.concurrency}")
+        for name in ("rate", "budget_usd_per_hour", "power_cap_kw", "ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms",
+                     "tpot_p90_ms"):
+            _in_range("--" + name.replace("_", "-"), getattr(self, name), 0, 1e12)
+        check_choices(self, skip=("modes", "weight_precisions", "activation_precisions", "kv_precisions"))
+        if not self.system:
+            raise SpecError("--system needs at least one system")
+        spec = load_model(self.model)
+        systems = list(dict.fromkeys(db.system(s).name for s in self.system))
+        inp, out = parse_lengths("--input-len", self.input_len), parse_lengths("--output-len", self.output_len)
+        slo = {k: (getattr(self, k) / 1e3 if getattr(self, k) is not None else None)
+               for k in ("ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms", "tpot_p90_ms")}
+        if self.rate is not None and self.concurrency is not None:
+            raise SpecError("give --rate or --concurrency, not both")
+        rate = self.rate if self.rate is not None else 10.0
+        if self.concurrency is not None:
+            ttft, tpot = slo["ttft_p90_ms"] or slo["ttft_p50_ms"], slo["tpot_p90_ms"] or slo["tpot_p50_ms"]
+            if ttft is None or tpot is None:
+                raise SpecError("--concurrency needs TTFT and TPOT targets (rate = users / (TTFT + output x TPOT))")
+            rate = rate_from_concurrency(self.concurrency, ttft, tpot, out.mean)
+        demand = Demand(rate=rate, input_len=inp, output_len=out, ttft_p50=slo["ttft_p50_ms"],
+                        ttft_p90=slo["ttft_p90_ms"], tpot_p50=slo["tpot_p50_ms"], tpot_p90=slo["tpot_p90_ms"])
+        prices = parse_prices(db, self.price)
+        objective = self.objective
+        if objective is None:
+            import numpy as np
+
+            from perfmodel.power import run_cost
+
+            priced = [s for s in systems
+                      if np.isfinite(run_cost(build_machine(db, s, None, self.pricing, prices), 0.0))]
+            objective = "cost" if priced else "energy"
+        options = ServeSearchOptions(
+            pricing=self.pricing, prices=prices, objective=objective, modes=names("--modes", self.modes, SERVE_MODES),
+            weight_precisions=(names("--weight-precisions", self.weight_precisions, WEIGHT_PRECISIONS)
+                               if self.weight_precisions is not None else default_weight_precisions(spec)),
+            activation_precisions=names("--activation-precisions", self.activation_precisions, ACTIVATION_PRECISIONS),
+            kv_precisions=names("--kv-precisions", self.kv_precisions, KV_PRECISIONS), kv_offload=self.kv_offload,
+            max_devices=self.max_devices, budget_usd_per_hour=self.budget_usd_per_hour,
+            power_cap_w=self.power_cap_kw * 1e3 if self.power_cap_kw else None, top=self.top,
+            routing=_routing(spec, self))
+        return spec, systems, demand, options
+
+
+@dataclass(frozen=True)
+class PlaceExpertsRequest:
+    """``perfmodel place-experts``: MoE experts (with replicas of hot ones) placed on devices."""
+
+    model: str = option("deepseek-v3", MODEL_HELP, complete="model")
+    system: str = option("dgx-h100", "System name from the hardware database.", complete="system")
+    devices: int = option(64, "Devices of the expert-parallel group (at most 4,096).")
+    routing: str | None = option(None, ROUTING_HELP + " Default: synthetic, Zipf 1.0.")
+    zipf: float | None = option(None, ZIPF_HELP)
+    affinity: float = option(0.5, AFFINITY_HELP)
+    seed: int = option(0, SEED_HELP)
+    tokens_per_layer: float = option(65536.0, "Synthetic routing: tokens per batch.")
+    replicas: int = option(32, "Redundant expert copies per layer.")
+    slots: int | None = option(None, "Expert copies one device holds per layer (default: what the copies need).")
+    time_limit: float = option(30.0, "CP-SAT seconds for the whole model (at most 3,600).")
+
+    def resolve(self, db):
+        """(spec, machine, PlacementProblem), or a one-line error naming the flag."""
+        from dataclasses import replace
+
+        from perfmodel.catalog import load_model
+        from perfmodel.machine import build_machine
+
+        from .placement import PlacementProblem
+
+        positive("devices", self.devices)
+        positive("slots", self.slots)
+        if self.devices > 4096:
+            raise SpecError(f"--devices needs at most 4,096 for expert placement, has {self.devices:,}")
+        if self.replicas < 0:
+            raise SpecError(f"--replicas needs 0 or more, has {self.replicas}")
+        if not 0 < self.time_limit <= 3600:
+            raise SpecError(f"--time-limit needs 0 to 3600 seconds, has {self.time_limit:g}")
+        spec = load_model(self.model)
+        if not spec.moe:
+            raise SpecError(f"{spec.name} has no routed experts to place")
+        request = replace(self, zipf=1.0) if self.routing is None and self.zipf is None else self
+        stats = _routing(spec, request, self.tokens_per_layer)
+        machine = build_machine(db, self.system, self.devices)
+        per_node = min(machine.system.devices_per_node, self.devices)
+        if self.devices % per_node:
+            per_node = 1
+        slots = self.slots or -(-(stats.experts + self.replicas) // self.devices)
+        problem = PlacementProblem(stats=stats, devices=self.devices, devices_per_node=per_node, slots=slots,
+                                   replicas=self.replicas)
+        return spec, machine, problem
