@@ -17,7 +17,7 @@ import typer
 from perfmodel.requests import ServeRequest, TrainRequest
 from perfmodel.search.requests import PlaceExpertsRequest, PlanServeRequest, PlanTrainRequest
 
-from .options import EstimateOutput, PlanOutput, TableOutput, command
+from .options import PLOT_HELP, ChartOutput, EstimateOutput, PlanOutput, TableOutput, command
 
 app = typer.Typer(
     name="perfmodel",
@@ -43,6 +43,8 @@ calibrate_app = typer.Typer(help="Fit the cost model's constants to measured tim
 app.add_typer(calibrate_app, name="calibrate")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+CsvFlag = Annotated[bool, typer.Option("--csv", help="Print the main table as CSV on stdout.")]
+PlotFile = Annotated[Optional[str], typer.Option("--plot", metavar="FILE", help=PLOT_HELP)]
 HardwareDb = Annotated[Optional[list[Path]], typer.Option(
     "--hardware-db", metavar="DIR", help="Directory of YAML entries added over the built-in database (repeatable; "
                           "also PERFMODEL_HARDWARE_DB).")]
@@ -78,14 +80,14 @@ def database(ctx: typer.Context):
 # --- hardware --------------------------------------------------------------------------------
 
 @hardware_app.command("list")
-def hardware_list(ctx: typer.Context, json_out: JsonFlag = False,
+def hardware_list(ctx: typer.Context, json_out: JsonFlag = False, csv_out: CsvFlag = False,
                   kind: Annotated[Optional[str], typer.Option(
                       help="Only this kind: accelerators, cpus, memory, links or systems.")] = None) -> None:
     """List the database's entries by kind."""
     from . import render
 
     db = database(ctx)
-    render.hardware_list(db, kind, json_out)
+    render.hardware_list(db, kind, json_out, csv_out)
 
 
 @hardware_app.command("show")
@@ -142,11 +144,12 @@ DEFAULT_COMPARE = ("h100-sxm", "b200", "mi300x", "ascend-910c")
 def compare(ctx: typer.Context,
             names: Annotated[Optional[list[str]], typer.Argument(
                 help=f"Accelerators or systems (default: {' '.join(DEFAULT_COMPARE)}).")] = None,
-            json_out: JsonFlag = False) -> None:
-    """Compare accelerators or systems side by side; the best value of each row is highlighted."""
+            json_out: JsonFlag = False, csv_out: CsvFlag = False, plot: PlotFile = None) -> None:
+    """Compare accelerators or systems side by side; the best value of each row is highlighted.
+    --plot draws their rooflines."""
     from . import render
 
-    render.compare(database(ctx), list(names or DEFAULT_COMPARE), json_out)
+    render.compare(database(ctx), list(names or DEFAULT_COMPARE), ChartOutput(json_out, csv_out, plot))
 
 
 # --- estimate --------------------------------------------------------------------------------
@@ -156,7 +159,8 @@ def estimate_train(ctx: typer.Context, request: TrainRequest, output: EstimateOu
     """Evaluate one training plan: step time by component, MFU, memory per tier, energy and cost."""
     from . import render
 
-    render.estimate_train(*request.resolve(database(ctx)), output=output, model_ref=request.model)
+    db = database(ctx)
+    render.estimate_train(*request.resolve(db), output=output, model_ref=request.model, db=db)
 
 
 @command(estimate_app, "serve", ServeRequest, EstimateOutput)
@@ -164,7 +168,8 @@ def estimate_serve(ctx: typer.Context, request: ServeRequest, output: EstimateOu
     """Evaluate one serving instance: TTFT, TPOT, throughput, memory, energy and cost."""
     from . import render
 
-    render.estimate_serve(*request.resolve(database(ctx)), output=output, model_ref=request.model)
+    db = database(ctx)
+    render.estimate_serve(*request.resolve(db), output=output, model_ref=request.model, db=db)
 
 
 # --- plan ------------------------------------------------------------------------------------
@@ -212,13 +217,13 @@ def place_experts(ctx: typer.Context, request: PlaceExpertsRequest, output: Tabl
 # --- validate --------------------------------------------------------------------------------
 
 @app.command()
-def validate(ctx: typer.Context, json_out: JsonFlag = False,
+def validate(ctx: typer.Context, json_out: JsonFlag = False, csv_out: CsvFlag = False,
              calibrate: Annotated[bool, typer.Option(help="Also refit the one calibrated constant on its set.")] = False
              ) -> None:
     """Predict every published measurement of the validation set and report the error."""
     from . import render
 
-    render.validate(database(ctx), calibrate, json_out)
+    render.validate(database(ctx), calibrate, json_out, csv_out)
 
 
 # --- entry point -----------------------------------------------------------------------------

@@ -143,6 +143,15 @@ class PlanOutput:
 
 
 @dataclass(frozen=True)
+class ChartOutput:
+    """How a comparison is shown: rich tables, JSON, CSV or a chart."""
+
+    json_out: bool = False
+    csv_out: bool = False
+    plot: str | None = None
+
+
+@dataclass(frozen=True)
 class TableOutput:
     """How a table command is shown: rich tables, JSON or CSV."""
 

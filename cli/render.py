@@ -62,8 +62,9 @@ def emit_json(obj: Any) -> None:
 
 
 def fmt(value: float | None, scale: float = 1.0, digits: int = 4) -> str:
-    """A number in a table: ``-`` when absent, else ``digits`` significant figures with separators."""
-    if value is None:
+    """A number in a table: ``-`` when absent (or not finite), else ``digits`` significant figures
+    with separators. Money, energy, power, bytes and durations go through ``units`` instead."""
+    if value is None or not math.isfinite(value):
         return "-"
     v = value / scale
     if v != 0 and (abs(v) >= 1e7 or abs(v) < 1e-3):
@@ -98,13 +99,19 @@ def _entry_summary(entry) -> str:
             f"tiers {' > '.join(t.name for t in entry.tiers)}")
 
 
-def hardware_list(db, kind: str | None, json_out: bool) -> None:
+def hardware_list(db, kind: str | None, json_out: bool, csv_out: bool = False) -> None:
     kinds = list(ENTRY_KINDS)
     if kind is not None and kind not in kinds:
         raise UnknownNameError("kind", kind, kinds)
     kinds = [kind] if kind else kinds
     if json_out:
         emit_json({k: sorted(getattr(db, k)) for k in kinds})
+        return
+    if csv_out:
+        from .deliver import emit_csv
+
+        emit_csv([{"kind": k, "name": name, "display_name": getattr(db, k)[name].display_name,
+                   "summary": _entry_summary(getattr(db, k)[name])} for k in kinds for name in sorted(getattr(db, k))])
         return
     for k in kinds:
         table = Table(title=k, title_justify="left")
@@ -253,12 +260,14 @@ def models_show(ref: str, seq_len: int, json_out: bool) -> None:
 
 # --- compare ---------------------------------------------------------------------------------
 
-def compare(db, names: list[str], json_out: bool) -> None:
+def compare(db, names: list[str], output) -> None:
     from perfmodel.comparison import best_index, compare as profiles, metrics
 
+    from .deliver import delivered, report_files
+
     rows = profiles(names, db)
-    if json_out:
-        emit_json({"entries": rows, "metrics": [vars(m) for m in metrics()]})
+    doc = {"entries": rows, "metrics": [vars(m) for m in metrics()]}
+    if delivered(doc, output, lambda: rows, {"compare": lambda: doc}, "compare"):
         return
     lines = []
     for m in metrics():
@@ -294,6 +303,7 @@ def compare(db, names: list[str], json_out: bool) -> None:
         for label, unit, cells in lines:
             table.add_row(label, unit, *(cells[i] for i in group))
         console.print(table)
+    report_files(doc)
 
 
 # --- estimate --------------------------------------------------------------------------------
@@ -538,7 +548,7 @@ def _fits(table: Table) -> bool:
     return console.measure(table, options=console.options.update_width(100_000)).maximum <= console.width
 
 
-def validate(db, calibrate: bool, json_out: bool) -> None:
+def validate(db, calibrate: bool, json_out: bool, csv_out: bool = False) -> None:
     from perfmodel.validation import calibrate as fit, command, load_cases, predict, summarize
 
     cases = load_cases()
@@ -556,6 +566,11 @@ def validate(db, calibrate: bool, json_out: bool) -> None:
     fitted = fit(db) if calibrate else None
     if json_out:
         emit_json({"cases": rows, "summary": summary, **({"calibration_fit": fitted} if fitted else {})})
+        return
+    if csv_out:
+        from .deliver import emit_csv
+
+        emit_csv(rows)
         return
     skipped: dict[str, int] = {}
     cells = []
@@ -726,11 +741,6 @@ def _cost_bases(machines) -> dict[str, str]:
     return {m.system.name: cost_basis(m) for m in machines}
 
 
-def _bar(what: str, enabled: bool) -> Progress:
-    """A ``Progress`` whose total the search reports with each step: ``progress(done, total)``."""
-    return Progress(None, what, enabled=enabled)
-
-
 def _plan_row_csv(rows: list[dict]) -> list[dict]:
     return [{"rank": i, "system": r["system"], "devices": r["devices"], **r["plan"],
              **{k: r.get(k) for k in ("step_time_s", "step_time_low_s", "step_time_high_s", "mfu", "run_cost_usd",
@@ -752,7 +762,7 @@ def plan_train(db, request, output) -> None:
             raise ExportError(f"--export {output.export} writes serving configurations; for a training plan use one "
                               f"of {', '.join(TRAINING)}")
         request = replace(request, framework=request.framework or output.export)
-    progress = _bar(f"planning {request.model}", not (output.json_out or output.csv_out))
+    progress = Progress(None, f"planning {request.model}", enabled=not (output.json_out or output.csv_out))
     try:
         planning = search(request, db=db, progress=progress)
     finally:
@@ -958,7 +968,7 @@ def plan_serve(db, request, output) -> None:
 
     from .deliver import delivered, report_files
 
-    progress = _bar(f"planning {request.model} serving", not (output.json_out or output.csv_out))
+    progress = Progress(None, f"planning {request.model} serving", enabled=not (output.json_out or output.csv_out))
     try:
         planning = search(request, db=db, progress=progress)
     finally:
@@ -1049,8 +1059,8 @@ def place_experts(db, request, output) -> None:
     from perfmodel.search.api import place_experts as search
     from perfmodel.search.placement import OBJECTIVE
 
-    progress = _bar(f"placing experts three ways (time limit {request.time_limit:g} s)",
-                    not (output.json_out or output.csv_out))
+    progress = Progress(None, f"placing experts three ways (time limit {request.time_limit:g} s)",
+                        enabled=not (output.json_out or output.csv_out))
     try:
         placed = search(request, db=db, progress=progress)
     finally:

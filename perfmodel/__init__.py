@@ -1,7 +1,9 @@
 """perfmodel: closed-form cost models of transformer training and serving on real hardware.
 
-The public API (see the README): model specs and the catalog, hardware comparison, and the
-database it reads. Everything is a pure function of frozen specs.
+The public API (see the README): the searches (``plan_train``, ``plan_serve``, ``place_experts``,
+each taking its command's request), the estimates, model specs and the catalog, hardware
+comparison, the database they read and the frameworks' launch files. Everything is a pure function
+of frozen specs.
 """
 
 import importlib
@@ -15,7 +17,11 @@ _EXPORTS = {
     "model_summary": ".model", "ServePlan": ".serving", "ServeResult": ".serving", "ServeWorkload": ".serving",
     "estimate_serving": ".serving", "TrainPlan": ".training", "TrainResult": ".training",
     "TrainWorkload": ".training", "estimate_training": ".training", "load_cases": ".validation",
-    "validate": ".validation",
+    "validate": ".validation", "TrainRequest": ".requests", "ServeRequest": ".requests",
+    # The searches (the public API the CLI's plan and place-experts commands render):
+    "plan_train": "perfmodel.search.api", "plan_serve": "perfmodel.search.api", "place_experts": "perfmodel.search.api",
+    "PlanTrainRequest": "perfmodel.search.requests", "PlanServeRequest": "perfmodel.search.requests",
+    "PlaceExpertsRequest": "perfmodel.search.requests", "training_files": ".exports", "serving_files": ".exports",
 }
 
 
@@ -27,7 +33,8 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "Machine", "MlaSpec", "MoeSpec", "ServePlan", "ServeResult", "ServeWorkload", "TrainPlan", "TrainResult",
+    "Machine", "MlaSpec", "MoeSpec", "PlaceExpertsRequest", "PlanServeRequest", "PlanTrainRequest", "ServeRequest",
+    "TrainRequest", "place_experts", "plan_serve", "plan_train", "serving_files", "training_files", "ServePlan", "ServeResult", "ServeWorkload", "TrainPlan", "TrainResult",
     "TrainWorkload", "TransformerSpec", "build_machine", "builtin_models", "compare", "estimate_serving",
     "estimate_training", "find_model", "load_cases", "load_database", "load_model", "model_summary", "profile",
     "spec_from_hf_config", "validate",

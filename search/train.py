@@ -119,11 +119,14 @@ def _objective(table: PlanTable, objective: str) -> np.ndarray:
     c = table.columns
     if objective == "time":
         return c["step_time_s"]
+    # Cost and energy break exact ties (a run costs the same on 8 or 64 devices when it scales
+    # perfectly) by the faster step: a relative nudge of at most 1e-9, below any real difference.
+    faster = 1.0 + 1e-9 * c["step_time_s"] / max(float(c["step_time_s"].max()), 1e-300)
     if objective == "cost":
-        return np.nan_to_num(c["run_cost_usd"] if np.any(c["run_cost_usd"] > 0) else c["cost_per_million_tokens_usd"],
-                             nan=np.inf)
+        return faster * np.nan_to_num(c["run_cost_usd"] if np.any(c["run_cost_usd"] > 0)
+                                      else c["cost_per_million_tokens_usd"], nan=np.inf)
     if objective == "energy":
-        return c["energy_per_token_j"]
+        return faster * c["energy_per_token_j"]
     return c["devices"] + c["step_time_s"] / (1.0 + c["step_time_s"].max())  # fewest devices, then fastest
 
 
@@ -523,7 +526,7 @@ def _select(table: PlanTable, objective: np.ndarray) -> int:
     model = cp_model.CpModel()
     pick = [model.NewBoolVar(f"c{i}") for i in firsts]
     model.AddExactlyOne(pick)
-    scale = 1e9 / max(float(np.max(np.abs(objective[firsts]))), 1e-300)
+    scale = 1e12 / max(float(np.max(np.abs(objective[firsts]))), 1e-300)   # resolves the 1e-9 tie-breaks
     model.Minimize(sum(int(round(objective[i] * scale)) * v for i, v in zip(firsts, pick)))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
