@@ -968,6 +968,14 @@ def plan_serve(db, request, output) -> None:
 
     from .deliver import delivered, report_files
 
+    if output.export:
+        from perfmodel.exports import SERVING, ExportError
+
+        if output.export not in SERVING:
+            raise ExportError(f"--export {output.export} writes training configurations; for a serving plan use one "
+                              f"of {', '.join(SERVING)}")
+        request = replace(request, framework=request.framework or output.export)
+
     progress = Progress(None, f"planning {request.model} serving", enabled=not (output.json_out or output.csv_out))
     try:
         planning = search(request, db=db, progress=progress)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfmodel.defaults import SERVE_DEFAULTS, TRAIN_DEFAULTS
+from perfmodel.exports import SERVING as SERVING_FRAMEWORKS
 from perfmodel.exports import TRAINING as TRAINING_FRAMEWORKS
 from perfmodel.hardware_db.errors import SpecError, UnknownNameError
 from perfmodel.plan import ACTIVATION_PRECISIONS, KV_PRECISIONS, WEIGHT_PRECISIONS
@@ -233,6 +234,8 @@ class PlanServeRequest:
     zipf: float | None = option(None, ZIPF_HELP)
     affinity: float = option(0.5, AFFINITY_HELP)
     seed: int = option(0, SEED_HELP)
+    framework: str | None = option(None, "Search only deployments this framework runs (--export FRAMEWORK "
+                                         "implies it).", choices=SERVING_FRAMEWORKS)
 
     def resolve(self, db):
         """(spec, systems, Demand, ServeSearchOptions), or a one-line error naming the flag."""
@@ -285,7 +288,8 @@ class PlanServeRequest:
             weight_precisions=(names("--weight-precisions", self.weight_precisions, WEIGHT_PRECISIONS)
                                if self.weight_precisions is not None else default_weight_precisions(spec)),
             activation_precisions=names("--activation-precisions", self.activation_precisions, ACTIVATION_PRECISIONS),
-            kv_precisions=names("--kv-precisions", self.kv_precisions, KV_PRECISIONS), kv_offload=self.kv_offload,
+            kv_precisions=names("--kv-precisions", self.kv_precisions, KV_PRECISIONS),
+            kv_offload=self.kv_offload and self.framework is None, framework=self.framework,
             max_devices=self.max_devices, budget_usd_per_hour=self.budget_usd_per_hour,
             power_cap_w=self.power_cap_kw * 1e3 if self.power_cap_kw else None, top=self.top,
             routing=_routing(spec, self))

@@ -83,6 +83,7 @@ class ServeSearchOptions:
     routing: object = None          # RoutingStats: EP imbalance from a placement, per EP degree
     pricing: str = "cloud"          # cost basis (perfmodel.power.run_cost)
     prices: dict | None = None      # the user's USD per device-hour by system
+    framework: str | None = None    # search only what this serving framework runs (perfmodel.exports.serving)
 
 
 @dataclass
@@ -157,8 +158,13 @@ class ServeSearchResult:
 
 # --- instance configurations --------------------------------------------------------------------
 
-def _layouts(spec: TransformerSpec, machine: Machine, max_devices: int):
-    """(tp, pp, dp_attention, ep) of instances up to ``max_devices`` devices on this system."""
+def _layouts(spec: TransformerSpec, machine: Machine, max_devices: int, framework: str | None = None):
+    """(tp, pp, dp_attention, ep) of instances up to ``max_devices`` devices on this system (that
+    ``framework`` runs, when one is named)."""
+    if framework is not None:
+        from perfmodel.exports.serving import layout_problem
+
+        return [lay for lay in _layouts(spec, machine, max_devices) if layout_problem(framework, *lay) is None]
     out = []
     sizes = [2 ** k for k in range(0, 20) if 2 ** k <= min(max_devices, machine.devices)]
     for d in sizes:
@@ -184,8 +190,14 @@ def default_weight_precisions(spec: TransformerSpec) -> tuple[str, ...]:
     return tuple(dict.fromkeys((native, "fp8")))
 
 
-def _precision_combos(machine: Machine, options: ServeSearchOptions):
-    """(weight, activation, KV) formats the options allow and the device can run (QuantScheme's rules)."""
+def _precision_combos(machine: Machine, options: ServeSearchOptions, native: str = "bf16"):
+    """(weight, activation, KV) formats the options allow, the device can run (QuantScheme's rules)
+    and the framework, when one is named, serves."""
+    if options.framework is not None:
+        from perfmodel.exports.serving import format_problem
+
+        return [c for c in _precision_combos(machine, replace(options, framework=None))
+                if format_problem(options.framework, *c, native) is None]
     combos = []
     for wp, ap, kvp in itertools.product(options.weight_precisions, options.activation_precisions,
                                          options.kv_precisions):
@@ -205,7 +217,7 @@ def _half_width(interval, value) -> np.ndarray:
 
 
 def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearchOptions, counter: dict):
-    layouts = _layouts(spec, machine, options.max_instance_devices)
+    layouts = _layouts(spec, machine, options.max_instance_devices, options.framework)
     places = ["hbm"] + ([t.kind for t in machine.memory_tiers if t.kind in ("ddr", "cxl", "pooled")]
                         if options.kv_offload else [])
     rows: dict[str, list] = {k: [] for k in ("tp", "pp", "dpa", "ep", "batch", "wp", "ap", "kvp", "kv_place",
@@ -217,7 +229,8 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
     lay = np.array(layouts, dtype=float)
     imbalance = imbalance_table(options.routing if spec.moe else None, lay[:, 3])
     skew = np.vectorize(imbalance.get, otypes=[float])(lay[:, 3].astype(int))
-    for wp, ap, kvp in _precision_combos(machine, options):
+    native = "bf16" if spec.native_precision == "fp16" else spec.native_precision
+    for wp, ap, kvp in _precision_combos(machine, options, native):
         for place in places:
             # Prefill: one prompt per attention rank, at the p50 and p90 prompt lengths.
             pre = {}

@@ -26,10 +26,14 @@ class Vendored:
     names: dict[str, dict]
     keys: dict[str, dict]
     entries: dict[str, list[str]]
+    parts: dict[str, dict]          # a companion command's own names and keys (SGLang's router, ...)
+    engine_versions: dict[str, str]  # the engines a wrapper (Dynamo) pins
 
     @property
     def citation(self) -> str:
-        return f"{self.framework} {self.version} (commit {self.commit[:12]}, {self.released}; {self.source})"
+        commit = f"commit {self.commit[:12]}" if self.commit not in ("", "None") else "no commit recorded"
+        released = f", {self.released}" if self.released not in ("", "None") else ""
+        return f"{self.framework} {self.version} ({commit}{released}; {self.source})"
 
 
 @lru_cache(maxsize=None)
@@ -40,9 +44,12 @@ def vendored(framework: str) -> Vendored:
     table = {"names": data.get("names") or {}, "keys": data.get("keys") or {}}
     if data.get("kind") == "keys":  # a config-file framework lists its dotted keys under names
         table = {"names": {}, "keys": {**table["names"], **table["keys"]}}
+    parts = {name: {"names": part.get("names") or {}, "keys": part.get("keys") or {}}
+             for name, part in data.items() if isinstance(part, dict) and ("names" in part or "keys" in part)}
     return Vendored(framework=str(data["framework"]), version=str(data["version"]), commit=str(data["commit"]),
                     released=str(data["released"]), source=str(data["source"]), names=table["names"],
-                    keys=table["keys"], entries=data.get("entries") or {})
+                    keys=table["keys"], entries=data.get("entries") or {}, parts=parts,
+                    engine_versions={k: str(v) for k, v in (data.get("engine_versions") or {}).items()})
 
 
 def _type_ok(kind: str, value: Any) -> bool:
@@ -61,11 +68,13 @@ def _type_ok(kind: str, value: Any) -> bool:
     return isinstance(value, str)
 
 
-def unknown(framework: str, items: dict[str, Any], table: str = "names") -> list[str]:
+def unknown(framework: str, items: dict[str, Any], table: str = "names", part: str | None = None) -> list[str]:
     """What in ``items`` (flag or dotted key -> value) the framework's vendored version does not
     accept: an unknown name, a value of the wrong type, or a value outside its declared choices.
-    Values that are shell variables ("$DATA_PATH") are checked by name only."""
-    allowed = getattr(vendored(framework), table)
+    Values that are shell variables ("$DATA_PATH") are checked by name only. ``part`` names a
+    companion command's table (SGLang's ``router``, TensorRT-LLM's ``disaggregated``)."""
+    v = vendored(framework)
+    allowed = v.parts[part][table] if part else getattr(v, table)
     problems = []
     for name, value in items.items():
         spec = allowed.get(name)
@@ -83,10 +92,10 @@ def unknown(framework: str, items: dict[str, Any], table: str = "names") -> list
     return problems
 
 
-def checked(framework: str, items: dict[str, Any], table: str = "names") -> dict[str, Any]:
+def checked(framework: str, items: dict[str, Any], table: str = "names", part: str | None = None) -> dict[str, Any]:
     """``items`` unchanged when the framework accepts every one; else an AssertionError (a bug of the
     writer, which golden tests catch before a user does)."""
-    problems = unknown(framework, items, table)
+    problems = unknown(framework, items, table, part)
     if problems:
         raise AssertionError(f"{framework} export: " + "; ".join(problems))
     return items

@@ -1,0 +1,423 @@
+"""Serving deployments as launch files: vLLM and SGLang server commands, TensorRT-LLM's trtllm-serve
+with its YAML, and an NVIDIA Dynamo DynamoGraphDeployment, one set per pool (a colocated pool, or a
+prefill pool and a decode pool). Each pool's parallel layout and formats map one to one onto the
+framework's arguments (checked against the vendored version), or ``ExportError`` says what the
+framework cannot run. ``layout_problem`` and ``format_problem`` are the same rules as predicates, so
+that ``plan serve --export`` searches only deployments the framework runs."""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from dataclasses import dataclass
+
+from . import ExportError
+from .vendored import checked, vendored
+
+# Catalog models -> their Hugging Face repositories (the checkpoint a server loads by default).
+HF_REPOS = {
+    "llama-3.1-8b": "meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-70b": "meta-llama/Llama-3.1-70B-Instruct",
+    "llama-3.1-405b": "meta-llama/Llama-3.1-405B-Instruct", "qwen2.5-72b": "Qwen/Qwen2.5-72B-Instruct",
+    "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B", "deepseek-v3": "deepseek-ai/DeepSeek-V3",
+    "mixtral-8x7b": "mistralai/Mixtral-8x7B-Instruct-v0.1", "gpt-oss-120b": "openai/gpt-oss-120b",
+}
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    """One pool as a serving framework sees it: the instance's layout and formats, and how many."""
+
+    role: str                 # colocated, prefill or decode
+    system: str
+    instances: int
+    devices_per_instance: int
+    devices_per_node: int
+    tp: int
+    pp: int
+    ep: int
+    dp_attention: int
+    batch: int
+    weight: str
+    activation: str
+    kv: str
+    kv_place: str
+    max_len: int              # prompt + output tokens a sequence may reach (p90s)
+    mtp_draft_tokens: int = 0
+    vendor: str = "NVIDIA"    # the accelerator's
+
+    @property
+    def nodes(self) -> int:
+        return max(1, math.ceil(self.devices_per_instance / self.devices_per_node))
+
+    @staticmethod
+    def of_instance(machine, plan, work) -> "PoolSpec":
+        return PoolSpec(role="colocated", system=machine.system.name, instances=1,
+                        devices_per_instance=int(plan.tp * plan.pp * plan.dp_attention),
+                        devices_per_node=int(machine.system.devices_per_node), tp=int(plan.tp), pp=int(plan.pp),
+                        ep=int(plan.ep), dp_attention=int(plan.dp_attention), batch=int(plan.batch),
+                        weight=str(plan.weight_precision), activation=str(plan.activation_precision),
+                        kv=str(plan.kv_precision), kv_place=str(plan.kv_place),
+                        max_len=int(work.input_len + work.output_len), mtp_draft_tokens=int(plan.mtp_draft_tokens),
+                        vendor=str(machine.accelerator.vendor))
+
+    @staticmethod
+    def of_pool(pool, machine, demand) -> "PoolSpec":
+        c = pool.config
+        return PoolSpec(role=pool.role, system=pool.system, instances=int(pool.instances),
+                        devices_per_instance=int(pool.devices_per_instance),
+                        devices_per_node=int(machine.system.devices_per_node), tp=int(c["tp"]), pp=int(c["pp"]),
+                        ep=int(c["ep"]), dp_attention=int(c["dp_attention"]), batch=int(c["batch"]),
+                        weight=str(c["weight_precision"]), activation=str(c["activation_precision"]),
+                        kv=str(c["kv_precision"]), kv_place=str(c.get("kv_place", "hbm")),
+                        max_len=int(math.ceil(demand.input_len.p90 + demand.output_len.p90)),
+                        vendor=str(machine.accelerator.vendor))
+
+    def describe(self) -> str:
+        return (f"{self.role} pool: {self.instances} instance{'s' if self.instances > 1 else ''} of "
+                f"{self.devices_per_instance} device{'s' if self.devices_per_instance > 1 else ''} of {self.system} "
+                f"(tp {self.tp}, pp {self.pp}, dp-attention "
+                f"{self.dp_attention}, ep {self.ep}), batch {self.batch}, weights {self.weight} {self.activation}, "
+                f"kv {self.kv}")
+
+
+# --- what each framework runs --------------------------------------------------------------------
+
+ENGINE = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "dynamo": "vllm"}   # Dynamo: vLLM workers
+
+
+def layout_problem(framework: str, tp: int, pp: int, dp_attention: int, ep: int) -> str | None:
+    """Why ``framework`` cannot run this instance layout, or None."""
+    engine = ENGINE[framework]
+    if engine == "vllm" and ep > 1 and ep != tp * dp_attention:
+        return (f"vLLM's expert parallelism spans every tensor x data parallel rank (ep {tp * dp_attention}); "
+                f"the plan has ep {ep}")
+    if engine == "trtllm" and dp_attention > 1 and tp > 1:
+        return "TensorRT-LLM's attention data parallelism runs attention on one device per rank (tp 1)"
+    return None
+
+
+# (weight, activation) -> the quantization a server applies, for weights other than the checkpoint's own.
+# None: the framework has no such mode. "checkpoint": a pre-quantized checkpoint carries it.
+QUANTIZATION = {
+    "vllm": {("fp8", "a8"): "fp8", ("int8", "a8"): "compressed-tensors", ("int8", "a16"): "int8_per_channel_weight_only",
+             ("int4", "a16"): "awq", ("fp4", "a4"): "modelopt_fp4"},
+    "sglang": {("fp8", "a8"): "fp8", ("int8", "a8"): "w8a8_int8", ("int4", "a16"): "awq", ("fp4", "a4"): "modelopt_fp4"},
+    "trtllm": {("fp8", "a8"): "checkpoint", ("int4", "a16"): "checkpoint", ("fp4", "a4"): "checkpoint"},
+}
+PRE_QUANTIZED = {"compressed-tensors", "awq", "modelopt_fp4", "w8a8_int8", "checkpoint"}
+KV_DTYPES = {"vllm": {"bf16": "auto", "fp8": "fp8"}, "sglang": {"bf16": "auto", "fp8": "fp8_e4m3"},
+             "trtllm": {"bf16": "auto", "fp8": "fp8"}}
+
+
+def format_problem(framework: str, weight: str, activation: str, kv: str, native: str) -> str | None:
+    """Why ``framework`` cannot serve these formats, or None."""
+    engine = ENGINE[framework]
+    if kv not in KV_DTYPES[engine]:
+        return f"{vendored(engine).framework} has no {kv} KV cache"
+    if weight != native and QUANTIZATION[engine].get((weight, activation)) is None:
+        return f"{vendored(engine).framework} has no {weight} weights with {activation} activations"
+    return None
+
+
+NVIDIA_ONLY = ("trtllm", "dynamo")   # TensorRT-LLM kernels; Dynamo's deployment asks for nvidia.com/gpu
+
+
+def pool_problem(framework: str, pool: PoolSpec, native: str) -> str | None:
+    if framework in NVIDIA_ONLY and pool.vendor.lower() != "nvidia":
+        return f"{vendored(framework).framework} runs on NVIDIA GPUs; this pool runs on {pool.vendor} {pool.system}"
+    if pool.kv_place != "hbm":
+        return (f"{vendored(ENGINE[framework]).framework} serves from a KV cache in HBM; the plan reads it from "
+                f"{pool.kv_place} every step (re-plan with --no-kv-offload)")
+    return layout_problem(framework, pool.tp, pool.pp, pool.dp_attention, pool.ep) or format_problem(
+        framework, pool.weight, pool.activation, pool.kv, native)
+
+
+def _native(spec) -> str:
+    return "bf16" if spec.native_precision == "fp16" else spec.native_precision
+
+
+def _checked_pools(framework: str, spec, pools: list[PoolSpec]) -> None:
+    for pool in pools:
+        problem = pool_problem(framework, pool, _native(spec))
+        if problem:
+            raise ExportError(f"--export {framework}: {problem}")
+
+
+# --- shell scripts --------------------------------------------------------------------------------
+
+def _model(spec, model_ref: str) -> str:
+    """The checkpoint a server loads: the Hugging Face directory given, else the model's repository."""
+    from pathlib import Path
+
+    path = Path(model_ref)
+    if path.is_dir():
+        return str(path)
+    if path.suffix.lower() == ".json" and path.is_file():
+        return str(path.parent)
+    return HF_REPOS.get(spec.name, "")
+
+
+def _quantization(engine: str, spec, pool: PoolSpec) -> str | None:
+    return None if pool.weight == _native(spec) else QUANTIZATION[engine][(pool.weight, pool.activation)]
+
+
+def _script(framework: str, spec, pool: PoolSpec, model: str, run: str, body: str, quantized: str | None) -> str:
+    v = vendored(framework)
+    need = ""
+    if quantized in PRE_QUANTIZED:
+        kind = "a ModelOpt checkpoint" if quantized == "checkpoint" else f"--quantization {quantized}"
+        need = (f"# MODEL must be a checkpoint already quantized to {pool.weight} weights / {pool.activation} "
+                f"activations ({kind}).\n")
+        model = ""
+    default = f'MODEL="${{MODEL:-{model}}}"' if model else 'MODEL="${MODEL:?the checkpoint to serve}"'
+    return "\n".join([
+        "#!/usr/bin/env bash",
+        f"# {spec.name}, {pool.describe()}",
+        f"# Written by perfmodel for {v.citation};",
+        "# every argument below exists at that version (perfmodel/exports/flags).",
+        f"# {run}",
+        "set -euo pipefail", need + default, body])
+
+
+def _command(words: list[str], items: dict[str, object]) -> str:
+    lines = [" ".join(words)]
+    for name, value in items.items():
+        if value is True:
+            lines.append(name)
+        elif isinstance(value, dict):
+            lines.append(f"{name} {shlex.quote(json.dumps(value, separators=(',', ':')))}")
+        elif isinstance(value, str) and value.startswith("$"):
+            lines.append(f'{name} "{value}"')
+        else:
+            lines.append(f"{name} {shlex.quote(str(value))}")
+    return " \\\n  ".join(lines) + "\n"
+
+
+def _run(pool: PoolSpec) -> str:
+    where = (f"on {pool.nodes} nodes (NODE_RANK 0-{pool.nodes - 1}, MASTER_ADDR the first)" if pool.nodes > 1
+             else f"on {pool.devices_per_instance} device{'s' if pool.devices_per_instance > 1 else ''} of one node")
+    return f"Run once per instance ({pool.instances} of them), {where}; PORT defaults to 8000."
+
+
+def _name(framework: str, pool: PoolSpec, suffix: str = ".sh") -> str:
+    return f"{framework}{'' if pool.role == 'colocated' else '-' + pool.role}{suffix}"
+
+
+# --- vLLM ---------------------------------------------------------------------------------------
+
+def _vllm_items(spec, pool: PoolSpec) -> dict[str, object]:
+    items: dict[str, object] = {"--tensor-parallel-size": pool.tp, "--pipeline-parallel-size": pool.pp}
+    if pool.dp_attention > 1:
+        items["--data-parallel-size"] = pool.dp_attention
+    if pool.ep > 1:
+        items["--enable-expert-parallel"] = True
+    items.update({"--max-num-seqs": pool.batch, "--max-model-len": pool.max_len})
+    quantization = _quantization("vllm", spec, pool)
+    if quantization:
+        items["--quantization"] = quantization
+    if pool.kv != "bf16":
+        items["--kv-cache-dtype"] = KV_DTYPES["vllm"][pool.kv]
+    if pool.role != "colocated":
+        items["--kv-transfer-config"] = {"kv_connector": "NixlConnector",
+                                         "kv_role": "kv_producer" if pool.role == "prefill" else "kv_consumer"}
+    if pool.mtp_draft_tokens:
+        items["--speculative-config"] = {"method": "mtp", "num_speculative_tokens": pool.mtp_draft_tokens}
+    if pool.nodes > 1:
+        items.update({"--nnodes": pool.nodes, "--node-rank": "$NODE_RANK", "--master-addr": "$MASTER_ADDR"})
+    items["--port"] = "$PORT"
+    return items
+
+
+def vllm(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
+    """``vllm[-prefill|-decode].sh`` per pool: ``vllm serve`` with the pool's layout and formats."""
+    _checked_pools("vllm", spec, pools)
+    files = {}
+    for pool in pools:
+        items = checked("vllm", _vllm_items(spec, pool))
+        for key, value in (items.get("--kv-transfer-config") or {}).items():
+            checked("vllm", {f"kv_transfer_config.{key}": value}, "keys")
+        run = _run(pool) + (" Disaggregated: the NIXL connector moves the KV cache from prefill to decode "
+                            "instances; route requests with a prefill/decode proxy (or --export dynamo)."
+                            if pool.role != "colocated" else "")
+        body = 'PORT="${PORT:-8000}"\n' + _command(["vllm", "serve", '"$MODEL"'], items)
+        files[_name("vllm", pool)] = _script("vllm", spec, pool, _model(spec, model_ref), run, body,
+                                             _quantization("vllm", spec, pool))
+    return files
+
+
+# --- SGLang -------------------------------------------------------------------------------------
+
+def _sglang_items(spec, pool: PoolSpec) -> dict[str, object]:
+    # SGLang's --tp-size counts every device of a pipeline stage; --attn-dp-size splits attention among
+    # them (the successor of --dp-size with --enable-dp-attention, deprecated at this version).
+    items: dict[str, object] = {"--model-path": "$MODEL", "--tp-size": pool.tp * pool.dp_attention,
+                                "--pp-size": pool.pp}
+    if pool.dp_attention > 1:
+        items["--attn-dp-size"] = pool.dp_attention
+    if pool.ep > 1:
+        items["--ep-size"] = pool.ep
+    items.update({"--max-running-requests": pool.batch, "--context-length": pool.max_len})
+    quantization = _quantization("sglang", spec, pool)
+    if quantization:
+        items["--quantization"] = quantization
+    if pool.kv != "bf16":
+        items["--kv-cache-dtype"] = KV_DTYPES["sglang"][pool.kv]
+    if pool.role != "colocated":
+        items.update({"--disaggregation-mode": pool.role, "--disaggregation-transfer-backend": "nixl"})
+    if pool.mtp_draft_tokens:
+        items.update({"--speculative-algorithm": "EAGLE", "--speculative-num-draft-tokens": pool.mtp_draft_tokens + 1})
+    if pool.nodes > 1:
+        items.update({"--nnodes": pool.nodes, "--node-rank": "$NODE_RANK", "--dist-init-addr": "$MASTER_ADDR:5000"})
+    if pool.vendor.lower() == "huawei":
+        items["--device"] = "npu"          # SGLang's Ascend backend
+    items.update({"--host": "0.0.0.0", "--port": "$PORT"})
+    return items
+
+
+def sglang(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
+    """``sglang[-prefill|-decode].sh`` per pool, and ``sglang-router.sh`` for a disaggregated deployment."""
+    _checked_pools("sglang", spec, pools)
+    files = {}
+    for pool in pools:
+        items = checked("sglang", _sglang_items(spec, pool))
+        body = 'PORT="${PORT:-8000}"\n' + _command(["python", "-m", "sglang.launch_server"], items)
+        files[_name("sglang", pool)] = _script("sglang", spec, pool, _model(spec, model_ref), _run(pool), body,
+                                               _quantization("sglang", spec, pool))
+    if any(p.role == "prefill" for p in pools):
+        router = checked("sglang", {"--pd-disaggregation": True, "--prefill": "$PREFILL_URLS",
+                                    "--decode": "$DECODE_URLS", "--host": "0.0.0.0", "--port": 8000}, part="router")
+        v = vendored("sglang")
+        files["sglang-router.sh"] = "\n".join([
+            "#!/usr/bin/env bash", f"# The prefill/decode router of {spec.name}'s disaggregated deployment.",
+            f"# Written by perfmodel for {v.citation}'s router ({v.parts and 'sglang-router'});",
+            "# PREFILL_URLS and DECODE_URLS: every instance's http://host:port, space separated.",
+            "set -euo pipefail",
+            _command(["python", "-m", "sglang_router.launch_router"], router).replace(
+                '"$PREFILL_URLS"', "$PREFILL_URLS").replace('"$DECODE_URLS"', "$DECODE_URLS")])
+    return files
+
+
+# --- TensorRT-LLM -------------------------------------------------------------------------------
+
+def _yaml(data: dict, indent: int = 0) -> str:
+    """Block-style YAML of nested dicts, lists and scalars (scalars as JSON, which YAML reads)."""
+    out = []
+    pad = " " * indent
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out += [f"{pad}{key}:", _yaml(value, indent + 2)]
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            out.append(f"{pad}{key}:")
+            for item in value:
+                block = _yaml(item, indent + 4).splitlines()
+                out.append(f"{pad}  - " + block[0].lstrip())
+                out += block[1:]
+        elif isinstance(value, list):
+            out.append(f"{pad}{key}:")
+            out += [f"{pad}  - {json.dumps(v)}" for v in value]
+        else:
+            out.append(f"{pad}{key}: {json.dumps(value)}")
+    return "\n".join(out)
+
+
+def _flatten(config: dict, prefix: str = ""):
+    for key, value in config.items():
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _trtllm_options(pool: PoolSpec) -> dict[str, object]:
+    options: dict[str, object] = {"enable_attention_dp": pool.dp_attention > 1,
+                                  "kv_cache_config": {"dtype": KV_DTYPES["trtllm"][pool.kv]}}
+    if pool.role != "colocated":
+        options["cache_transceiver_config"] = {"backend": "DEFAULT"}
+    if pool.mtp_draft_tokens:
+        options["speculative_config"] = {"decoding_type": "MTP", "num_nextn_predict_layers": pool.mtp_draft_tokens}
+    return options
+
+
+def trtllm(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
+    """``trtllm[-prefill|-decode].sh`` and ``extra-llm-api-config[-role].yml`` per pool; ``disagg-config.yml``
+    for ``trtllm-serve disaggregated``."""
+    _checked_pools("trtllm", spec, pools)
+    files = {}
+    for pool in pools:
+        config = _name("extra-llm-api-config", pool, ".yml")
+        options = _trtllm_options(pool)
+        checked("trtllm", dict(_flatten(options)), "keys")
+        items = checked("trtllm", {"--backend": "pytorch", "--tp_size": pool.tp * pool.dp_attention,
+                                   "--pp_size": pool.pp, "--ep_size": pool.ep, "--max_batch_size": pool.batch,
+                                   "--max_seq_len": pool.max_len, "--extra_llm_api_options": config,
+                                   "--host": "0.0.0.0", "--port": "$PORT"})
+        if pool.nodes > 1:
+            raise ExportError("--export trtllm writes single-node instances; this pool's instance spans "
+                              f"{pool.nodes} nodes (launch it with mpirun / trtllm-llmapi-launch)")
+        body = 'PORT="${PORT:-8000}"\n' + _command(["trtllm-serve", '"$MODEL"'], items)
+        files[_name("trtllm", pool)] = _script("trtllm", spec, pool, _model(spec, model_ref), _run(pool), body,
+                                               _quantization("trtllm", spec, pool))
+        files[config] = f"# {spec.name}, {pool.describe()}\n" + _yaml(options) + "\n"
+    if any(p.role == "prefill" for p in pools):
+        by_role = {p.role: p for p in pools}
+        disagg = {"hostname": "localhost", "port": 8000,
+                  "context_servers": {"num_instances": by_role["prefill"].instances,
+                                      "urls": [f"localhost:{8001 + i}" for i in range(by_role["prefill"].instances)]},
+                  "generation_servers": {"num_instances": by_role["decode"].instances,
+                                         "urls": [f"localhost:{9001 + i}" for i in range(by_role["decode"].instances)]}}
+        checked("trtllm", {k: v for k, v in _flatten(disagg)}, "keys", part="disaggregated")
+        files["disagg-config.yml"] = (f"# {spec.name}: trtllm-serve disaggregated -c disagg-config.yml; replace the "
+                                      "urls with each instance's host:port.\n" + _yaml(disagg) + "\n")
+    return files
+
+
+# --- NVIDIA Dynamo ------------------------------------------------------------------------------
+
+def dynamo(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
+    """``dynamo-deployment.yaml``: a DynamoGraphDeployment (nvidia.com/v1beta1) with the frontend and
+    one vLLM worker component per pool: replicas = instances, GPUs = devices per instance."""
+    _checked_pools("dynamo", spec, pools)
+    model = _model(spec, model_ref) or "MODEL"
+    components = [{"name": "frontend", "type": "frontend", "replicas": 1, "podTemplate": {"spec": {"containers": [
+        {"name": "main", "image": "$DYNAMO_IMAGE", "command": ["python3", "-m", "dynamo.frontend"],
+         "args": ["--http-port", "8000"]}]}}}]
+    for pool in pools:
+        if pool.nodes > 1:
+            raise ExportError("--export dynamo writes single-node workers; this pool's instance spans "
+                              f"{pool.nodes} nodes")
+        engine = {k: v for k, v in _vllm_items(spec, pool).items() if k != "--port"}
+        checked("vllm", engine)
+        own = {"--model": model}
+        if pool.role != "colocated":
+            own["--disaggregation-mode"] = pool.role
+        checked("dynamo", own)
+        args = [x if isinstance(x, str) else json.dumps(x, separators=(",", ":")) if isinstance(x, dict) else str(x)
+                for k, v in {**own, **engine}.items() for x in ((k,) if v is True else (k, v))]
+        role = {"colocated": "worker"}.get(pool.role, pool.role)
+        components.append({"name": role, "type": role, "replicas": pool.instances, "podTemplate": {"spec": {"containers": [
+                               {"name": "main", "image": "$DYNAMO_IMAGE", "command": ["python3", "-m", "dynamo.vllm"],
+                                "args": args, "resources": {"limits": {"nvidia.com/gpu": str(pool.devices_per_instance)}}}
+                           ]}}})
+    deployment = {"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
+                  "metadata": {"name": spec.name.replace(".", "-") + "-" + ("disagg" if len(pools) > 1 else "agg")},
+                  "spec": {"backendFramework": "vllm", "components": components}}
+    checked("dynamo", {"apiVersion": deployment["apiVersion"], "kind": deployment["kind"],
+                       "metadata.name": deployment["metadata"]["name"], "spec.backendFramework": "vllm"}, "keys")
+    for c in components:
+        container = c["podTemplate"]["spec"]["containers"][0]
+        checked("dynamo", {"spec.components[].name": c["name"], "spec.components[].type": c["type"],
+                           "spec.components[].replicas": c["replicas"],
+                           "spec.components[].podTemplate.spec.containers[].name": container["name"],
+                           "spec.components[].podTemplate.spec.containers[].image": container["image"],
+                           "spec.components[].podTemplate.spec.containers[].command": container["command"],
+                           "spec.components[].podTemplate.spec.containers[].args": container["args"]}, "keys")
+    v, engine_v = vendored("dynamo"), vendored("vllm")
+    header = (f"# {spec.name}: " + "; ".join(p.describe() for p in pools) + "\n"
+              f"# Written by perfmodel for {v.citation},\n# with vLLM workers (engine flags checked against "
+              f"{engine_v.framework} {engine_v.version}; Dynamo {v.version} pins vLLM "
+              f"{v.engine_versions.get('vllm', '?')}).\n# Set the image (DYNAMO_IMAGE) and apply with kubectl.\n")
+    return {"dynamo-deployment.yaml": header + _yaml(deployment) + "\n"}
+
+
+WRITERS = {"vllm": vllm, "sglang": sglang, "trtllm": trtllm, "dynamo": dynamo}
