@@ -212,7 +212,8 @@ def _vllm_items(spec, pool: PoolSpec) -> dict[str, object]:
         items["--data-parallel-size"] = pool.dp_attention
     if pool.ep > 1:
         items["--enable-expert-parallel"] = True
-    items.update({"--max-num-seqs": pool.batch, "--max-model-len": pool.max_len})
+    # Each data-parallel rank is its own vLLM engine with its own scheduler: the instance's batch splits.
+    items.update({"--max-num-seqs": max(1, pool.batch // pool.dp_attention), "--max-model-len": pool.max_len})
     quantization = _quantization("vllm", spec, pool)
     if quantization:
         items["--quantization"] = quantization
@@ -349,7 +350,9 @@ def trtllm(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
         options = _trtllm_options(pool)
         checked("trtllm", dict(_flatten(options)), "keys")
         items = checked("trtllm", {"--backend": "pytorch", "--tp_size": pool.tp * pool.dp_attention,
-                                   "--pp_size": pool.pp, "--ep_size": pool.ep, "--max_batch_size": pool.batch,
+                                   "--pp_size": pool.pp, "--ep_size": pool.ep,
+                                   # with attention DP, each rank schedules its own batch
+                                   "--max_batch_size": max(1, pool.batch // pool.dp_attention),
                                    "--max_seq_len": pool.max_len, "--extra_llm_api_options": config,
                                    "--host": "0.0.0.0", "--port": "$PORT"})
         if pool.nodes > 1:

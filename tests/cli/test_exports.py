@@ -1,0 +1,225 @@
+"""Launch files of the frameworks: golden files per framework, every flag and key checked against the
+framework version's vendored argument names by reading the written file back, and the plans a
+framework cannot run refused in one line. ``UPDATE_GOLDEN=1 pytest tests/cli/test_exports.py``
+rewrites the golden files (review the diff)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from perfmodel.cli.app import main
+from perfmodel.exports.vendored import vendored
+
+GOLDEN = Path(__file__).parents[1] / "data" / "exports"
+
+ESTIMATES = {
+    "llama-70b-train": (["estimate", "train"], ("megatron", "nemo", "torchtitan")),
+    "mixtral-fp8-train": (["estimate", "train", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--devices", "64",
+                           "--pp", "4", "--ep", "8", "--etp", "1", "--interleave", "8", "--zero", "1", "--recompute",
+                           "none", "--precision", "fp8", "--global-batch", "256", "--seq-len", "4096"], ("megatron",)),
+    "llama-8b-offload-train": (["estimate", "train", "--model", "llama-3.1-8b", "--devices", "8", "--tp", "1", "--pp",
+                                "1", "--zero", "3", "--recompute", "full", "--offload-optimizer", "ddr",
+                                "--offload-grads", "ddr", "--offload-params", "nvme", "--global-batch", "64"],
+                               ("deepspeed",)),
+    "llama-8b-zero2-train": (["estimate", "train", "--model", "llama-3.1-8b", "--devices", "8", "--tp", "2", "--pp",
+                              "1", "--zero", "2", "--offload-optimizer", "ddr", "--global-batch", "64"],
+                             ("deepspeed",)),
+    "llama-70b-serve": (["estimate", "serve", "--tp", "8", "--batch", "64", "--weight-precision", "fp8",
+                         "--activation-precision", "a8", "--kv-precision", "fp8"], ("vllm", "sglang", "trtllm", "dynamo")),
+    "deepseek-wide-ep-serve": (["estimate", "serve", "--model", "deepseek-v3", "--system", "dgx-b200", "--devices", "8",
+                                "--tp", "1", "--ep", "8", "--dp-attention", "8", "--batch", "256", "--weight-precision",
+                                "fp8", "--activation-precision", "a8", "--kv-precision", "fp8"],
+                               ("vllm", "sglang", "dynamo")),
+}
+
+
+def _export(argv: list[str], framework: str, out: Path, capsys) -> list[Path]:
+    code = main(argv + ["--export", framework, "--out", str(out), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    files = [Path(p) for p in json.loads(captured.out)["exports"]["files"]]
+    assert files and all(p.is_file() and p.stat().st_size for p in files)
+    return files
+
+
+CASES = [(case, framework) for case, (_, frameworks) in ESTIMATES.items() for framework in frameworks]
+
+
+@pytest.mark.parametrize("case,framework", CASES)
+def test_golden_files(case, framework, tmp_path, capsys):
+    argv, _ = ESTIMATES[case]
+    files = _export(argv, framework, tmp_path / "out", capsys)
+    golden = GOLDEN / f"{case}-{framework}"
+    if os.environ.get("UPDATE_GOLDEN"):
+        golden.mkdir(parents=True, exist_ok=True)
+        for old in golden.iterdir():
+            old.unlink()
+        for f in files:
+            (golden / f.name).write_text(f.read_text())
+    assert sorted(f.name for f in files) == sorted(p.name for p in golden.iterdir())
+    for f in files:
+        assert f.read_text() == (golden / f.name).read_text(), f"{f.name} differs from its golden file"
+    for f in files:
+        assert not unknown_in(framework, f), f.name
+
+
+# --- reading a written file back -----------------------------------------------------------------
+
+def _flags_after(text: str, entry: str) -> list[str]:
+    """The --flags of the command line that starts at ``entry`` in a shell script."""
+    words = shlex.split(text.replace("\\\n", " "), comments=True)
+    start = words.index(entry) + 1
+    return [w for w in words[start:] if w.startswith("-")]
+
+
+def _keys(data, prefix: str = "") -> list[str]:
+    if isinstance(data, dict):
+        return [k for key, value in data.items() for k in _keys(value, f"{prefix}{key}.")]
+    return [prefix[:-1]]
+
+
+def unknown_in(framework: str, path: Path) -> list[str]:
+    """Every flag or key of a written file that its framework's vendored version lacks."""
+    text = path.read_text()
+    v = vendored(framework)
+    if framework == "megatron":
+        return [f for f in _flags_after(text, "pretrain_gpt.py") if f not in v.names]
+    if framework == "nemo":
+        words = shlex.split(text.replace("\\\n", " "), comments=True)
+        overrides = [w.split("=", 1)[0] for w in words if "=" in w and not w.startswith("-")]
+        assert overrides
+        return [k for k in overrides if k not in v.keys]
+    if framework == "torchtitan":
+        if path.suffix == ".toml":
+            return [k for k in _keys(tomllib.loads(text)) if k not in v.keys]
+        return [f for f in _flags_after(text, "torchtitan.train") if f not in ("--job.config_file",)]
+    if framework == "deepspeed":
+        if path.suffix == ".json":
+            return [k for k in _keys(json.loads(text)) if k not in v.keys]
+        return [f for f in _flags_after(text, '$TRAIN_SCRIPT') if f not in v.entries["deepspeed.add_config_arguments"]]
+    if framework == "vllm":
+        return [f for f in _flags_after(text, "serve") if f not in v.names]
+    if framework == "sglang":
+        if "launch_router" in text:
+            return [f for f in _flags_after(text, "sglang_router.launch_router") if f not in v.parts["router"]["names"]]
+        return [f for f in _flags_after(text, "sglang.launch_server") if f not in v.names]
+    if framework == "trtllm":
+        if path.name == "disagg-config.yml":
+            return [k for k in _keys(yaml.safe_load(text)) if k not in v.parts["disaggregated"]["keys"]]
+        if path.suffix == ".yml":
+            return [k for k in _keys(yaml.safe_load(text)) if k not in v.keys]
+        return [f for f in _flags_after(text, "trtllm-serve") if f not in v.names]
+    if framework == "dynamo":
+        return _dynamo_unknown(yaml.safe_load(text), v)
+    raise AssertionError(framework)
+
+
+def _dynamo_unknown(deployment: dict, v) -> list[str]:
+    problems = []
+    engine = vendored("vllm").names
+    for component in deployment["spec"]["components"]:
+        container = component["podTemplate"]["spec"]["containers"][0]
+        entry = container["command"][-1]
+        own = set(v.entries.get(entry, ()))
+        for word in container["args"]:
+            if word.startswith("--") and word not in own and word not in engine:
+                problems.append(f"{component['name']}: {word}")
+    for key in ("apiVersion", "kind"):
+        assert key in deployment and deployment[key] in (v.keys[key].get("choices") or [deployment[key]])
+    return problems
+
+
+# --- the issue's cases: plan, then export, for every framework -----------------------------------
+
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan", "deepspeed", "nemo"])
+def test_plan_train_exports_what_the_framework_runs(framework, tmp_path, capsys):
+    argv = ["plan", "train", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--devices", "64"]
+    files = _export(argv, framework, tmp_path / "d", capsys)
+    for f in files:
+        assert not unknown_in(framework, f), f.name
+
+
+@pytest.mark.parametrize("framework", ["vllm", "sglang", "trtllm", "dynamo"])
+def test_plan_serve_exports_every_pool(framework, tmp_path, capsys):
+    argv = ["plan", "serve", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--rate", "20"]
+    files = _export(argv, framework, tmp_path / "d", capsys)
+    for f in files:
+        assert not unknown_in(framework, f), f.name
+    names = {f.name for f in files}
+    if framework in ("vllm", "sglang", "trtllm"):  # one script per pool
+        assert names & {f"{framework}.sh", f"{framework}-prefill.sh", f"{framework}-decode.sh"}
+
+
+def test_disaggregated_pools_each_get_their_role(tmp_path):
+    from perfmodel.catalog import find_model
+    from perfmodel.exports import serving_files
+    from perfmodel.exports.serving import PoolSpec
+
+    pools = [PoolSpec(role=role, system="dgx-h100", instances=n, devices_per_instance=d, devices_per_node=8, tp=d,
+                      pp=1, ep=1, dp_attention=1, batch=b, weight="bf16", activation="a16", kv="fp8", kv_place="hbm",
+                      max_len=6144) for role, n, d, b in (("prefill", 3, 4, 2), ("decode", 2, 8, 128))]
+    spec = find_model("llama-3.1-70b")
+    vllm = serving_files("vllm", spec, pools, "llama-3.1-70b")
+    assert '"kv_role":"kv_producer"' in vllm["vllm-prefill.sh"] and '"kv_role":"kv_consumer"' in vllm["vllm-decode.sh"]
+    sglang = serving_files("sglang", spec, pools, "llama-3.1-70b")
+    assert "--disaggregation-mode prefill" in sglang["sglang-prefill.sh"] and "sglang-router.sh" in sglang
+    trt = serving_files("trtllm", spec, pools, "llama-3.1-70b")
+    disagg = yaml.safe_load(trt["disagg-config.yml"])
+    assert disagg["context_servers"]["num_instances"] == 3 and disagg["generation_servers"]["num_instances"] == 2
+    dyn = yaml.safe_load(serving_files("dynamo", spec, pools, "llama-3.1-70b")["dynamo-deployment.yaml"])
+    replicas = {c["type"]: c["replicas"] for c in dyn["spec"]["components"]}
+    assert replicas == {"frontend": 1, "prefill": 3, "decode": 2}
+    for framework, files in (("vllm", vllm), ("sglang", sglang), ("trtllm", trt)):
+        for name, text in files.items():
+            (tmp_path / name).write_text(text)
+            assert not unknown_in(framework, tmp_path / name), name
+
+
+# --- what a framework cannot run ------------------------------------------------------------------
+
+REFUSED = [
+    (["estimate", "train", "--export", "deepspeed"], "DeepSpeed cannot take this plan"),
+    (["estimate", "train", "--model", "llama-3.1-8b", "--devices", "8", "--tp", "8", "--pp", "1", "--zero", "1",
+      "--offload-optimizer", "nvme", "--export", "megatron"], "host DDR only"),
+    (["estimate", "train", "--model", "llama-3.1-8b", "--devices", "8", "--tp", "8", "--pp", "1", "--precision", "fp16",
+      "--export", "torchtitan"], "bf16 or fp32"),
+    (["estimate", "train", "--model", "mixtral-8x7b", "--devices", "64", "--pp", "4", "--ep", "8", "--etp", "1",
+      "--export", "nemo"],
+     "no recipe for mixtral-8x7b"),
+    (["estimate", "serve", "--model", "deepseek-v3", "--system", "cloudmatrix384", "--devices", "32", "--tp", "1",
+      "--ep", "32", "--dp-attention", "32", "--batch", "1024", "--weight-precision", "int8", "--activation-precision",
+      "a8", "--export", "trtllm"], "runs on NVIDIA GPUs"),
+    (["estimate", "serve", "--kv-precision", "int4", "--export", "sglang"], "no int4 KV cache"),
+    (["estimate", "serve", "--kv-place", "ddr", "--export", "vllm"], "KV cache in HBM"),
+    (["estimate", "train", "--export", "vllm"], "writes serving configurations"),
+    (["estimate", "train", "--export", "megatron"], "--export needs --out"),
+    (["estimate", "train", "--out", "somewhere"], "give --export FRAMEWORK too"),
+    (["plan", "serve", "--export", "deepspeed"], "writes training configurations"),
+]
+
+
+@pytest.mark.parametrize("argv,message", REFUSED)
+def test_what_a_framework_cannot_run_is_refused_in_one_line(argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = [a if a != "somewhere" else str(tmp_path / "x") for a in argv]
+    if "--export" in argv and "--out" not in argv and "needs --out" not in message:
+        argv += ["--out", str(tmp_path / "x")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("Error: ") and "\n" not in err and message in err, err
+    assert not (tmp_path / "x").exists() or "needs --out" in message
+
+
+def test_every_vendored_list_names_its_version_and_source():
+    from perfmodel.exports import FRAMEWORKS
+
+    for framework in FRAMEWORKS:
+        v = vendored(framework)
+        assert v.version and v.source.startswith("https://") and (v.names or v.keys), framework
