@@ -72,7 +72,12 @@ def delivered(doc: dict, output, csv_rows: Callable[[], list[dict]], charts: dic
             raise SpecError(f"--chart {chart} is not drawn by this command; it draws {', '.join(charts)}")
         from . import plots
 
-        doc["plot"] = {"chart": chart, "file": str(getattr(plots, chart)(charts[chart](), output.plot))}
+        try:
+            Path(output.plot).parent.mkdir(parents=True, exist_ok=True)
+            written = getattr(plots, chart)(charts[chart](), output.plot)
+        except OSError as exc:
+            raise SpecError(f"--plot {output.plot}: cannot write ({exc.strerror or exc})") from None
+        doc["plot"] = {"chart": chart, "file": str(written)}
     if output.json_out:
         from .render import emit_json
 

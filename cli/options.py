@@ -1,7 +1,7 @@
 """Command-line options built from a request dataclass, so that each command's flags, defaults,
 help and choices have one source: the request's fields (``perfmodel.requests.option``).
 
-``command(group, "train", PlanTrainRequest, Output)`` wraps a body ``(ctx, request, output)``
+``command(group, "train", PlanTrainRequest, PlanOutput)`` wraps a body ``(ctx, request, output)``
 into a typer command whose options are the fields of both dataclasses: ``model`` becomes
 ``--model``, a bool ``--sp/--no-sp``, a tuple a repeatable option, and a field with choices lists
 them in its help. Only typer is imported here; the request modules themselves load nothing heavy.
@@ -53,7 +53,7 @@ def _parameter(f, hint) -> inspect.Parameter:
     flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
     default = f.default if f.default is not MISSING else None
     choices = f.metadata.get("choices") or ()
-    single = bool(choices) and "comma separated" not in f.metadata.get("help", "")
+    single = bool(choices) and not f.metadata.get("many")
     kwargs = {"help": _help(f, single)}
     completer = COMPLETERS.get(f.metadata.get("complete"))
     if completer:

@@ -310,8 +310,9 @@ def _pareto_data(doc: dict, kind: str) -> _ParetoData:
         costs = [("run_cost_usd", "cost of the run (USD)"),
                  ("cost_per_million_tokens_usd", "cost per million tokens (USD)")]
         energy = ("energy_per_token_j", "energy per token (J)")
-        texts = [train_plan_text(r.get("plan") or {}) for r in front]
         systems = sorted({f"{r.get('system')} x {r.get('devices')}" for r in front})
+        texts = [(f"{r.get('devices')} x {r.get('system')}: " if len(systems) > 1 else "")
+                 + train_plan_text(r.get("plan") or {}) for r in front]
         title = f"Pareto front of {doc.get('model', '?')} training on {', '.join(systems)}"
     else:
         pct = "p90" if all(_number(r, "ttft_p90_s") for r in front) else "p50"

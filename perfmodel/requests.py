@@ -23,12 +23,14 @@ PRICE_HELP = "Your all-in price for a system, SYSTEM=USD_PER_DEVICE_HOUR (repeat
 MOE_IMBALANCE_HELP = "Busiest over mean expert-parallel device load (0: the named constant moe-load-imbalance)."
 
 
-def option(default, help: str, *, choices=(), complete: str | None = None, flag: str | None = None):
+def option(default, help: str, *, choices=(), many: bool = False, complete: str | None = None,
+           flag: str | None = None):
     """A request field that is also a command-line option: its default, its help, its allowed values
-    (listed in --help and checked by the request) and what the shell completes it with (``model``,
-    ``system``). The command line is built from these fields (``perfmodel.cli.options``)."""
-    return field(default=default, metadata={"help": help, "choices": tuple(choices), "complete": complete,
-                                            "flag": flag})
+    (listed in --help and checked by the request; ``many``: a comma-separated list of them) and what
+    the shell completes it with (``model``, ``system``). The command line is built from these fields
+    (``perfmodel.cli.options``)."""
+    return field(default=default, metadata={"help": help, "choices": tuple(choices), "many": many,
+                                            "complete": complete, "flag": flag})
 
 
 def positive(name: str, value) -> None:
@@ -43,12 +45,13 @@ def one_of(name: str, value, allowed) -> None:
         raise UnknownNameError(f"--{name.replace('_', '-')} value", str(value), allowed)
 
 
-def check_choices(request, skip=()) -> None:
-    """Every field declared with ``choices`` holds one of them (None: not given); one-line errors."""
+def check_choices(request) -> None:
+    """Every single-valued field declared with ``choices`` holds one of them (None: not given);
+    one-line errors. Comma-separated lists (``many``) are checked where they are split."""
     for f in fields(request):
         allowed = f.metadata.get("choices")
         value = getattr(request, f.name)
-        if allowed and f.name not in skip and value is not None and value not in allowed:
+        if allowed and not f.metadata.get("many") and value is not None and value not in allowed:
             if f.type in ("int", int) or isinstance(value, int):
                 raise SpecError(f"--{f.name.replace('_', '-')} needs {', '.join(map(str, allowed[:-1]))} or "
                                 f"{allowed[-1]}, has {value}")

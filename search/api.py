@@ -64,6 +64,15 @@ class TrainPlanning:
 
         return estimate_training(self.spec, self.machine, TrainPlan(**self.best["plan"]), self.work)
 
+    def export(self, framework: str) -> dict[str, str]:
+        """The optimal plan as ``framework``'s launch files (name -> text); ``ExportError`` when the
+        framework cannot run it (search with ``framework=`` to get the best plan it can)."""
+        from perfmodel.exports import training_files
+        from perfmodel.training import TrainPlan
+
+        return training_files(framework, self.spec, self.machine, TrainPlan(**self.best["plan"]), self.work,
+                              self.request.model)
+
 
 def plan_train(request: PlanTrainRequest | None = None, /, *, db=None,
                progress: Callable[[int, int], None] | None = None, **fields) -> TrainPlanning:
@@ -101,6 +110,13 @@ class ServePlanning:
     @property
     def evidence(self):
         return self.result.evidence
+
+    def export(self, framework: str) -> dict[str, str]:
+        """The optimal deployment as ``framework``'s launch files, per pool (name -> text)."""
+        from perfmodel.exports import deployment_pools, serving_files
+
+        return serving_files(framework, self.spec, deployment_pools(self.best, self.machines, self.demand),
+                             self.request.model)
 
 
 def plan_serve(request: PlanServeRequest | None = None, /, *, db=None,

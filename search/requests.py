@@ -73,7 +73,7 @@ class PlanTrainRequest:
     power_cap_kw: float | None = option(None, "Largest IT power of all devices, kW.")
     memory_headroom: float = option(0.0, "Share of HBM to keep free beyond the reserve, from 0 to 1.")
     precisions: str = option(TRAIN_DEFAULTS["precision"], "Allowed GEMM precisions, comma separated (fp8 only when "
-                                                          "named here).", choices=TRAIN_PRECISIONS)
+                                                          "named here).", choices=TRAIN_PRECISIONS, many=True)
     offload: bool = option(True, "Consider offloading state.")
     top: int = option(5, "How many of the best plans to list.")
     routing: str | None = option(None, ROUTING_HELP)
@@ -97,7 +97,7 @@ class PlanTrainRequest:
                 raise SpecError(f"{flag} needs 1 to {MAX_DEVICES:,}, has {value}")
         for name in ("global_batch", "seq_len", "top"):
             positive(name, getattr(self, name))
-        check_choices(self, skip=("precisions",))
+        check_choices(self)
         if not 0 <= self.tokens < 1e18:
             raise SpecError(f"--tokens needs 0 to 1e18, has {self.tokens:g}")
         _in_range("--budget", self.budget, 0, 1e15)
@@ -221,13 +221,13 @@ class PlanServeRequest:
     price: tuple[str, ...] = option((), PRICE_HELP)
     power_cap_kw: float | None = option(None, "Largest fleet IT power, kW.")
     max_devices: int | None = option(None, "Largest fleet, devices.")
-    modes: str = option("colocated,disaggregated", "Deployment modes, comma separated.", choices=SERVE_MODES)
+    modes: str = option("colocated,disaggregated", "Deployment modes, comma separated.", choices=SERVE_MODES, many=True)
     weight_precisions: str | None = option(None, "Allowed weight precisions, comma separated (default: the model's "
                                                  "own and fp8; int8, int4 and fp4 only when named here).",
-                                           choices=WEIGHT_PRECISIONS)
+                                           choices=WEIGHT_PRECISIONS, many=True)
     activation_precisions: str = option("a16,a8", "Allowed activation precisions, comma separated.",
-                                        choices=ACTIVATION_PRECISIONS)
-    kv_precisions: str = option("bf16,fp8", "Allowed KV-cache precisions, comma separated.", choices=KV_PRECISIONS)
+                                        choices=ACTIVATION_PRECISIONS, many=True)
+    kv_precisions: str = option("bf16,fp8", "Allowed KV-cache precisions, comma separated.", choices=KV_PRECISIONS, many=True)
     kv_offload: bool = option(True, "Consider KV cache in host memory.")
     top: int = option(5, "How many of the best deployments to list.")
     routing: str | None = option(None, ROUTING_HELP)
@@ -255,7 +255,7 @@ class PlanServeRequest:
         for name in ("rate", "budget_usd_per_hour", "power_cap_kw", "ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms",
                      "tpot_p90_ms"):
             _in_range("--" + name.replace("_", "-"), getattr(self, name), 0, 1e12)
-        check_choices(self, skip=("modes", "weight_precisions", "activation_precisions", "kv_precisions"))
+        check_choices(self)
         if not self.system:
             raise SpecError("--system needs at least one system")
         spec = load_model(self.model)

@@ -176,7 +176,7 @@ def _offload_costs(spec, machine, work, cols, rows, places, space: SpaceOptions 
     added by moving both over moving the optimizer states alone.
     """
     base_cols = {k: np.asarray(cols[k])[rows] for k in PLAN_FIELDS}
-    base = estimate_training(spec, machine, TrainPlan(**base_cols), work)
+    base = estimate_training(spec, machine, TrainPlan(**base_cols), work, detail=False)
     delta = np.zeros((len(rows), len(PARTS), len(places)))
     for p, (field_name, _) in enumerate(PARTS):
         for t, place in enumerate(places):
@@ -186,7 +186,7 @@ def _offload_costs(spec, machine, work, cols, rows, places, space: SpaceOptions 
             moved[field_name] = np.full(len(rows), PLACES.index(place))
             if field_name == "grad_place":
                 moved["optimizer_place"] = moved[field_name]
-            trial = estimate_training(spec, machine, TrainPlan(**moved), work)
+            trial = estimate_training(spec, machine, TrainPlan(**moved), work, detail=False)
             # A move the rules forbid (e.g. gradient offload below ZeRO-2) is no option; capacity
             # (HBM and the tiers) is the knapsack's to decide.
             allowed = np.isin(trial.binding, ("", "hbm") + PLACES[1:])
@@ -300,7 +300,7 @@ def _evaluate_candidate(spec, db, system, devices, work, options, counter: Count
         out.cpsat_models = models
         if rows:
             stacked = {f: np.array([r[f] for r in rows]) for f in PLAN_FIELDS}
-            checked = estimate_training(spec, machine, TrainPlan(**stacked), work)
+            checked = estimate_training(spec, machine, TrainPlan(**stacked), work, detail=False)
             out.offloaded = int(checked.feasible.sum())
             out.table = PlanTable.concat([out.table, _table(checked, stacked, checked.feasible, k, machine)])
     return out
@@ -463,30 +463,35 @@ def _proof(outcomes, table: PlanTable, best: int, objective: str) -> tuple[str, 
 
 def check_plans(spec: TransformerSpec, result: "SearchResult", work: TrainWorkload, options: SearchOptions) -> list[str]:
     """The independent check of a search's answer: every listed plan (best, top, Pareto front,
-    ties) is re-evaluated from its own description alone, one plan at a time, exactly as
-    ``perfmodel estimate train`` would; it must be feasible, within the limits, give the same
-    step time, and no listed plan may beat the best on the objective. Returns what is wrong."""
+    ties) is re-evaluated from its own description alone, as ``perfmodel estimate train`` would
+    (the listed plans of one machine in one vectorized call: rows never interact); it must be
+    feasible, within the limits, give the same step time, and no listed plan may beat the best on
+    the objective. Returns what is wrong."""
     problems = []
     value = {"time": lambda p: p["step_time_s"], "cost": lambda p: p["run_cost_usd"] or np.inf,
              "energy": lambda p: p["energy_per_token_j"],
              "devices": lambda p: p["devices"] + p["step_time_s"] * 1e-9}[options.objective]
     listed = {repr(sorted((k, v) for k, v in p.items() if k != "reproduce")): p   # each distinct row once
               for p in [result.best] + result.top + result.pareto + result.ties}
+    by_machine: dict[tuple[str, int], list[dict]] = {}
     for p in listed.values():
-        machine = result.machines[(p["system"], p["devices"])]
-        plan = TrainPlan(**{k: np.array([v]) for k, v in p["plan"].items()})
-        again = estimate_training(spec, machine, plan, work, detail=False)
-        label = f"{p['system']} x {p['devices']} {p['plan']}"
-        if not bool(again.feasible[0]):
-            problems.append(f"{label} is infeasible when evaluated alone ({again.binding[0]})")
-        elif abs(float(again.step_time_s[0]) - p["step_time_s"]) > 1e-9 * p["step_time_s"]:
-            problems.append(f"{label} takes {float(again.step_time_s[0]):.6g} s alone, listed {p['step_time_s']:.6g} s")
-        if options.budget_usd is not None and (p["run_cost_usd"] is None or p["run_cost_usd"] > options.budget_usd):
-            problems.append(f"{label} is over the budget")
-        if options.power_cap_w is not None and p["power_w"] * p["devices"] > options.power_cap_w * (1 + 1e-9):
-            problems.append(f"{label} is over the power cap")
-        if value(p) < value(result.best) * (1 - 1e-12):
-            problems.append(f"{label} beats the reported best on {options.objective}")
+        by_machine.setdefault((p["system"], p["devices"]), []).append(p)
+    for key, rows in by_machine.items():
+        plan = TrainPlan(**{k: np.array([p["plan"][k] for p in rows]) for k in rows[0]["plan"]})
+        again = estimate_training(spec, result.machines[key], plan, work, detail=False)
+        for i, p in enumerate(rows):
+            label = f"{p['system']} x {p['devices']} {p['plan']}"
+            if not bool(again.feasible[i]):
+                problems.append(f"{label} is infeasible when evaluated alone ({again.binding[i]})")
+            elif abs(float(again.step_time_s[i]) - p["step_time_s"]) > 1e-9 * p["step_time_s"]:
+                problems.append(f"{label} takes {float(again.step_time_s[i]):.6g} s alone, listed "
+                                f"{p['step_time_s']:.6g} s")
+            if options.budget_usd is not None and (p["run_cost_usd"] is None or p["run_cost_usd"] > options.budget_usd):
+                problems.append(f"{label} is over the budget")
+            if options.power_cap_w is not None and p["power_w"] * p["devices"] > options.power_cap_w * (1 + 1e-9):
+                problems.append(f"{label} is over the power cap")
+            if value(p) < value(result.best) * (1 - 1e-12):
+                problems.append(f"{label} beats the reported best on {options.objective}")
     return problems
 
 

@@ -112,7 +112,7 @@ def vocabulary() -> dict[str, tuple[str, ...]]:
         "--activation-precision": ACTIVATION_PRECISIONS, "--activation-precisions": ("a16", "a8", "a16,a8", "a4"),
         "--kv-precision": KV_PRECISIONS, "--kv-precisions": KV_PRECISIONS + ("bf16,fp8",),
         "--modes": MODES + ("colocated,disaggregated",), "--from": ("aiconfigurator",),
-        "--export": FRAMEWORKS, "--chart": CHARTS,
+        "--export": FRAMEWORKS, "--chart": CHARTS, "--framework": FRAMEWORKS,
         "--input-len": ("2048", "mean=2048,p50=1500,p90=4096", "p90=100,p50=200"),
         "--output-len": ("512", "mean=512,p90=2000"),
         "--price": tuple(f"{s}={p}" for s in systems[:4] for p in ("2.5", "0", "-1", "nan", "x")),

@@ -125,6 +125,9 @@ def outcome_of(argv, max_seconds=20.0, max_mib=300.0):
     # Found by benchmarks/bench_fuzz.py: an int64 overflow inside CP-SAT, and users that overflow a rate.
     (["plan", "serve", "--max-devices", "9223372036854775808", "--json"], 2, "--max-devices needs 1 to 1,000,000"),
     (["plan", "serve", "--concurrency", "99999999999999"], 2, "--concurrency needs 1 to 1,000,000,000 users"),
+    # Found by the generated profile: a chart into a folder that cannot be made, or onto a folder.
+    (["estimate", "serve", "--plot", "/proc/no-such/a.png"], 2, "--plot /proc/no-such/a.png: cannot write"),
+    (["estimate", "train", "--export", "megatron", "--out", "/proc/no-such"], 2, "--out /proc/no-such: cannot write"),
 ])
 def test_reproducers_on_the_command_line(argv, code, message):
     outcome = outcome_of(argv)
