@@ -267,80 +267,15 @@ def _ref(where: str, field_name: str, name: str, getter) -> None:
         raise SpecError(f"{where}:{field_name}: {exc}") from None
 
 
-CACHE_ENV = "PERFMODEL_CACHE_DIR"     # where the validated database is kept; "off" keeps none
-
-
-def _cache_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
-    value = environ.get(CACHE_ENV, "")
-    if value.strip().lower() == "off":
-        return None
-    if value.strip():
-        return Path(value)
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "perfmodel"
-
-
-def _content_key(files: list[Path]) -> str:
-    """A hash of every file's path and bytes, and of the code that validates them (this loader, the
-    schema, pydantic's version): any edit is a new key."""
-    import hashlib
-
-    import pydantic
-
-    from .files import MAX_YAML_BYTES, read_bytes
-
-    digest = hashlib.sha256(pydantic.VERSION.encode())
-    for module in ("loader.py", "schema.py", "files.py"):
-        digest.update(Path(__file__).with_name(module).read_bytes())
-    for path in files:
-        digest.update(str(path).encode() + b"\0" + read_bytes(path, MAX_YAML_BYTES, "hardware YAML") + b"\0")
-    return digest.hexdigest()
-
-
-def _cached(folder: Path | None, key: str) -> Database | None:
-    """The database validated from these exact files by an earlier run, or None. The cache holds
-    only what this function's ``_store`` wrote (a pickle named by the content hash, in the user's
-    own cache folder); anything unreadable is ignored and rebuilt."""
-    import pickle
-
-    if folder is None:
-        return None
-    try:
-        db = pickle.loads((folder / f"db-{key}.pickle").read_bytes())
-    except Exception:  # noqa: BLE001 - absent, stale or damaged: validate again
-        return None
-    return db if isinstance(db, Database) else None
-
-
-def _store(folder: Path | None, key: str, db: Database) -> None:
-    import pickle
-    import tempfile
-
-    if folder is None:
-        return
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        for old in sorted(folder.glob("db-*.pickle"))[:-20]:   # keep the folder small
-            old.unlink(missing_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, delete=False, suffix=".tmp") as tmp:
-            tmp.write(pickle.dumps(db, protocol=pickle.HIGHEST_PROTOCOL))
-        os.replace(tmp.name, folder / f"db-{key}.pickle")
-    except OSError:  # a read-only home: run without the cache
-        pass
-
-
 def load_database(user_dirs: Sequence[os.PathLike | str] = ()) -> Database:
     """Load the built-in database, then each user directory over it, and validate every entry.
     The validated database is cached by the files' content hash (``PERFMODEL_CACHE_DIR``; ``off``
     disables it), so a run on unchanged files skips parsing and validation."""
+    from .cache import cached
+
     files = _yaml_files(BUILTIN_DIR) + [p for d in user_dirs for p in _yaml_files(Path(d))]
-    folder = _cache_dir()
-    key = _content_key(files)
-    db = _cached(folder, key)
-    if db is None:
-        db = _validated(files)
-        _store(folder, key, db)
-    return db
+    code = [Path(__file__).with_name(m) for m in ("loader.py", "schema.py", "files.py")]
+    return cached("db", code, files, lambda: _validated(files), Database)
 
 
 def _validated(files: list[Path]) -> Database:

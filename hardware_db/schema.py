@@ -66,10 +66,12 @@ Sources = Annotated[tuple[str, ...], Field(min_length=1)]
 Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$", max_length=64)]
 
 
+# defer_build: a model's validator is built on first validation, not at import; a run served from
+# the validated-database cache (hardware_db/cache.py) never builds one.
 class Entry(BaseModel):
     """Fields every database entry has: a lowercase name, a display name and its sources."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
     name: Name
     display_name: str
@@ -200,7 +202,7 @@ class Tier(BaseModel):
     level's links), and the latency one hop's; both default to the link's own figures.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
     name: Name
     link: Name
@@ -218,7 +220,7 @@ class MemoryAttachment(BaseModel):
     the devices of the rack. The path's per-device bandwidth caps what a device sees.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
 
     memory: Name
     count_per_node: Annotated[int, Field(ge=1, le=4096)] = 1
@@ -227,7 +229,7 @@ class MemoryAttachment(BaseModel):
 
 
 class HostAttachment(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
 
     cpu: Name
     count_per_node: Annotated[int, Field(ge=1, le=64)] = 1
@@ -284,7 +286,7 @@ class ProtocolFit(BaseModel):
     low-latency and a bandwidth protocol: min over p of launch_p + steps x hop + bytes x volume /
     (link x fraction_p) (NCCL's own latency-bandwidth model per protocol, src/graph/tuning.cc)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
     ll_launch_us: LatencyUs
     ll_fraction: Fraction
     launch_us: LatencyUs
@@ -295,7 +297,7 @@ class CollectiveFit(BaseModel):
     """Collective costs inside the scale-up domain, fitted on measured timings (``perfmodel
     calibrate collectives``); the held-out error is that of the half left out of the fit."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
     link_gb_per_s: LinkGBps                    # the per-direction link bandwidth the fractions are of
     hop_us: LatencyUs
     ops: dict[CollectiveOp, ProtocolFit]
@@ -308,7 +310,7 @@ class GemmFit(BaseModel):
     measured GEMM timings by ``perfmodel calibrate gemm``; ``cast`` says that the timings include
     a separate activation-quantization kernel. The held-out error is that of the half left out."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
     units: Annotated[int, Field(ge=1, le=100_000)]          # SMs / CUs the tiles spread over
     compute_fraction: Fraction
     memory_fraction: Fraction
@@ -325,7 +327,7 @@ class AttentionFit(BaseModel):
     """Attention-core kernel time (perfmodel.kernels.AttentionKernel), prefill at one precision or
     decode, fitted on measured attention kernels by ``perfmodel calibrate attention``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
     units: Annotated[int, Field(ge=1, le=100_000)]
     compute_fraction: Fraction
     memory_fraction: Fraction
@@ -341,7 +343,7 @@ class AttentionFits(BaseModel):
     """Prefill kernels by attention precision, decode kernels (bf16 math) by KV-cache precision, and
     the multi-head latent attention core by phase (fitted on MLA modules, bf16 math)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
     prefill: dict[Precision, AttentionFit] = {}
     decode: dict[Precision, AttentionFit] = {}
     mla: dict[Literal["prefill", "decode"], AttentionFit] = {}
@@ -356,7 +358,7 @@ class DispatchFit(BaseModel):
     of the scale-up and scale-out link bandwidth reached, and the latency of leaving the domain.
     ``scale_out_fraction`` is absent when only one scale-up domain was measured."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
     launch_us: dict[ExchangeOp, LatencyUs]
     remote_us: LatencyUs = 0.0
     scale_up_fraction: dict[ExchangeOp, Fraction]

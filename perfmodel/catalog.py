@@ -45,8 +45,11 @@ def _specs_from_yaml(path: Path) -> dict[str, TransformerSpec]:
 
 @lru_cache(maxsize=1)
 def builtin_models() -> dict[str, TransformerSpec]:
-    """The built-in catalog, by name."""
-    return _specs_from_yaml(CATALOG_FILE)
+    """The built-in catalog, by name (validated once per change of the file, then cached)."""
+    from perfmodel.hardware_db.cache import cached
+
+    code = [Path(__file__), Path(__file__).with_name("model.py")]
+    return cached("catalog", code, [CATALOG_FILE], lambda: _specs_from_yaml(CATALOG_FILE), dict)
 
 
 def find_model(name: str, catalog: Mapping[str, TransformerSpec] | None = None) -> TransformerSpec:

@@ -21,7 +21,7 @@ NonNegative = Annotated[int, Field(ge=0, le=10_000_000)]
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class MlaSpec(_Frozen):

@@ -117,7 +117,7 @@ FLASH_BACKWARD_OVER_FORWARD = 2.5
 
 
 def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel | None = None,
-             attention: AttentionKernel | None = None) -> OpTimes:
+             attention: AttentionKernel | None = None, keep_bytes: bool = True) -> OpTimes:
     """Each operator's time on one device, and their sum (one op after another).
 
     ``rates`` maps an operator's unit ("gemm", "attention", "vector") to achievable FLOP/s. With a
@@ -127,7 +127,8 @@ def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel 
     takes that model's time (an MLA core only from a kernel fitted on MLA, except in prefill,
     where the FlashAttention fit also serves); its backward is FLASH_BACKWARD_OVER_FORWARD times
     its forward. Every other operator is a roofline, and its backward twice its forward
-    (Narayanan et al. 2021 Sec. 5.1).
+    (Narayanan et al. 2021 Sec. 5.1). ``keep_bytes``: also carry each operator's HBM bytes (for
+    the roofline report; a search leaves them out).
     """
     seconds, bound, flops, backward, traffic = {}, {}, {}, {}, {}
     total, mean, back = 0.0, 0.0, 0.0
@@ -146,7 +147,8 @@ def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel 
                 t = np.where(a.flash, core_seconds(attention, op), t)
             b = np.where(a.flash, FLASH_BACKWARD_OVER_FORWARD, 2.0) * t
         seconds[op.name], bound[op.name], flops[op.name], backward[op.name] = t, cb, op.flops, b
-        traffic[op.name] = op.bytes
+        if keep_bytes:
+            traffic[op.name] = op.bytes
         total, back = total + t, back + b
         if op.gemm:
             mean = mean + op.mean_flops
@@ -168,7 +170,8 @@ def merge(*parts: OpTimes) -> OpTimes:
         for k, v in part.seconds.items():
             seconds[k] = seconds.get(k, 0.0) + v
             flops[k] = flops.get(k, 0.0) + part.flops[k]
-            traffic[k] = traffic.get(k, 0.0) + part.bytes.get(k, 0.0)
+            if part.bytes:
+                traffic[k] = traffic.get(k, 0.0) + part.bytes[k]
             backward[k] = backward.get(k, 0.0) + part.backward[k]
             bound[k] = part.compute_bound[k]
     return OpTimes(sum(p.total for p in parts), seconds, bound, flops, sum(p.mean_flops for p in parts),

@@ -139,6 +139,9 @@ class TrainResult:
 # times faster than one pass over a million rows), and numpy releases the GIL inside each array
 # operation, so blocks run on every core at once (benchmarks/bench_evaluate.py measures both).
 BLOCK_ROWS = 16384
+# Up to this many rows one pass is faster than blocks on threads (60,072 rows of the 1T plan on 2
+# cores: 0.075 s in one pass, 0.085 s in four blocks); beyond it, blocks.
+SINGLE_PASS_ROWS = 4 * BLOCK_ROWS
 
 
 def estimate_training(spec: TransformerSpec, machine: Machine, plan: TrainPlan, work: TrainWorkload,
@@ -151,7 +154,7 @@ def estimate_training(spec: TransformerSpec, machine: Machine, plan: TrainPlan, 
     """
     columns = plan.columns()
     n = int(np.broadcast(*columns.values()).size)
-    if n <= BLOCK_ROWS:
+    if n <= SINGLE_PASS_ROWS:
         return _estimate(spec, machine, columns, work, detail)
     from concurrent.futures import ThreadPoolExecutor
 
@@ -283,24 +286,26 @@ def _rates(machine: Machine, precision_code) -> dict:
 
 
 def _layer_times(spec: TransformerSpec, machine: Machine, precision, sp, flash, tokens, context, gemm_input_bytes,
-                 imbalance, tp, cp, dp, ep, etp) -> tuple:
+                 imbalance, tp, cp, dp, ep, etp, keep_bytes: bool = True) -> tuple:
     """Forward and backward times of one dense layer, one MoE layer, the head and the MTP depths
     (None where the model has none) for one microbatch on one device."""
     lay = Layout(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp)
     rates, bw = _rates(machine, precision), machine.hbm_bytes_per_s
     kernels = (machine.gemm_kernel(precision), machine.attention_kernel("bf16" if machine.supports("bf16") else "fp16"))
     kw = dict(sp=sp, act_bytes=gemm_input_bytes, flash=flash)
-    dense = ops_time(layer_ops(spec, tokens, context, lay, **kw), rates, bw, *kernels)
+    kb = dict(keep_bytes=keep_bytes)
+    dense = ops_time(layer_ops(spec, tokens, context, lay, **kw), rates, bw, *kernels, **kb)
     moe = ops_time(layer_ops(spec, tokens, context, lay, moe_layer=True, imbalance=imbalance, **kw),
-                   rates, bw, *kernels) if spec.moe else None
-    head = ops_time(lm_head_ops(spec, tokens, lay.tp, act_bytes=gemm_input_bytes), rates, bw, *kernels)
+                   rates, bw, *kernels, **kb) if spec.moe else None
+    head = ops_time(lm_head_ops(spec, tokens, lay.tp, act_bytes=gemm_input_bytes), rates, bw, *kernels, **kb)
     # The last stage also runs the multi-token-prediction depths (DeepSeek-V3 Sec. 2.2).
     mtp = ops_time(mtp_ops(spec, tokens, context, lay, sp, gemm_input_bytes, imbalance, flash),
-                   rates, bw, *kernels).scaled(spec.mtp_layers) if spec.mtp_layers else None
+                   rates, bw, *kernels, **kb).scaled(spec.mtp_layers) if spec.mtp_layers else None
     return dense, moe, head, mtp
 
 
-def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: TrainWorkload) -> Compute:
+def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: TrainWorkload,
+             breakdown: bool = True) -> Compute:
     """Forward, backward (each GEMM's data- and weight-gradient kernels, every other operator 2 x
     forward; Narayanan et al. 2021 Sec. 5.1) and recompute of one microbatch on the busiest
     stage, and the step's FLOPs summed over every device."""
@@ -309,12 +314,12 @@ def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: 
               lay.tp, lay.cp, lay.dp, lay.ep, lay.etp)
     rows = distinct_rows(*inputs)
     if rows is None:
-        dense, moe, head, mtp = _layer_times(spec, machine, *inputs)
+        dense, moe, head, mtp = _layer_times(spec, machine, *inputs, keep_bytes=breakdown)
     else:  # the plans' few distinct layer shapes, evaluated once each
         first, inverse = rows
         picked = [np.broadcast_to(np.asarray(x), inverse.shape)[first] for x in inputs]
         dense, moe, head, mtp = (t.take(inverse) if t is not None else None
-                                 for t in _layer_times(spec, machine, *picked))
+                                 for t in _layer_times(spec, machine, *picked, keep_bytes=breakdown))
     parts = [dense.scaled(sh.layers * (1 - sh.moe_frac))] if spec.dense_layers else []
     if moe is not None:
         parts.append(moe.scaled(sh.layers * sh.moe_frac))
@@ -602,7 +607,7 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     """One block of plans (see estimate_training; ``breakdown`` is its ``detail``)."""
     sh = _shape(spec, machine, c, work)
     lay = sh.layout
-    comp = _compute(spec, machine, c, sh, work)
+    comp = _compute(spec, machine, c, sh, work, breakdown)
     last_stage = lay.params_per_device(spec, sh.layers, lay.pp == 1, True)
     comm = _communication(spec, machine, c, sh, comp, last_stage)
     tail = _step_tail(spec, machine, c, sh, comp, last_stage)

@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+
 import pytest
+
+
+def pytest_configure(config):
+    """The tests cache the validated database in a folder of their own, never the user's ~/.cache."""
+    if "PERFMODEL_CACHE_DIR" not in os.environ:
+        folder = tempfile.mkdtemp(prefix="perfmodel-test-cache-")
+        os.environ["PERFMODEL_CACHE_DIR"] = folder
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 @pytest.fixture(scope="session")

@@ -62,7 +62,8 @@ def training_files(framework: str, spec, machine, plan, work, model_ref: str) ->
 
     _framework(framework, TRAINING, "training")
     job = TrainJob(spec=spec, system=machine.system.name, devices=int(machine.devices),
-                   devices_per_node=int(machine.system.devices_per_node), plan=plan, work=work, model_ref=model_ref)
+                   devices_per_node=int(machine.system.devices_per_node), plan=plan, work=work, model_ref=model_ref,
+                   vendor=str(machine.accelerator.vendor))
     return WRITERS[framework](job)
 
 

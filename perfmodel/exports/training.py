@@ -25,6 +25,7 @@ class TrainJob:
     plan: object            # TrainPlan (scalars)
     work: object            # TrainWorkload
     model_ref: str
+    vendor: str = "NVIDIA"  # the accelerator's
 
     @property
     def nodes(self) -> int:
@@ -51,13 +52,21 @@ class TrainJob:
                 f"{p.recompute}, {p.precision}; {self.work.global_batch:,} x {self.work.seq_len:,} tokens per step")
 
 
+# Where the framework's upstream release is NVIDIA's (or CUDA-first), the vendors' own ports run it.
+PORTS = {("megatron", "amd"): "ROCm/Megatron-LM", ("nemo", "amd"): "ROCm/Megatron-LM",
+         ("megatron", "huawei"): "MindSpeed (Ascend)", ("nemo", "huawei"): "MindSpeed (Ascend)",
+         ("deepspeed", "huawei"): "DeepSpeed with torch_npu", ("torchtitan", "huawei"): "torchtitan with torch_npu"}
+
+
 def _header(framework: str, job: TrainJob, run: str) -> str:
     v = vendored(framework)
+    port = PORTS.get((framework, job.vendor.lower()))
     return "\n".join([
         "#!/usr/bin/env bash",
         f"# {job.describe()}",
         f"# Written by perfmodel for {v.citation};",
         "# every argument below exists at that version (perfmodel/exports/flags).",
+        *([f"# On {job.vendor} devices this runs through {port}; check its flags against that port."] if port else []),
         f"# {run}",
         "set -euo pipefail", ""])
 
