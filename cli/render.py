@@ -19,7 +19,7 @@ from perfmodel.hardware_db.schema import ENTRY_KINDS, PRECISIONS
 from . import units
 from .units import count, fleet, joules, rate, size, watts
 
-console = Console(highlight=False, soft_wrap=False)
+console = Console(highlight=False, soft_wrap=False, emoji=False)
 
 
 class Table(_RichTable):

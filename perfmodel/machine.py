@@ -70,7 +70,7 @@ class Machine:
         code = np.asarray(precision)
         table = [self.gemm_kernels.get(p) for p in PRECISIONS]
         have = [k for k in table if k is not None]
-        if np.ndim(code) == 0 or len(np.unique(code)) == 1:
+        if np.ndim(code) == 0 or code.min() == code.max():
             return self.gemm_kernel(PRECISIONS[int(np.ravel(code)[0])])
 
         def column(field):

@@ -6,7 +6,7 @@ Values that do not exist (a cost without a price) are None with a status, never 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -14,9 +14,11 @@ from perfmodel.hardware_db.errors import InfeasibleError
 
 from .machine import Machine
 from .power import cost_basis
-from .serving import ServeResult
 from .plan import PLACES
 from .training import GRADS_WITH_OPTIMIZER, TrainResult
+
+if TYPE_CHECKING:   # the training reports need not load the serving model
+    from .serving import ServeResult
 
 
 def _f(x) -> float | None:

@@ -26,8 +26,10 @@ def pareto_front(objectives: np.ndarray) -> np.ndarray:
     front: list[int] = []
     values = np.empty((len(obj), obj.shape[1]))
     count = 0
-    for start in range(0, len(order), 4096):
-        block = order[start:start + 4096]
+    start, size = 0, 64   # small blocks first, so the front that filters later blocks forms early
+    while start < len(order):
+        block = order[start:start + size]
+        start, size = start + size, min(4 * size, 4096)
         if count:  # drop the rows of this block that the front so far already dominates
             dominated = np.any(np.all(values[None, :count] <= obj[block][:, None, :], axis=2), axis=1)
             block = block[~dominated]

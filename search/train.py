@@ -35,7 +35,6 @@ from perfmodel.plan import PLACES
 from perfmodel.training import TrainPlan, TrainWorkload, estimate_training
 
 from .pareto import pareto_front
-from .placement import imbalance_table
 from .space import RULES, SpaceOptions, build_space, declared_size
 from .requests import TRAIN_OBJECTIVES as OBJECTIVES
 
@@ -176,26 +175,30 @@ def _offload_costs(spec, machine, work, cols, rows, places, space: SpaceOptions 
     added by moving both over moving the optimizer states alone.
     """
     base_cols = {k: np.asarray(cols[k])[rows] for k in PLAN_FIELDS}
-    base = estimate_training(spec, machine, TrainPlan(**base_cols), work, detail=False)
-    delta = np.zeros((len(rows), len(PARTS), len(places)))
-    for p, (field_name, _) in enumerate(PARTS):
-        for t, place in enumerate(places):
-            if place == "hbm":
-                continue
-            moved = dict(base_cols)
-            moved[field_name] = np.full(len(rows), PLACES.index(place))
-            if field_name == "grad_place":
-                moved["optimizer_place"] = moved[field_name]
-            trial = estimate_training(spec, machine, TrainPlan(**moved), work, detail=False)
-            # A move the rules forbid (e.g. gradient offload below ZeRO-2) is no option; capacity
-            # (HBM and the tiers) is the knapsack's to decide.
-            allowed = np.isin(trial.binding, ("", "hbm") + PLACES[1:])
-            added = trial.step_time_s - base.step_time_s - (delta[:, OPTIMIZER, t] if p == GRADIENTS else 0.0)
-            delta[:, p, t] = np.where(allowed & np.isfinite(added), added, np.inf)
+    n = len(rows)
+    # The plans as they are, then each (part, tier) move, stacked into one vectorized evaluation.
+    moves = [(p, t) for p in range(len(PARTS)) for t, place in enumerate(places) if place != "hbm"]
+    stacked = {k: np.tile(np.broadcast_to(v, (n,)), len(moves) + 1) for k, v in base_cols.items()}
+    for m, (p, t) in enumerate(moves, start=1):
+        moved = slice(m * n, (m + 1) * n)
+        stacked[PARTS[p][0]][moved] = PLACES.index(places[t])
+        if p == GRADIENTS:
+            stacked["optimizer_place"][moved] = PLACES.index(places[t])
+    every = estimate_training(spec, machine, TrainPlan(**stacked), work, detail=False)
+    base_time = every.step_time_s[:n]
+    delta = np.zeros((n, len(PARTS), len(places)))
+    for m, (p, t) in enumerate(moves, start=1):
+        moved = slice(m * n, (m + 1) * n)
+        # A move the rules forbid (e.g. gradient offload below ZeRO-2) is no option; capacity
+        # (HBM and the tiers) is the knapsack's to decide.
+        allowed = np.isin(every.binding[moved], ("", "hbm") + PLACES[1:])
+        added = every.step_time_s[moved] - base_time - (delta[:, OPTIMIZER, t] if p == GRADIENTS else 0.0)
+        delta[:, p, t] = np.where(allowed & np.isfinite(added), added, np.inf)
     _framework_limits(delta, base_cols["zero"], places, space)
-    part_bytes = np.stack([np.broadcast_to(base.memory[name], (len(rows),)) for _, name in PARTS], axis=1)
-    fixed = base.hbm_used_bytes - part_bytes.sum(axis=1)     # activations + reserve
-    return base.step_time_s, delta, part_bytes, fixed
+    part_bytes = np.stack([np.broadcast_to(every.memory[name], (len(stacked["tp"]),))[:n] for _, name in PARTS],
+                          axis=1)
+    fixed = every.hbm_used_bytes[:n] - part_bytes.sum(axis=1)     # activations + reserve
+    return base_time, delta, part_bytes, fixed
 
 
 def _solve_offload(base_time, delta, part_bytes, fixed, hbm_cap, tier_caps, incumbent, exclude=()):
@@ -274,6 +277,8 @@ def _evaluate_candidate(spec, db, system, devices, work, options, counter: Count
         return _Candidate(machine, PlanTable({}), declared)
     n = len(cols["tp"])
     if options.routing is not None and spec.moe:
+        from .placement import imbalance_table   # with routing only: placement loads more
+
         table = imbalance_table(options.routing, cols["ep"])
         cols["moe_imbalance"] = np.vectorize(table.get, otypes=[float])(cols["ep"])
     result = estimate_training(spec, machine, TrainPlan(**cols), work, detail=False)
