@@ -33,10 +33,19 @@ class Table(_RichTable):
         column = self.columns[-1]
         column.whole = column.justify == "right" if whole is None else whole
 
+    def _surely_fits(self, max_width: int) -> bool:
+        """Whether the raw text of every column (markup included, so an upper bound) fits: then the
+        table needs no second measurement."""
+        edges = 1 + len(self.columns) * (1 + 2 * (self.padding[1] if hasattr(self, "padding") else 1))
+        widest = sum(max([cell_len(str(column.header))] + [cell_len(str(c)) for c in column.cells])
+                     for column in self.columns)
+        return widest + edges <= max_width
+
     def __rich_console__(self, console, options):
         for column in self.columns:
             column.overflow = "fold"
-        if self.__rich_measure__(console, options).maximum > options.max_width:
+        if not self._surely_fits(options.max_width) and \
+                self.__rich_measure__(console, options).maximum > options.max_width:
             for column in self.columns:
                 if getattr(column, "whole", False) and column.width is None:
                     lines = [line for cell in column.cells for line in console.render_str(str(cell)).plain.split("\n")]
