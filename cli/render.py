@@ -501,6 +501,12 @@ def _estimate_serve_tables(spec, machine, plan, work, report, db=None) -> None:
             ("power per device (with node share)", watts(report["power_per_device_w"])),
             ("energy per output token (with PUE)", joules(report["energy_per_token_j"])),
             ("cost per million output tokens", _usd(report["cost_per_million_tokens_usd"]))]
+    if spec.moe:
+        per_step = 1.0 + plan.mtp_draft_tokens * plan.mtp_acceptance
+        exchange = (report["decode_components_s"].get("ep all-to-all") or 0.0) / per_step
+        rows.insert(2, ("EP all-to-all per output token", f"{_seconds(exchange)} ("
+                        + ("exposed: all of it" if not plan.overlap_comm else "exposed under two-batch overlap; "
+                           "--overlap none gives all of it") + ")"))
     console.print(_kv_table("summary", rows))
     console.print(_times_table("prefill (time to first token)", report["prefill_components_s"], report["ttft_s"]))
     # A decode step emits 1 + accepted draft tokens per sequence, so shares are of the step, not of TPOT.

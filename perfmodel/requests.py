@@ -183,6 +183,9 @@ class ServeRequest:
     kv_place: str = option("hbm", "Where the KV cache lives: hbm, or a host tier.", choices=KV_PLACES)
     mtp_draft_tokens: int = option(0, "Multi-token prediction: draft tokens per step (0-16).")
     mtp_acceptance: float = option(0.0, "Share of draft tokens accepted (0-1).")
+    overlap: str = option("framework", "MoE exchange: framework (two micro-batches, one's all-to-all under the "
+                                       "other's compute, where that pays) or none (every exchange exposed: the "
+                                       "raw all-to-all time).", choices=("none", "framework"))
     moe_imbalance: float = option(0.0, MOE_IMBALANCE_HELP)
     pricing: str = option("cloud", PRICING_HELP, choices=PRICING)
     price: tuple[str, ...] = option((), PRICE_HELP)
@@ -206,7 +209,7 @@ class ServeRequest:
                          weight_precision=self.weight_precision, activation_precision=self.activation_precision,
                          kv_precision=self.kv_precision, kv_place=self.kv_place,
                          mtp_draft_tokens=self.mtp_draft_tokens, mtp_acceptance=self.mtp_acceptance,
-                         moe_imbalance=self.moe_imbalance)
+                         overlap_comm=self.overlap != "none", moe_imbalance=self.moe_imbalance)
         return spec, machine, plan, ServeWorkload(self.input_len, self.output_len)
 
     def cli_args(self) -> list[str]:

@@ -19,9 +19,9 @@ def estimate(capsys, command: str) -> dict:
 
 # --- prices and cost basis ------------------------------------------------------------------
 
-PRICED = {"cloud": ["dgx-a100", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-8x"],
+PRICED = {"cloud": ["dgx-a100", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-8x", "dgx-2"],
           "owned": ["dgx-a100", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-8x", "frontier",
-                    "ascend-910b-8x", "cloudmatrix384", "cloudmatrix384-die"]}
+                    "ascend-910b-8x", "cloudmatrix384", "cloudmatrix384-die", "dgx-2"]}
 
 
 @pytest.mark.parametrize("pricing", ["cloud", "owned"])

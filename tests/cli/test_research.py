@@ -1,0 +1,53 @@
+"""Published research results as questions perfmodel answers (issue 15): each test types the result's
+question and checks what is printed against the published headline, within the stated tolerance."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from perfmodel.cli.app import main
+
+DEEPSEEK_DECODE = ["estimate", "serve", "--model", "deepseek-v3", "--devices", "72", "--tp", "1", "--ep", "72",
+                   "--dp-attention", "72", "--batch", "4608", "--weight-precision", "fp8", "--activation-precision",
+                   "a8", "--kv-precision", "fp8", "--input-len", "4096", "--output-len", "1024"]
+
+
+def ep_per_token(capsys, system: str, overlap: str) -> float:
+    assert main(DEEPSEEK_DECODE + ["--system", system, "--overlap", overlap, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)["result"]
+    return result["decode_components_s"]["ep all-to-all"]
+
+
+def test_deepseek_v3_insights_ep_bound_on_h800(capsys):
+    """Insights into DeepSeek-V3 (arXiv 2505.09343, Sec. 4.2.2): the EP all-to-all alone bounds TPOT at
+    14.76 ms on H800 nodes over 50 GB/s InfiniBand, and at 0.82 ms on GB200 NVL72."""
+    h800 = ep_per_token(capsys, "hgx-h800", "none")
+    assert h800 == pytest.approx(14.76e-3, rel=0.25)
+    nvl72 = ep_per_token(capsys, "gb200-nvl72", "none")
+    # The paper's NVL72 figure is bytes over 900 GB/s alone; DeepEP's measured kernel launches and
+    # per-op latencies (fitted on aiconfigurator's tables) add ~2 ms at NVLink speed, so the
+    # printed ratio is ~5x, not 18x. Order and scale are what the test holds.
+    assert 3.0 < h800 / nvl72 < 20.0
+    assert ep_per_token(capsys, "hgx-h800", "framework") < h800   # two-batch overlap hides part of it
+
+
+def test_h800_is_an_h100_with_a_narrower_nvlink(db):
+    h800, h100 = db.accelerator("h800"), db.accelerator("h100-sxm")
+    assert h800.peak("bf16") == h100.peak("bf16") and h800.hbm_bytes == h100.hbm_bytes
+    assert h800.scale_up_bytes_per_s == 200e9 < h100.scale_up_bytes_per_s
+    levels = db.levels(db.system("hgx-h800"))
+    assert levels[0].bytes_per_s == 200e9 and levels[-1].bytes_per_s == 50e9   # NVLink, then 400G IB per GPU
+
+
+def test_v100_trains_in_fp16_and_refuses_bf16(capsys):
+    """NVIDIA ADLR, MegatronLM's Supercharged V1.0: 62.4 TFLOP/s, 48% of a DGX-2H V100's peak, for a
+    1.2B GPT on one GPU; an 8B model at tp 8 x pp 2 must land near that efficiency, not far above."""
+    argv = ["estimate", "train", "--model", "llama-3.1-8b", "--system", "dgx-2", "--devices", "16", "--tp", "8",
+            "--pp", "2", "--global-batch", "64", "--seq-len", "2048"]
+    assert main(argv + ["--precision", "fp16", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)["result"]
+    assert 0.3 < result["mfu"] < 0.55
+    assert main(argv) == 2
+    assert "does not support bf16" in capsys.readouterr().err
