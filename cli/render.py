@@ -498,6 +498,9 @@ def _estimate_serve_tables(spec, machine, plan, work, report, db=None) -> None:
             ("largest batch the KV cache allows", fmt(report["max_batch"])),
             ("prefill tokens/s per device", fmt(report["prefill_tokens_per_s_per_device"])),
             ("decode tokens/s per device", fmt(report["decode_tokens_per_s_per_device"])),
+            *([(f"prefill / decode tokens/s per package ({report['dies_per_package']} dies)",
+                f"{fmt(report['prefill_tokens_per_s_per_package'])} / {fmt(report['decode_tokens_per_s_per_package'])}")]
+              if "dies_per_package" in report else []),
             ("power per device (with node share)", watts(report["power_per_device_w"])),
             ("energy per output token (with PUE)", joules(report["energy_per_token_j"])),
             ("cost per million output tokens", _usd(report["cost_per_million_tokens_usd"]))]
@@ -739,7 +742,8 @@ def _serve_command(model_ref: str, pool, demand, options) -> str:
         dp_attention=c["dp_attention"], batch=c["dp_attention"] if prefill else c["batch"],
         input_len=int(round(demand.input_len.p90)), output_len=1 if prefill else int(round(2 * demand.output_len.p90)),
         weight_precision=c["weight_precision"], activation_precision=c["activation_precision"],
-        kv_precision=c["kv_precision"], kv_place="hbm" if prefill else c["kv_place"], pricing=options.pricing,
+        kv_precision=c["kv_precision"], kv_place="hbm" if prefill else c["kv_place"],
+        mtp_draft_tokens=options.mtp_draft_tokens, mtp_acceptance=options.mtp_acceptance, pricing=options.pricing,
         price=_price_flags(options))
     return command(request)
 
@@ -1020,7 +1024,8 @@ def plan_serve(db, request, output) -> None:
     def export(framework: str) -> dict[str, str]:
         from perfmodel.exports import deployment_pools, serving_files
 
-        return serving_files(framework, spec, deployment_pools(result.best, planning.machines, demand), request.model)
+        return serving_files(framework, spec, deployment_pools(result.best, planning.machines, demand,
+                                                               options.mtp_draft_tokens), request.model)
     charts = {"pareto": lambda: {**doc, "pareto": [_deployment_json(d) for d in result.pareto]}}
     if delivered(doc, output, lambda: _deployments_csv(result.pareto if pareto else [result.best] + result.top),
                  charts, "pareto", export):

@@ -147,6 +147,9 @@ class Accelerator(Compute):
     nic_bytes_per_s: LinkGbitps | None = Field(None, alias="nic_gbit_per_s_per_direction")
     host_link: Name | None = None
     compute_units: Annotated[int, Field(ge=1, le=100_000)] | None = None   # SMs / CUs / cube cores GEMM tiles spread over
+    # Devices one package holds, when the device is a die of a multi-die package (Ascend 910C: 2);
+    # serving figures are then also given per package, as vendors and papers quote them.
+    dies_per_package: Annotated[int, Field(ge=1, le=16)] = 1
 
     def ridge_point(self, precision: str) -> float:
         """FLOP per byte of HBM traffic above which a kernel is compute bound (Williams et al. 2009)."""

@@ -90,6 +90,17 @@ def train_report(result: TrainResult, machine: Machine, spec=None) -> dict[str, 
     }
 
 
+def _per_package(result, machine: Machine) -> dict[str, Any]:
+    """Throughput per package where the device is one die of several (CloudMatrix384's 910C: figures
+    per NPU are two dies' worth, as Zuo et al. 2025 quote them)."""
+    dies = machine.accelerator.dies_per_package
+    if dies <= 1:
+        return {}
+    return {"dies_per_package": dies,
+            "prefill_tokens_per_s_per_package": _f(result.prefill_tokens_per_s_per_device * dies),
+            "decode_tokens_per_s_per_package": _f(result.decode_tokens_per_s_per_device * dies)}
+
+
 def serve_report(result: ServeResult, machine: Machine, spec=None) -> dict[str, Any]:
     return {
         "ttft_s": _f(result.ttft_s), "tpot_s": _f(result.tpot_s),
@@ -98,6 +109,7 @@ def serve_report(result: ServeResult, machine: Machine, spec=None) -> dict[str, 
         "devices_per_instance": _f(result.devices_per_instance), "max_batch": _f(result.max_batch),
         "prefill_tokens_per_s_per_device": _f(result.prefill_tokens_per_s_per_device),
         "decode_tokens_per_s_per_device": _f(result.decode_tokens_per_s_per_device),
+        **_per_package(result, machine),
         "prefill_components_s": {k: _f(v) for k, v in result.prefill_components.items()},
         "decode_components_s": {k: _f(v) for k, v in result.decode_components.items()},
         "operators_s": {

@@ -115,8 +115,8 @@ class ServePlanning:
         """The optimal deployment as ``framework``'s launch files, per pool (name -> text)."""
         from perfmodel.exports import deployment_pools, serving_files
 
-        return serving_files(framework, self.spec, deployment_pools(self.best, self.machines, self.demand),
-                             self.request.model)
+        return serving_files(framework, self.spec, deployment_pools(self.best, self.machines, self.demand,
+                                                                    self.options.mtp_draft_tokens), self.request.model)
 
 
 def plan_serve(request: PlanServeRequest | None = None, /, *, db=None,

@@ -229,6 +229,9 @@ class PlanServeRequest:
                                         choices=ACTIVATION_PRECISIONS, many=True)
     kv_precisions: str = option("bf16,fp8", "Allowed KV-cache precisions, comma separated.", choices=KV_PRECISIONS, many=True)
     kv_offload: bool = option(True, "Consider KV cache in host memory.")
+    mtp_draft_tokens: int = option(0, "Multi-token prediction: draft tokens per decode step (0-16; the model needs "
+                                      "MTP layers).")
+    mtp_acceptance: float = option(0.0, "Share of draft tokens accepted (0-1).")
     top: int = option(5, "How many of the best deployments to list.")
     routing: str | None = option(None, ROUTING_HELP)
     zipf: float | None = option(None, ZIPF_HELP)
@@ -256,9 +259,15 @@ class PlanServeRequest:
                      "tpot_p90_ms"):
             _in_range("--" + name.replace("_", "-"), getattr(self, name), 0, 1e12)
         check_choices(self)
+        if not 0 <= self.mtp_draft_tokens <= 16:
+            raise SpecError(f"--mtp-draft-tokens needs 0 to 16, has {self.mtp_draft_tokens}")
+        if not 0.0 <= self.mtp_acceptance <= 1.0:
+            raise SpecError(f"--mtp-acceptance needs a share from 0 to 1, has {self.mtp_acceptance:g}")
         if not self.system:
             raise SpecError("--system needs at least one system")
         spec = load_model(self.model)
+        if self.mtp_draft_tokens and not spec.mtp_layers:
+            raise SpecError(f"--mtp-draft-tokens: {spec.name} has no multi-token-prediction layers to draft with")
         systems = list(dict.fromkeys(db.system(s).name for s in self.system))
         inp, out = parse_lengths("--input-len", self.input_len), parse_lengths("--output-len", self.output_len)
         slo = {k: (getattr(self, k) / 1e3 if getattr(self, k) is not None else None)
@@ -292,7 +301,7 @@ class PlanServeRequest:
             kv_offload=self.kv_offload and self.framework is None, framework=self.framework,
             max_devices=self.max_devices, budget_usd_per_hour=self.budget_usd_per_hour,
             power_cap_w=self.power_cap_kw * 1e3 if self.power_cap_kw else None, top=self.top,
-            routing=_routing(spec, self))
+            routing=_routing(spec, self), mtp_draft_tokens=self.mtp_draft_tokens, mtp_acceptance=self.mtp_acceptance)
         return spec, systems, demand, options
 
 

@@ -84,6 +84,8 @@ class ServeSearchOptions:
     pricing: str = "cloud"          # cost basis (perfmodel.power.run_cost)
     prices: dict | None = None      # the user's USD per device-hour by system
     framework: str | None = None    # search only what this serving framework runs (perfmodel.exports.serving)
+    mtp_draft_tokens: int = 0       # multi-token prediction: draft tokens per decode step
+    mtp_acceptance: float = 0.0     # share of them accepted
 
 
 @dataclass
@@ -177,7 +179,8 @@ def _layouts(spec: TransformerSpec, machine: Machine, max_devices: int, framewor
                     continue
                 # Experts fold over the stage's tp x dp_attention devices: all of them TP-split
                 # (ep 1), expert-parallel across the TP group, or across every device.
-                eps = [1] if not spec.moe else sorted({1, tp, tp * dpa} & {e for e in sizes if e <= spec.moe.num_experts})
+                # Above the routed experts, EP holds redundant copies of hot experts (one slot per device).
+                eps = [1] if not spec.moe else sorted({1, tp * dpa} | ({tp} if tp <= spec.moe.num_experts else set()))
                 for ep in eps:
                     out.append((tp, pp, dpa, ep))
     return out
@@ -236,7 +239,8 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
             pre = {}
             for q, n_in in (("50", demand.input_len.p50), ("90", demand.input_len.p90)):
                 plan = ServePlan(tp=lay[:, 0], pp=lay[:, 1], dp_attention=lay[:, 2], ep=lay[:, 3], batch=lay[:, 2],
-                                 weight_precision=wp, activation_precision=ap, kv_precision=kvp, moe_imbalance=skew)
+                                 weight_precision=wp, activation_precision=ap, kv_precision=kvp, moe_imbalance=skew,
+                                 mtp_draft_tokens=options.mtp_draft_tokens, mtp_acceptance=options.mtp_acceptance)
                 pre[q] = estimate_serving(spec, machine, plan, ServeWorkload(n_in, 1))
             # Decode: every batch, at the p50 and p90 contexts (the step's mean context is
             # input + output / 2, so output = 2 x (context - input) reproduces it).
@@ -248,7 +252,8 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
                                        ("90", demand.input_len.p90, demand.output_len.p90)):
                 plan = ServePlan(tp=grid[:, 0], pp=grid[:, 1], dp_attention=grid[:, 2], ep=grid[:, 3],
                                  batch=grid[:, 4], weight_precision=wp, activation_precision=ap, kv_precision=kvp,
-                                 kv_place=place, moe_imbalance=skew[pre_i])
+                                 kv_place=place, moe_imbalance=skew[pre_i], mtp_draft_tokens=options.mtp_draft_tokens,
+                                 mtp_acceptance=options.mtp_acceptance)
                 dec[q] = estimate_serving(spec, machine, plan, ServeWorkload(ctx_in, 2 * ctx_out))
             for name, values in (("tp", grid[:, 0]), ("pp", grid[:, 1]), ("dpa", grid[:, 2]), ("ep", grid[:, 3]),
                                  ("batch", grid[:, 4]), ("devices", grid[:, 0] * grid[:, 1] * grid[:, 2]),

@@ -82,8 +82,11 @@ def instance_pool(machine, plan, work):
     return PoolSpec.of_instance(machine, plan, work)
 
 
-def deployment_pools(deployment, machines, demand):
-    """The pools of a searched deployment (``plan serve``)."""
+def deployment_pools(deployment, machines, demand, mtp_draft_tokens: int = 0):
+    """The pools of a searched deployment (``plan serve``); decode pools draft ``mtp_draft_tokens``."""
+    from dataclasses import replace
+
     from .serving import PoolSpec
 
-    return [PoolSpec.of_pool(pool, machines[pool.system], demand) for pool in deployment.pools]
+    pools = [PoolSpec.of_pool(pool, machines[pool.system], demand) for pool in deployment.pools]
+    return [replace(p, mtp_draft_tokens=mtp_draft_tokens if p.role != "prefill" else 0) for p in pools]

@@ -51,3 +51,43 @@ def test_v100_trains_in_fp16_and_refuses_bf16(capsys):
     assert 0.3 < result["mfu"] < 0.55
     assert main(argv) == 2
     assert "does not support bf16" in capsys.readouterr().err
+
+
+def test_multi_token_prediction_pays_in_plan_serve(capsys):
+    """DeepSeek-V3 (Sec. 5.4.3: MTP's second token accepted 85-90% of the time, 1.8x TPS): under a
+    20 ms TPOT target, drafting one token with 80% acceptance needs fewer devices."""
+    argv = ["plan", "serve", "--model", "deepseek-v3", "--system", "dgx-h100", "--rate", "20", "--tpot-p90-ms", "20",
+            "--json"]
+    assert main(argv) == 0
+    plain = json.loads(capsys.readouterr().out)["best"]
+    assert main(argv + ["--mtp-draft-tokens", "1", "--mtp-acceptance", "0.8"]) == 0
+    drafted = json.loads(capsys.readouterr().out)["best"]
+    assert drafted["devices"] < plain["devices"] and drafted["tpot_p90_s"] <= 20e-3
+    assert main(["plan", "serve", "--model", "llama-3.1-8b", "--mtp-draft-tokens", "1"]) == 2
+    assert "no multi-token-prediction layers" in capsys.readouterr().err
+
+
+def test_die_level_systems_print_per_package_figures(capsys):
+    """Zuo et al. 2025 quote CloudMatrix384 throughput per NPU (two dies); the die-level system prints both."""
+    argv = ["estimate", "serve", "--model", "deepseek-v3", "--system", "cloudmatrix384-die", "--devices", "320",
+            "--tp", "1", "--ep", "320", "--dp-attention", "320", "--batch", "15360", "--input-len", "4096",
+            "--output-len", "1", "--weight-precision", "int8", "--activation-precision", "a8", "--mtp-draft-tokens",
+            "1", "--mtp-acceptance", "0.7"]
+    assert main(argv + ["--json"]) == 0
+    r = json.loads(capsys.readouterr().out)["result"]
+    assert r["dies_per_package"] == 2
+    assert r["decode_tokens_per_s_per_package"] == pytest.approx(2 * r["decode_tokens_per_s_per_device"])
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "package" in out and "(2 dies)" in out
+
+
+def test_redundant_experts_are_searched(db):
+    from perfmodel.catalog import find_model
+    from perfmodel.machine import build_machine
+    from perfmodel.search.serve import _layouts
+
+    spec = find_model("deepseek-v3")
+    layouts = _layouts(spec, build_machine(db, "cloudmatrix384-die", 768), 512)
+    # EP 512 over 256 routed experts (attention data-parallel over the dies): two copies of each
+    assert (1, 1, 512, 512) in layouts and spec.moe.num_experts == 256
