@@ -767,6 +767,52 @@ def _plan_row_csv(rows: list[dict]) -> list[dict]:
              "reproduce": r.get("reproduce")} for i, r in enumerate(rows, start=1)]
 
 
+def _train_baseline(name: str, found, best: dict) -> dict:
+    """The named heuristic's best plan and what the optimum gains over it (time, cost, energy ratios)."""
+    from perfmodel.search.baselines import TRAIN_BASELINES
+
+    out = {"name": name, "description": TRAIN_BASELINES[name], "status": found.evidence.status}
+    if found.best is None:
+        return {**out, "best": None, "reason": "no plan of the heuristic fits or is valid on "
+                f"{best['devices']:,} x {best['system']}"}
+    b = found.best
+    ratio = lambda key: (b[key] / best[key]) if b.get(key) and best.get(key) else None  # noqa: E731
+    return {**out, "best": b, "speedup": ratio("step_time_s"), "cost_ratio": ratio("run_cost_usd"),
+            "energy_ratio": ratio("energy_per_token_j")}
+
+
+def _serve_baseline(name: str, found, best) -> dict:
+    from perfmodel.search.baselines import SERVE_BASELINES
+
+    out = {"name": name, "description": SERVE_BASELINES[name], "status": found.evidence.status}
+    if found.best is None:
+        return {**out, "best": None, "reason": found.closest}
+    b = found.best
+    ratio = lambda x, y: x / y if x and y else None  # noqa: E731
+    return {**out, "best": _deployment_json(b), "devices_ratio": ratio(b.devices, best.devices),
+            "cost_ratio": ratio(b.usd_per_hour, best.usd_per_hour),
+            "energy_ratio": ratio(b.joules_per_token, best.joules_per_token)}
+
+
+def _times(x) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def _print_baseline(b: dict) -> None:
+    console.print(f"baseline {b['name']}: {b['description']}", markup=False, style="bold")
+    if b["best"] is None:
+        console.print(f"  the heuristic has no feasible plan: {b['reason']}", markup=False)
+        return
+    if "speedup" in b:
+        console.print(f"  its best plan: {_plan_text(b['best']['plan'])}, step {_seconds(b['best']['step_time_s'])}; "
+                      f"it takes {_times(b['speedup'])} the optimum's step time, {_times(b['cost_ratio'])} its cost and "
+                      f"{_times(b['energy_ratio'])} its energy per token", markup=False)
+    else:
+        console.print(f"  its best deployment: {b['best']['devices']:,} devices, {_usd(b['best']['usd_per_hour'])} "
+                      f"per hour; it needs {_times(b['devices_ratio'])} the devices, {_times(b['cost_ratio'])} the "
+                      f"cost and {_times(b['energy_ratio'])} the energy per token of the optimum", markup=False)
+
+
 def plan_train(db, request, output) -> None:
     from perfmodel.report import train_report
     from perfmodel.search.api import plan_train as search
@@ -801,6 +847,8 @@ def plan_train(db, request, output) -> None:
            "best": {**result.best, "breakdown": breakdown}, "ties": result.ties, "tie_count": result.tie_count,
            "top": result.top, **({"pareto": result.pareto} if pareto else {}),
            "evidence": _evidence_json(result.evidence, timing)}
+    if planning.baseline is not None:
+        doc["baseline"] = _train_baseline(request.baseline, planning.baseline, result.best)
     estimate = lambda: train_doc(spec, machine, best_plan, work, breakdown)  # noqa: E731
     charts = {"pareto": lambda: {**doc, "pareto": result.pareto}, "breakdown": estimate, "roofline": estimate,
               "memory": estimate}
@@ -829,6 +877,8 @@ def plan_train(db, request, output) -> None:
         console.print(_plans_table("Pareto front (step time, cost per token, energy per token)", result.pareto,
                                    cost_label, db))
         _print_commands(result.pareto)
+    if "baseline" in doc:
+        _print_baseline(doc["baseline"])
     _print_quantization([best["plan"]["precision"]], "bf16")
     _print_bases(bases, options.pricing)
     e = result.evidence
@@ -1020,6 +1070,8 @@ def plan_serve(db, request, output) -> None:
            "top_ties": [i for i, t in enumerate(_serve_ties(result.best, result.top, options.objective)) if t],
            **({"pareto": [_deployment_json(d) for d in result.pareto]} if pareto else {}),
            "pricing": options.pricing, "cost_basis": bases, "quantization": remark, "evidence": evidence}
+    if planning.baseline is not None:
+        doc["baseline"] = _serve_baseline(request.baseline, planning.baseline, result.best)
 
     def export(framework: str) -> dict[str, str]:
         from perfmodel.exports import deployment_pools, serving_files
@@ -1079,6 +1131,8 @@ def plan_serve(db, request, output) -> None:
     console.print(_kv_table("evidence", rows))
     if remark:
         console.print(remark, markup=False, style="yellow")
+    if "baseline" in doc:
+        _print_baseline(doc["baseline"])
     _print_bases(bases, options.pricing)
     report_files(doc)
 

@@ -43,6 +43,7 @@ class TrainPlanning:
     work: object                       # TrainWorkload
     options: object                    # SearchOptions
     result: object                     # SearchResult
+    baseline: object = None            # SearchResult of the named heuristic (request.baseline), on the best's system
 
     @property
     def best(self) -> dict:
@@ -87,7 +88,14 @@ def plan_train(request: PlanTrainRequest | None = None, /, *, db=None,
     result = search_training(spec, db, pairs, work, options,
                              progress=(lambda _plans: progress(next(done), len(pairs))) if progress else None)
     raise_if_infeasible(result, options)
-    return TrainPlanning(request, spec, pairs, work, options, result)
+    baseline = None
+    if request.baseline:
+        from .baselines import train_options
+
+        where = (result.best["system"], result.best["devices"])
+        restricted = train_options(request.baseline, options, db.system(where[0]).devices_per_node)
+        baseline = search_training(spec, db, [where], work, restricted)
+    return TrainPlanning(request, spec, pairs, work, options, result, baseline)
 
 
 @dataclass(frozen=True)
@@ -101,6 +109,7 @@ class ServePlanning:
     options: object                    # ServeSearchOptions
     result: object                     # ServeSearchResult
     machines: dict = field(default_factory=dict)   # system name -> Machine (one node), for cost bases
+    baseline: object = None            # ServeSearchResult of the named heuristic (request.baseline)
 
     @property
     def best(self):
@@ -134,7 +143,13 @@ def plan_serve(request: PlanServeRequest | None = None, /, *, db=None,
                             progress=(lambda done: progress(done, len(systems) + 1)) if progress else None)
     raise_if_infeasible(result)
     machines = {name: build_machine(db, name, None, options.pricing, options.prices) for name in systems}
-    return ServePlanning(request, spec, systems, demand, options, result, machines)
+    baseline = None
+    if request.baseline:
+        from .baselines import serve_options
+
+        native = "bf16" if spec.native_precision == "fp16" else spec.native_precision
+        baseline = search_serving(spec, db, systems, demand, serve_options(request.baseline, options, native))
+    return ServePlanning(request, spec, systems, demand, options, result, machines, baseline)
 
 
 METHODS = ("round-robin", "greedy", "cp-sat")

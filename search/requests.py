@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from perfmodel.defaults import SERVE_DEFAULTS, TRAIN_DEFAULTS
 from perfmodel.exports import SERVING as SERVING_FRAMEWORKS
 from perfmodel.exports import TRAINING as TRAINING_FRAMEWORKS
+
+from .baselines import SERVE_BASELINES, TRAIN_BASELINES
 from perfmodel.hardware_db.errors import SpecError, UnknownNameError
 from perfmodel.plan import ACTIVATION_PRECISIONS, KV_PRECISIONS, WEIGHT_PRECISIONS
 from perfmodel.requests import MODEL_HELP, PRICE_HELP, PRICING, PRICING_HELP, check_choices, option, positive
@@ -82,6 +84,8 @@ class PlanTrainRequest:
     seed: int = option(0, SEED_HELP)
     framework: str | None = option(None, "Search only plans this framework can run (--export FRAMEWORK implies it).",
                                    choices=TRAINING_FRAMEWORKS)
+    baseline: str | None = option(None, "Also find the best plan of a named heuristic on the optimum's system and "
+                                        "print how much the optimum gains over it.", choices=tuple(TRAIN_BASELINES))
 
     def resolve(self, db):
         """(spec, [(system, devices)], workload, SearchOptions), or a one-line error naming the flag."""
@@ -239,6 +243,8 @@ class PlanServeRequest:
     seed: int = option(0, SEED_HELP)
     framework: str | None = option(None, "Search only deployments this framework runs (--export FRAMEWORK "
                                          "implies it).", choices=SERVING_FRAMEWORKS)
+    baseline: str | None = option(None, "Also find the best deployment of a named heuristic and print how much the "
+                                        "optimum gains over it.", choices=tuple(SERVE_BASELINES))
 
     def resolve(self, db):
         """(spec, systems, Demand, ServeSearchOptions), or a one-line error naming the flag."""

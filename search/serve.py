@@ -84,6 +84,7 @@ class ServeSearchOptions:
     pricing: str = "cloud"          # cost basis (perfmodel.power.run_cost)
     prices: dict | None = None      # the user's USD per device-hour by system
     framework: str | None = None    # search only what this serving framework runs (perfmodel.exports.serving)
+    baseline: str | None = None     # search only a named heuristic's instances (search.baselines)
     mtp_draft_tokens: int = 0       # multi-token prediction: draft tokens per decode step
     mtp_acceptance: float = 0.0     # share of them accepted
 
@@ -160,9 +161,16 @@ class ServeSearchResult:
 
 # --- instance configurations --------------------------------------------------------------------
 
-def _layouts(spec: TransformerSpec, machine: Machine, max_devices: int, framework: str | None = None):
+def _layouts(spec: TransformerSpec, machine: Machine, max_devices: int, framework: str | None = None,
+             baseline: str | None = None):
     """(tp, pp, dp_attention, ep) of instances up to ``max_devices`` devices on this system (that
-    ``framework`` runs, when one is named)."""
+    ``framework`` runs, and that the heuristic ``baseline`` holds, when named)."""
+    if baseline is not None:
+        from .baselines import serve_layout_ok
+
+        per_node = machine.system.devices_per_node
+        return [lay for lay in _layouts(spec, machine, max_devices, framework)
+                if serve_layout_ok(baseline, per_node, *lay)]
     if framework is not None:
         from perfmodel.exports.serving import layout_problem
 
@@ -220,7 +228,7 @@ def _half_width(interval, value) -> np.ndarray:
 
 
 def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearchOptions, counter: dict):
-    layouts = _layouts(spec, machine, options.max_instance_devices, options.framework)
+    layouts = _layouts(spec, machine, options.max_instance_devices, options.framework, options.baseline)
     places = ["hbm"] + ([t.kind for t in machine.memory_tiers if t.kind in ("ddr", "cxl", "pooled")]
                         if options.kv_offload else [])
     rows: dict[str, list] = {k: [] for k in ("tp", "pp", "dpa", "ep", "batch", "wp", "ap", "kvp", "kv_place",

@@ -44,6 +44,7 @@ class SpaceOptions:
     recomputes: tuple[str, ...] = RECOMPUTE
     precisions: tuple[str, ...] = ("bf16", "fp8")
     offload_places: tuple[str, ...] = PLACES
+    tps: tuple[int, ...] | None = None             # the tensor-parallel degrees allowed (None: every valid one)
     max_pp: int | None = None                      # a framework's limits (perfmodel.exports.Capabilities)
     max_ep: int | None = None
     offload_parts: tuple[tuple[str, tuple[str, ...]], ...] | None = None   # None: every part to every tier
@@ -61,7 +62,8 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     n = machine.devices
     domain = machine.scale_up_domain
     kv = spec.kv_heads
-    tps = [t for t in _divisors(n) if t <= domain and spec.num_heads % t == 0 and (kv % t == 0 or t % kv == 0)]
+    tps = [t for t in _divisors(n) if t <= domain and spec.num_heads % t == 0 and (kv % t == 0 or t % kv == 0)
+           and (options.tps is None or t in options.tps)]
     cps = [c for c in _divisors(n) if c <= options.max_cp and work.seq_len % c == 0]
     pps = [p for p in _divisors(n) if p <= spec.num_layers and p <= (options.max_pp or n)]
     eps = ([e for e in _divisors(n) if spec.moe.num_experts % e == 0 and e <= (options.max_ep or n)]

@@ -91,3 +91,17 @@ def test_redundant_experts_are_searched(db):
     layouts = _layouts(spec, build_machine(db, "cloudmatrix384-die", 768), 512)
     # EP 512 over 256 routed experts (attention data-parallel over the dies): two copies of each
     assert (1, 1, 512, 512) in layouts and spec.moe.num_experts == 256
+
+
+def test_named_heuristics_are_compared_with_the_optimum(capsys):
+    """APEX (serving simulator): searched plans beat the usual heuristics. The baseline is the best plan
+    of the heuristic's family, so every ratio is at least 1 (the optimum's space holds the family)."""
+    assert main(["plan", "train", "--baseline", "tp-node", "--json"]) == 0
+    train = json.loads(capsys.readouterr().out)["baseline"]
+    assert train["best"]["plan"]["tp"] == 8 and train["best"]["plan"]["zero"] == 1
+    assert train["speedup"] >= 1.0
+    assert main(["plan", "serve", "--rate", "20", "--baseline", "tp-node", "--json"]) == 0
+    serve = json.loads(capsys.readouterr().out)["baseline"]
+    assert all(p["config"]["tp"] == 8 for p in serve["best"]["pools"]) and serve["cost_ratio"] >= 1.0
+    assert main(["plan", "serve", "--model", "deepseek-v3", "--rate", "20", "--baseline", "tp-node", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["baseline"]["best"] is None   # 671B in fp8 does not fit one node

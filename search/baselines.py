@@ -1,0 +1,44 @@
+"""Named heuristics a search is compared with (``--baseline NAME``): the plan practitioners start from,
+as a restriction of the declared space. The baseline's number is the best plan the heuristic's family
+holds (so the printed speed-up is a lower bound on what the heuristic's first guess would lose).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+TRAIN_BASELINES = {
+    "tp-node": "tensor parallel over one node's devices (within NVLink), pipeline stages as needed, data "
+               "parallel across nodes, ZeRO-1, selective recompute, micro-batch 1, no offload (Megatron-LM's "
+               "usual starting point; Narayanan et al. 2021, Sec. 3.3 takeaway #1)",
+    "fsdp": "ZeRO-3 / FSDP over every device with no tensor or pipeline parallelism (PyTorch FSDP's default)",
+}
+SERVE_BASELINES = {
+    "tp-node": "colocated instances of one node each, tensor parallel over its devices, the model's own "
+               "weight and KV formats (vLLM's and SGLang's defaults: --tensor-parallel-size = GPUs per node)",
+}
+BASELINES = tuple(dict.fromkeys((*TRAIN_BASELINES, *SERVE_BASELINES)))
+
+
+def train_options(name: str, options, per_node: int):
+    """``options`` (SearchOptions) restricted to the heuristic ``name`` on a system of ``per_node``
+    devices a node."""
+    space = options.space
+    if name == "tp-node":
+        space = replace(space, tps=(per_node,), max_cp=1, zero_stages=(1,), recomputes=("selective",),
+                        micro_batches=(1,), interleaves=(1,), offload_parts=())
+    elif name == "fsdp":
+        space = replace(space, tps=(1,), max_pp=1, max_cp=1, zero_stages=(3,), offload_parts=())
+    return replace(options, space=space, offload=False)
+
+
+def serve_layout_ok(name: str, per_node: int, tp: int, pp: int, dp_attention: int, ep: int) -> bool:
+    """Whether an instance layout belongs to the serving heuristic ``name``."""
+    return name != "tp-node" or (tp == per_node and pp == 1 and dp_attention == 1 and ep == 1)
+
+
+def serve_options(name: str, options, native: str):
+    """``options`` (ServeSearchOptions) restricted to the serving heuristic ``name``."""
+    activation = "a8" if native in ("fp8", "int8") else "a16"
+    return replace(options, baseline=name, modes=("colocated",), weight_precisions=(native,),
+                   activation_precisions=(activation,), kv_precisions=("bf16",), kv_offload=False)
