@@ -505,9 +505,7 @@ def _estimate_serve_tables(spec, machine, plan, work, report, db=None) -> None:
             ("energy per output token (with PUE)", joules(report["energy_per_token_j"])),
             ("cost per million output tokens", _usd(report["cost_per_million_tokens_usd"]))]
     if spec.moe:
-        per_step = 1.0 + plan.mtp_draft_tokens * plan.mtp_acceptance
-        exchange = (report["decode_components_s"].get("ep all-to-all") or 0.0) / per_step
-        rows.insert(2, ("EP all-to-all per output token", f"{_seconds(exchange)} ("
+        rows.insert(2, ("EP all-to-all per output token", f"{_seconds(report['ep_per_token_s'])} ("
                         + ("exposed: all of it" if not plan.overlap_comm else "exposed under two-batch overlap; "
                            "--overlap none gives all of it") + ")"))
     console.print(_kv_table("summary", rows))
@@ -820,12 +818,10 @@ def plan_train(db, request, output) -> None:
 
     from .deliver import delivered, report_files
 
-    if output.export:
-        from perfmodel.exports import TRAINING, ExportError
+    if output.export:  # checked before the search; the search then keeps to what the framework runs
+        from perfmodel.exports import check_framework
 
-        if output.export not in TRAINING:
-            raise ExportError(f"--export {output.export} writes serving configurations; for a training plan use one "
-                              f"of {', '.join(TRAINING)}")
+        check_framework(output.export, "training")
         request = replace(request, framework=request.framework or output.export)
     progress = Progress(None, f"planning {request.model}", enabled=not (output.json_out or output.csv_out))
     try:
@@ -1038,11 +1034,9 @@ def plan_serve(db, request, output) -> None:
     from .deliver import delivered, report_files
 
     if output.export:
-        from perfmodel.exports import SERVING, ExportError
+        from perfmodel.exports import check_framework
 
-        if output.export not in SERVING:
-            raise ExportError(f"--export {output.export} writes training configurations; for a serving plan use one "
-                              f"of {', '.join(SERVING)}")
+        check_framework(output.export, "serving")
         request = replace(request, framework=request.framework or output.export)
 
     progress = Progress(None, f"planning {request.model} serving", enabled=not (output.json_out or output.csv_out))

@@ -82,3 +82,36 @@ def zipf_routing(layers: int, experts: int, top_k: int, tokens: float, zipf: flo
         # The next layer's loads are what arrives from this one.
         loads[layer + 1] = transitions[layer].sum(axis=0)
     return RoutingStats(loads=loads, transitions=transitions)
+
+
+def read_routing(path: str, max_layers: int, max_experts: int) -> RoutingStats:
+    """Routing statistics from a .json, .csv or .npz file (formats in the README), bounded by the
+    model's shape before anything is allocated."""
+    from perfmodel.hardware_db.routing_files import read_routing_counts
+
+    loads, transitions = read_routing_counts(path, max_layers, max_experts, MAX_TOKENS)
+    return RoutingStats(loads=loads, transitions=transitions)
+
+
+def routing_for(spec, routing: str | None = None, zipf: float | None = None, affinity: float = 0.5, seed: int = 0,
+                tokens_per_layer: float = 65536.0) -> RoutingStats | None:
+    """The statistics a request asks for: a file (``routing``), synthetic (``zipf``), or None."""
+    if routing is not None and zipf is not None:
+        raise SpecError("give --routing or --zipf, not both")
+    if not spec.moe:
+        if routing is not None or zipf is not None:
+            raise SpecError(f"{spec.name} has no routed experts; --routing and --zipf apply to MoE models")
+        return None
+    if routing is not None:
+        stats = read_routing(routing, spec.moe_layers, spec.moe.num_experts)
+    elif zipf is not None:
+        stats = zipf_routing(spec.moe_layers, spec.moe.num_experts, spec.moe.top_k, tokens_per_layer, zipf, affinity,
+                             seed)
+    else:
+        return None
+    if stats.experts != spec.moe.num_experts:
+        raise SpecError(f"routing statistics have {stats.experts} experts, {spec.name} has {spec.moe.num_experts}")
+    if stats.layers != spec.moe_layers:
+        raise SpecError(f"routing statistics have {stats.layers} MoE layers, {spec.name} has {spec.moe_layers}: "
+                        "give one row of loads per MoE layer")
+    return stats

@@ -60,6 +60,7 @@ class ServeWorkload:
 class ServeResult:
     ttft_s: np.ndarray
     tpot_s: np.ndarray
+    ep_per_token_s: np.ndarray        # the expert exchange's share of TPOT (exposed; all of it without overlap)
     prefill_components: dict[str, np.ndarray]
     decode_components: dict[str, np.ndarray]
     bounds: dict[str, np.ndarray]
@@ -312,7 +313,7 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
     energy = power * machine.constants.get("pue", 1.0) / decode_tps
     cost = run_cost(machine, power) / 3600.0 / decode_tps * 1e6
     return ServeResult(
-        ttft_s=ttft, tpot_s=tpot,
+        ttft_s=ttft, tpot_s=tpot, ep_per_token_s=pp * decode.ep / per_step,
         prefill_components={"compute": pp * prefill.ops.total, "tp communication": pp * prefill.tp,
                             "ep all-to-all": pp * prefill.ep, "pp point-to-point": pp * prefill.pp},
         decode_components={"compute and memory": pp * decode.ops.total, "tp communication": pp * decode.tp,

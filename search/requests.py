@@ -49,10 +49,9 @@ def _in_range(flag: str, value, low: float, high: float, what: str = "a positive
 
 
 def _routing(spec, request, tokens_per_layer: float = 65536.0):
-    from perfmodel.routing_io import routing_for
+    from perfmodel.routing import routing_for
 
-    return routing_for(spec, {"routing": request.routing, "zipf": request.zipf, "affinity": request.affinity,
-                              "seed": request.seed, "tokens_per_layer": tokens_per_layer})
+    return routing_for(spec, request.routing, request.zipf, request.affinity, request.seed, tokens_per_layer)
 
 
 @dataclass(frozen=True)

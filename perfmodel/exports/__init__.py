@@ -46,9 +46,11 @@ class ExportError(SpecError):
     """The plan is valid but the framework cannot express it (an offload tier, a parallelism it lacks)."""
 
 
-def _framework(framework: str, allowed: tuple[str, ...], kind: str) -> None:
+def check_framework(framework: str, kind: str) -> None:
+    """``framework`` writes launch files for a ``kind`` ("training" or "serving") plan, else one line."""
     from perfmodel.hardware_db.errors import UnknownNameError
 
+    allowed = TRAINING if kind == "training" else SERVING
     if framework not in FRAMEWORKS:
         raise UnknownNameError("--export framework", framework, FRAMEWORKS)
     if framework not in allowed:
@@ -60,7 +62,7 @@ def training_files(framework: str, spec, machine, plan, work, model_ref: str) ->
     """The launch files (name -> text) of a training plan for ``framework``."""
     from .training import WRITERS, TrainJob
 
-    _framework(framework, TRAINING, "training")
+    check_framework(framework, "training")
     job = TrainJob(spec=spec, system=machine.system.name, devices=int(machine.devices),
                    devices_per_node=int(machine.system.devices_per_node), plan=plan, work=work, model_ref=model_ref,
                    vendor=str(machine.accelerator.vendor))
@@ -71,7 +73,7 @@ def serving_files(framework: str, spec, pools, model_ref: str) -> dict[str, str]
     """The launch files (name -> text) of a serving deployment's pools for ``framework``."""
     from .serving import WRITERS
 
-    _framework(framework, SERVING, "serving")
+    check_framework(framework, "serving")
     return WRITERS[framework](spec, pools, model_ref)
 
 

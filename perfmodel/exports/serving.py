@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-import shlex
 from dataclasses import dataclass
 
 from . import ExportError
+from .scripts import command, flatten
 from .vendored import checked, vendored
 
 # Catalog models -> their Hugging Face repositories (the checkpoint a server loads by default).
@@ -180,18 +180,6 @@ def _script(framework: str, spec, pool: PoolSpec, model: str, run: str, body: st
         "set -euo pipefail", need + default, body])
 
 
-def _command(words: list[str], items: dict[str, object]) -> str:
-    lines = [" ".join(words)]
-    for name, value in items.items():
-        if value is True:
-            lines.append(name)
-        elif isinstance(value, dict):
-            lines.append(f"{name} {shlex.quote(json.dumps(value, separators=(',', ':')))}")
-        elif isinstance(value, str) and value.startswith("$"):
-            lines.append(f'{name} "{value}"')
-        else:
-            lines.append(f"{name} {shlex.quote(str(value))}")
-    return " \\\n  ".join(lines) + "\n"
 
 
 def _run(pool: PoolSpec) -> str:
@@ -241,7 +229,7 @@ def vllm(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
         run = _run(pool) + (" Disaggregated: the NIXL connector moves the KV cache from prefill to decode "
                             "instances; route requests with a prefill/decode proxy (or --export dynamo)."
                             if pool.role != "colocated" else "")
-        body = 'PORT="${PORT:-8000}"\n' + _command(["vllm", "serve", '"$MODEL"'], items)
+        body = 'PORT="${PORT:-8000}"\n' + command(["vllm", "serve", '"$MODEL"'], items)
         files[_name("vllm", pool)] = _script("vllm", spec, pool, _model(spec, model_ref), run, body,
                                              _quantization("vllm", spec, pool))
     return files
@@ -282,7 +270,7 @@ def sglang(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
     files = {}
     for pool in pools:
         items = checked("sglang", _sglang_items(spec, pool))
-        body = 'PORT="${PORT:-8000}"\n' + _command(["python", "-m", "sglang.launch_server"], items)
+        body = 'PORT="${PORT:-8000}"\n' + command(["python", "-m", "sglang.launch_server"], items)
         files[_name("sglang", pool)] = _script("sglang", spec, pool, _model(spec, model_ref), _run(pool), body,
                                                _quantization("sglang", spec, pool))
     if any(p.role == "prefill" for p in pools):
@@ -294,7 +282,7 @@ def sglang(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
             f"# Written by perfmodel for {v.citation}'s router ({v.parts and 'sglang-router'});",
             "# PREFILL_URLS and DECODE_URLS: every instance's http://host:port, space separated.",
             "set -euo pipefail",
-            _command(["python", "-m", "sglang_router.launch_router"], router).replace(
+            command(["python", "-m", "sglang_router.launch_router"], router).replace(
                 '"$PREFILL_URLS"', "$PREFILL_URLS").replace('"$DECODE_URLS"', "$DECODE_URLS")])
     return files
 
@@ -322,12 +310,6 @@ def _yaml(data: dict, indent: int = 0) -> str:
     return "\n".join(out)
 
 
-def _flatten(config: dict, prefix: str = ""):
-    for key, value in config.items():
-        if isinstance(value, dict):
-            yield from _flatten(value, f"{prefix}{key}.")
-        else:
-            yield f"{prefix}{key}", value
 
 
 def _trtllm_options(pool: PoolSpec) -> dict[str, object]:
@@ -348,7 +330,7 @@ def trtllm(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
     for pool in pools:
         config = _name("extra-llm-api-config", pool, ".yml")
         options = _trtllm_options(pool)
-        checked("trtllm", dict(_flatten(options)), "keys")
+        checked("trtllm", dict(flatten(options)), "keys")
         items = checked("trtllm", {"--backend": "pytorch", "--tp_size": pool.tp * pool.dp_attention,
                                    "--pp_size": pool.pp, "--ep_size": pool.ep,
                                    # with attention DP, each rank schedules its own batch
@@ -358,7 +340,7 @@ def trtllm(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
         if pool.nodes > 1:
             raise ExportError("--export trtllm writes single-node instances; this pool's instance spans "
                               f"{pool.nodes} nodes (launch it with mpirun / trtllm-llmapi-launch)")
-        body = 'PORT="${PORT:-8000}"\n' + _command(["trtllm-serve", '"$MODEL"'], items)
+        body = 'PORT="${PORT:-8000}"\n' + command(["trtllm-serve", '"$MODEL"'], items)
         files[_name("trtllm", pool)] = _script("trtllm", spec, pool, _model(spec, model_ref), _run(pool), body,
                                                _quantization("trtllm", spec, pool))
         files[config] = f"# {spec.name}, {pool.describe()}\n" + _yaml(options) + "\n"
@@ -369,7 +351,7 @@ def trtllm(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
                                       "urls": [f"localhost:{8001 + i}" for i in range(by_role["prefill"].instances)]},
                   "generation_servers": {"num_instances": by_role["decode"].instances,
                                          "urls": [f"localhost:{9001 + i}" for i in range(by_role["decode"].instances)]}}
-        checked("trtllm", {k: v for k, v in _flatten(disagg)}, "keys", part="disaggregated")
+        checked("trtllm", {k: v for k, v in flatten(disagg)}, "keys", part="disaggregated")
         files["disagg-config.yml"] = (f"# {spec.name}: trtllm-serve disaggregated -c disagg-config.yml; replace the "
                                       "urls with each instance's host:port.\n" + _yaml(disagg) + "\n")
     return files

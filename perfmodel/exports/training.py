@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass
 
 from . import ExportError
+from .scripts import command, flatten
 from .vendored import checked, vendored
 
 
@@ -78,22 +79,8 @@ def _torchrun(job: TrainJob) -> list[str]:
             "--master-port", '"${MASTER_PORT:-29500}"']
 
 
-def _command(words: list[str], items: dict[str, object]) -> str:
-    """A shell command: ``words`` then ``--flag value`` per item (flags of type flag take no value), one per line."""
-    lines = [" ".join(words)]
-    for name, value in items.items():
-        if value is True:
-            lines.append(name)
-        elif isinstance(value, (list, tuple)):
-            lines.append(f"{name} " + " ".join(_word(v) for v in value))
-        else:
-            lines.append(f"{name} {_word(value)}")
-    return " \\\n  ".join(lines) + "\n"
 
 
-def _word(value) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
-    return text if text.startswith('"$') else shlex.quote(text)
 
 
 def _offload_to_ddr_only(framework: str, job: TrainJob, what: str) -> bool:
@@ -217,12 +204,10 @@ def megatron(job: TrainJob) -> dict[str, str]:
     run = (f"Run from a Megatron-LM checkout on each of the {job.nodes} node(s), with NODE_RANK, MASTER_ADDR, "
            "TOKENIZER (a Hugging Face id or path), DATA_PATH and CHECKPOINT_DIR set.")
     script = _header("megatron", job, run) + ': "${TOKENIZER:?}" "${DATA_PATH:?}" "${CHECKPOINT_DIR:?}"\n'
-    script += _command(_torchrun(job) + ["pretrain_gpt.py"], {k: _quoted_env(v) for k, v in items.items()})
+    script += command(_torchrun(job) + ["pretrain_gpt.py"], items)
     return {"megatron.sh": script}
 
 
-def _quoted_env(value):
-    return f'"{value}"' if isinstance(value, str) and value.startswith("$") else value
 
 
 # --- Megatron-Bridge (NeMo 2) --------------------------------------------------------------------
@@ -346,7 +331,7 @@ def torchtitan(job: TrainJob) -> dict[str, str]:
     toml = (f"# {job.describe()}\n# Written by perfmodel for {v.citation};\n# every key below exists at that version."
             "\n\n" + _toml(sections))
     run = f"Run from a torchtitan checkout on each of the {job.nodes} node(s), with NODE_RANK and MASTER_ADDR set."
-    script = _header("torchtitan", job, run) + _command(
+    script = _header("torchtitan", job, run) + command(
         _torchrun(job) + ["-m", "torchtitan.train"], {"--job.config_file": "torchtitan.toml"})
     return {"torchtitan.toml": toml, "torchtitan.sh": script}
 
@@ -389,23 +374,16 @@ def deepspeed(job: TrainJob) -> dict[str, str]:
         config["tensor_parallel"] = {"autotp_size": int(p.tp)}
     if p.recompute != "none":
         config["activation_checkpointing"] = {"partition_activations": bool(p.tp > 1), "cpu_checkpointing": False}
-    checked("deepspeed", dict(_flatten(config)), "keys")
+    checked("deepspeed", dict(flatten(config)), "keys")
     run = (f"Run with your DeepSpeed training script (TRAIN_SCRIPT) over a hostfile of {job.nodes} node(s); "
            + ("activations are recomputed in your model code (deepspeed.checkpointing.checkpoint), "
               f"{p.recompute} as planned." if p.recompute != "none" else "no activation recomputation."))
-    script = _header("deepspeed", job, run) + ': "${TRAIN_SCRIPT:?your DeepSpeed training script}"\n' + _command(
+    script = _header("deepspeed", job, run) + ': "${TRAIN_SCRIPT:?your DeepSpeed training script}"\n' + command(
         ["deepspeed", "--num_nodes", str(job.nodes), "--num_gpus", str(job.gpus_per_node), "--hostfile",
          '"${HOSTFILE:-hostfile}"', '"$TRAIN_SCRIPT"'], {"--deepspeed": True, "--deepspeed_config": "ds_config.json"})
     return {"ds_config.json": json.dumps(config, indent=2) + "\n", "deepspeed.sh": script}
 
 
-def _flatten(config: dict, prefix: str = ""):
-    for key, value in config.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict):
-            yield from _flatten(value, path + ".")
-        else:
-            yield path, value
 
 
 WRITERS = {"megatron": megatron, "nemo": nemo, "torchtitan": torchtitan, "deepspeed": deepspeed}

@@ -1,4 +1,5 @@
-"""Read routing statistics from a file (JSON, CSV or NumPy .npz), or make synthetic ones.
+"""Read MoE routing counts from a file (JSON, CSV or NumPy .npz), every size checked before it is
+allocated; ``perfmodel.routing`` turns them into routing statistics.
 
 Formats (documented in the README):
 - JSON: {"loads": [[tokens of expert 0, 1, ...] per MoE layer], "transitions": optional
@@ -19,16 +20,16 @@ from pathlib import Path
 
 import numpy as np
 
-from perfmodel.hardware_db.errors import SpecError
-from perfmodel.hardware_db.files import MIB, read_bytes, read_json, read_text
-from perfmodel.routing import MAX_TOKENS, RoutingStats
+from .errors import SpecError
+from .files import MIB, read_bytes, read_json, read_text
 
 MAX_FILE_BYTES = 64 * MIB          # a DeepSeek-V3 table with every transition is about 30 MB of text
 
 
-def read_routing(path_text: str, max_layers: int, max_experts: int):
-    """Routing statistics from a .json, .csv or .npz file, every size checked before it is allocated:
-    at most ``max_layers`` x ``max_experts`` loads (the model's own shape bounds them)."""
+def read_routing_counts(path_text: str, max_layers: int, max_experts: int, max_tokens: float):
+    """(loads, transitions or None) from a .json, .csv or .npz file, every size checked before it is
+    allocated: at most ``max_layers`` x ``max_experts`` loads (the model's own shape bounds them),
+    each count at most ``max_tokens``."""
     if not path_text.strip():
         raise SpecError("--routing needs the path of a .json, .csv or .npz file")
     path = Path(path_text)
@@ -36,8 +37,7 @@ def read_routing(path_text: str, max_layers: int, max_experts: int):
     readers = {".json": _from_json, ".csv": _from_csv, ".npz": _from_npz}
     if suffix not in readers:
         raise SpecError(f"routing file {path}: needs .json, .csv or .npz, has '{suffix or 'no suffix'}'")
-    loads, transitions = readers[suffix](path, max_layers, max_experts)
-    return RoutingStats(loads=loads, transitions=transitions)
+    return readers[suffix](path, max_layers, max_experts, max_tokens)
 
 
 def _array(value, what: str, path: Path, max_values: int) -> np.ndarray:
@@ -50,7 +50,7 @@ def _array(value, what: str, path: Path, max_values: int) -> np.ndarray:
     return array
 
 
-def _from_json(path: Path, max_layers: int, max_experts: int):
+def _from_json(path: Path, max_layers: int, max_experts: int, max_tokens: float):
     data = read_json(path, MAX_FILE_BYTES)
     if not isinstance(data, dict) or "loads" not in data:
         raise SpecError(f"{path}: needs a JSON object with 'loads' (and optional 'transitions')")
@@ -71,7 +71,7 @@ def _index(text: str | None, column: str, limit: int, path: Path, line: int) -> 
     return value
 
 
-def _from_csv(path: Path, max_layers: int, max_experts: int):
+def _from_csv(path: Path, max_layers: int, max_experts: int, max_tokens: float):
     rows = csv.DictReader(io.StringIO(read_text(path, MAX_FILE_BYTES, "routing file"), newline=""))
     if not rows.fieldnames or not {"layer", "expert", "tokens"} <= {f.strip() for f in rows.fieldnames}:
         raise SpecError(f"{path}: needs a header 'layer,expert,tokens' and rows")
@@ -85,8 +85,8 @@ def _from_csv(path: Path, max_layers: int, max_experts: int):
                 tokens = float(str(row["tokens"]))
             except ValueError:
                 tokens = math.nan
-            if not 0 <= tokens <= MAX_TOKENS:
-                raise SpecError(f"{path}:{line}: 'tokens' needs a count from 0 to {MAX_TOKENS:g}, has "
+            if not 0 <= tokens <= max_tokens:
+                raise SpecError(f"{path}:{line}: 'tokens' needs a count from 0 to {max_tokens:g}, has "
                                 f"{str(row['tokens'])[:20]!r}")
             counts[key] = counts.get(key, 0.0) + tokens
     except csv.Error as exc:
@@ -122,7 +122,7 @@ def _npy(archive: zipfile.ZipFile, name: str, path: Path, max_values: int) -> np
         raise SpecError(f"{path}: '{name}' is not a readable NumPy array ({exc.__class__.__name__})") from None
 
 
-def _from_npz(path: Path, max_layers: int, max_experts: int):
+def _from_npz(path: Path, max_layers: int, max_experts: int, max_tokens: float):
     try:
         archive = zipfile.ZipFile(io.BytesIO(read_bytes(path, MAX_FILE_BYTES, "routing file")))
     except (zipfile.BadZipFile, EOFError, ValueError):
@@ -132,29 +132,3 @@ def _from_npz(path: Path, max_layers: int, max_experts: int):
         if loads is None:
             raise SpecError(f"{path}: needs an array named 'loads'")
         return loads, _npy(archive, "transitions", path, max(max_layers - 1, 1) * max_experts ** 2)
-
-
-def routing_for(spec, flags) -> object:
-    """The statistics the flags ask for: a file (--routing), synthetic (--zipf), or None."""
-    from perfmodel.routing import zipf_routing
-
-    if flags.get("routing") is not None and flags.get("zipf") is not None:
-        raise SpecError("give --routing or --zipf, not both")
-    if not spec.moe:
-        if flags.get("routing") is not None or flags.get("zipf") is not None:
-            raise SpecError(f"{spec.name} has no routed experts; --routing and --zipf apply to MoE models")
-        return None
-    if flags.get("routing") is not None:
-        stats = read_routing(flags["routing"], spec.moe_layers, spec.moe.num_experts)
-    elif flags.get("zipf") is not None:
-        stats = zipf_routing(spec.moe_layers, spec.moe.num_experts, spec.moe.top_k,
-                             flags.get("tokens_per_layer", 65536.0), flags["zipf"], flags.get("affinity", 0.5),
-                             flags.get("seed", 0))
-    else:
-        return None
-    if stats.experts != spec.moe.num_experts:
-        raise SpecError(f"routing statistics have {stats.experts} experts, {spec.name} has {spec.moe.num_experts}")
-    if stats.layers != spec.moe_layers:
-        raise SpecError(f"routing statistics have {stats.layers} MoE layers, {spec.name} has {spec.moe_layers}: "
-                        "give one row of loads per MoE layer")
-    return stats
