@@ -160,16 +160,21 @@ class AttentionKernel:
         p = self.sharpness
         return self.launch_s + big * ((compute / big) ** p + (memory / big) ** p) ** (1.0 / p)
 
-    def decode(self, flops, bytes_moved, blocks, context):
+    def decode(self, flops, bytes_moved, blocks, context, io_bytes=0.0):
         """Seconds of a decode attention kernel over ``blocks`` (sequences x KV heads) each
-        reading ``context`` cached tokens."""
-        flops, bytes_moved, blocks, context = (np.asarray(x, dtype=float)
-                                               for x in (flops, bytes_moved, blocks, context))
+        reading ``context`` cached tokens. Splitting a long context over more blocks draws more
+        bandwidth for the KV it reads; the ``io_bytes`` of ``bytes_moved`` (Q read, O written)
+        stay with the unsplit blocks, so a longer context is never faster."""
+        flops, bytes_moved, blocks, context, io_bytes = (np.asarray(x, dtype=float)
+                                                         for x in (flops, bytes_moved, blocks, context, io_bytes))
         waves = np.ceil(np.maximum(blocks, 1.0) / self.units)
-        split = blocks * np.maximum(context / DECODE_SPLIT_TOKENS, 1.0)   # continuous: longer never faster
-        utilization = 1.0 - np.exp(-split / (self.units * self.saturation)) if self.saturation else 1.0
+        split = blocks * np.maximum(context / DECODE_SPLIT_TOKENS, 1.0)
+
+        def utilization(active):
+            return 1.0 - np.exp(-active / (self.units * self.saturation)) if self.saturation else 1.0
         compute = flops / (self.peak * self.compute_fraction) + waves * self.tile_s
-        memory = bytes_moved / (self.bandwidth * self.memory_fraction * utilization)
+        memory = (io_bytes / utilization(blocks) + (bytes_moved - io_bytes) / utilization(split)) / (
+            self.bandwidth * self.memory_fraction)
         return self.launch_s + np.maximum(compute, memory)
 
 

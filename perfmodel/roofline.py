@@ -52,6 +52,7 @@ class AttentionWork:
     flash: object = True
     latent: bool = False
     padding: object = 1.0     # work the kernel does over the useful FLOPs (MLA decode's head blocks)
+    io_bytes: object = 0.0    # decode: the Q read and O written, which splitting the KV does not spread
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,9 @@ def core_seconds(kernel: AttentionKernel, op: Op) -> np.ndarray:
     the work a padded MLA decode block does."""
     a = op.attention
     work = op.flops * a.padding
-    return kernel.decode(work, op.bytes, a.tiles, a.context) if a.decode else kernel.prefill(work, op.bytes, a.tiles)
+    if a.decode:
+        return kernel.decode(work, op.bytes, a.tiles, a.context, a.io_bytes)
+    return kernel.prefill(work, op.bytes, a.tiles)
 
 
 def merge(*parts: OpTimes) -> OpTimes:
@@ -315,7 +318,8 @@ def attention_core(tokens, context, width, q_width, out_width, kv_width, heads, 
         queries = np.clip(2.0 * ctx, 1.0, np.maximum(n, 1.0))
         tiles = n / queries * heads * np.ceil(queries / ATTENTION_QUERY_TILE)
     return Op("attention core", flops, moved, "attention",
-              attention=AttentionWork(tiles, ctx, bool(decode), np.asarray(flash, dtype=bool), latent))
+              attention=AttentionWork(tiles, ctx, bool(decode), np.asarray(flash, dtype=bool), latent,
+                                      io_bytes=io if decode else 0.0))
 
 
 def lm_head_ops(spec: TransformerSpec, tokens, tp, weight_bytes=2.0, act_bytes=2.0, with_loss=True):
