@@ -63,7 +63,7 @@ def _worker(task: tuple[int, int, int, bool]) -> list[tuple]:
         signal.alarm(int(fuzzing.time_limit(argv)) + 60)
         try:
             outcome = fuzzing.run(argv)
-            problems = fuzzing.problems(outcome)
+            problems = fuzzing.problems(outcome) + fuzzing.overtime(outcome)
             code = outcome.code
         except Hang:
             code, problems = None, [f"hang: cut off after {time.perf_counter() - started:.0f} s"]

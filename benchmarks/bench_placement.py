@@ -55,7 +55,8 @@ def run(db, spec, affinity: float) -> None:
               f"{met(seconds <= TARGET_SECONDS)}); {best.status}, gap {best.gap:.2%} (target <= {TARGET_GAP:.0%}: "
               f"{met(best.gap <= TARGET_GAP)}), busiest device {best.max_load.mean():,.0f} tokens vs bound "
               f"{best.bound.mean():,.0f} (mean over layers), {best.over_bound:+.2%} worst layer, tolerance "
-              f"{best.load_tolerance:.0%}")
+              f"{best.load_tolerance:.0%}; deterministic clock {best.work_s:.2f} s against {best.seconds:.2f} s "
+              f"by the wall clock (x{best.seconds / max(best.work_s, 1e-9):.2f})")
         dev = (best.cross_device_tokens, rr.cross_device_tokens, greedy.cross_device_tokens)
         node = (best.cross_node_tokens, rr.cross_node_tokens, greedy.cross_node_tokens)
         print(f"      cross-GPU tokens {dev[0]:.4g} vs round-robin {dev[1]:.4g} ({less(dev[0], dev[1])} fewer), "

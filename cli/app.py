@@ -279,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code
+    except OSError as exc:  # the file system's answer on a path the user named: too long, no access, disk full
+        path = str(exc.filename) if exc.filename is not None else ""
+        path = f": {path[:60]}...{path[-20:]}" if len(path) > 80 else (f": {path}" if path else "")
+        print(f"Error: {one_line((exc.strerror or type(exc).__name__) + path)}", file=sys.stderr)
+        return 2
     except typer.Abort:
         print("Error: aborted", file=sys.stderr)
         return 130

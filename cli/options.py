@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 import typer
 
 from perfmodel.exports import FRAMEWORKS
-from perfmodel.requests import option
+from perfmodel.requests import check_choices, option
 
 
 def _complete_models(incomplete: str) -> list[str]:
@@ -125,6 +125,9 @@ class EstimateOutput:
     export: str | None = option(None, EXPORT_HELP, choices=FRAMEWORKS)
     out: str | None = option(None, "Directory for --export files (created if absent).")
 
+    def __post_init__(self):
+        check_choices(self)   # a flag's value is checked even where it is not used (--chart --json)
+
 
 @dataclass(frozen=True)
 class PlanOutput:
@@ -140,6 +143,9 @@ class PlanOutput:
                                choices=CHARTS)
     export: str | None = option(None, EXPORT_HELP, choices=FRAMEWORKS)
     out: str | None = option(None, "Directory for --export files (created if absent).")
+
+    def __post_init__(self):
+        check_choices(self)   # a flag's value is checked even where it is not used (--chart --json)
 
 
 @dataclass(frozen=True)

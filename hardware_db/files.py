@@ -1,8 +1,9 @@
 """Every file perfmodel reads goes through here: sizes checked before reading, trees bounded after parsing.
 
 A user's file is untrusted. YAML is parsed by a safe loader (libyaml's parser when present, for speed)
-whose composer refuses nesting deeper than ``MAX_DEPTH`` and alias trees that expand beyond
-``MAX_NODES`` nodes (a "billion laughs" is refused before anything walks it); JSON refuses NaN and
+whose composer refuses nesting deeper than ``MAX_DEPTH`` and more than ``MAX_NODES`` values, aliases
+expanded (a "billion laughs" is refused before anything walks it); what libyaml refuses is read again
+by PyYAML's pure-Python parser, so every message is the same on every build; JSON refuses NaN and
 Infinity literals, integers longer than ``MAX_INT_DIGITS`` digits and numbers that overflow a float.
 Every failure is one-line :class:`SpecError`.
 """
@@ -55,18 +56,30 @@ def read_text(path: Path, limit: int, what: str = "file") -> str:
         raise SpecError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
-class _BoundedComposer(Composer):
-    """PyYAML's composer with a depth limit while composing, and limits on the document with its
-    aliases expanded (values, depth, cycles) before anything constructs or walks it."""
+class _LimitError(yaml.YAMLError):
+    """One of the project's own limits (depth, values), raised by its composer: the same message
+    whichever parser produced the events."""
 
-    def __init__(self) -> None:
+
+class _BoundedComposer(Composer):
+    """PyYAML's composer with the project's limits checked while it composes: depth at most
+    ``MAX_DEPTH`` and at most ``MAX_NODES`` values. A document that may hold aliases (its text has
+    a ``*``) is also measured with its aliases expanded (values, depth, cycles) before anything
+    constructs or walks it; one without aliases is a tree, which the counts already bound."""
+
+    def __init__(self, text: str) -> None:
         super().__init__()
         self._depth = 0
+        self._nodes = 0
+        self._may_alias = "*" in text
 
     def compose_node(self, parent, index):
         self._depth += 1
+        self._nodes += 1
         if self._depth > MAX_DEPTH:
-            raise yaml.YAMLError(f"nested deeper than {MAX_DEPTH} levels")
+            raise _LimitError(f"nested deeper than {MAX_DEPTH} levels")
+        if self._nodes > MAX_NODES:
+            raise _LimitError(f"more than {MAX_NODES:,} values")
         try:
             return super().compose_node(parent, index)
         finally:
@@ -74,10 +87,11 @@ class _BoundedComposer(Composer):
 
     def compose_document(self):
         node = super().compose_document()
-        if _expanded_size(node, {}) > MAX_NODES:
-            raise yaml.YAMLError(f"aliases expand to more than {MAX_NODES:,} values")
-        if _height(node, {}) > MAX_DEPTH:
-            raise yaml.YAMLError(f"aliases nest deeper than {MAX_DEPTH} levels")
+        if self._may_alias:
+            if _expanded_size(node, {}) > MAX_NODES:
+                raise _LimitError(f"aliases expand to more than {MAX_NODES:,} values")
+            if _height(node, {}) > MAX_DEPTH:
+                raise _LimitError(f"aliases nest deeper than {MAX_DEPTH} levels")
         return node
 
 
@@ -94,7 +108,7 @@ def _expanded_size(node, memo: dict) -> int:
     key = id(node)
     if key in memo:
         if memo[key] is None:
-            raise yaml.YAMLError("an alias refers to a node that contains it")
+            raise _LimitError("an alias refers to a node that contains it")
         return memo[key]
     memo[key] = None
     size = 1 + sum(_expanded_size(child, memo) for child in _children(node))
@@ -111,7 +125,7 @@ def _height(node, memo: dict) -> int:
 
 
 class _Reader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser):
-    """The pure-Python reader, scanner and parser, for when libyaml is missing."""
+    """PyYAML's pure-Python reader, scanner and parser."""
 
     def __init__(self, stream) -> None:
         yaml.reader.Reader.__init__(self, stream)
@@ -119,27 +133,51 @@ class _Reader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser):
         yaml.parser.Parser.__init__(self)
 
 
-try:
-    from yaml.cyaml import CParser as _PARSER  # libyaml: 3.5x faster than yaml.safe_load on a 3 MB file
-except ImportError:  # pragma: no cover - PyYAML built without libyaml
-    _PARSER = _Reader
+def _safe_loader(parser: type) -> type:
+    """A safe loader (plain data only) with the project's limits over ``parser``'s events."""
 
-
-class BoundedSafeLoader(_BoundedComposer, _PARSER, SafeConstructor, Resolver):
-    """Safe YAML (plain data only) with bounded depth and alias expansion."""
-
-    def __init__(self, stream) -> None:
-        _PARSER.__init__(self, stream)
-        _BoundedComposer.__init__(self)
+    def __init__(self, text: str) -> None:
+        parser.__init__(self, text)
+        _BoundedComposer.__init__(self, text)
         SafeConstructor.__init__(self)
         Resolver.__init__(self)
 
+    return type(f"BoundedSafeLoader{parser.__name__}", (_BoundedComposer, parser, SafeConstructor, Resolver),
+                {"__init__": __init__, "__doc__": "Safe YAML with bounded depth, values and alias expansion."})
 
-def parse_yaml(text: str, where: str) -> Any:
-    """Parse YAML text; a syntax error, an unsafe tag, an over-deep or over-expanding tree is one line."""
-    loader = BoundedSafeLoader(text)
+
+PURE_LOADER = _safe_loader(_Reader)
+try:
+    from yaml.cyaml import CParser  # libyaml: 3.5x faster than yaml.safe_load on a 3 MB file
+    BoundedSafeLoader = _safe_loader(CParser)
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    BoundedSafeLoader = PURE_LOADER
+
+
+def _load(loader_cls: type, text: str) -> Any:
+    loader = loader_cls(text)
     try:
         return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """Parse YAML text; a syntax error, an unsafe tag, an over-deep or over-expanding tree is one line.
+
+    libyaml's events are composed under the project's limits. Where libyaml refuses the text, the
+    pure-Python parser reads it again and its verdict stands: libyaml's own limits and messages
+    differ between builds (0.2.6 stops at 1,000 levels of nesting before any event reaches the
+    composer), so a refusal reads the same on every machine."""
+    try:
+        try:
+            return _load(BoundedSafeLoader, text)
+        except _LimitError:
+            raise
+        except yaml.YAMLError:
+            if BoundedSafeLoader is PURE_LOADER:
+                raise
+            return _load(PURE_LOADER, text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f":{mark.line + 1}" if mark is not None else ""
@@ -149,8 +187,6 @@ def parse_yaml(text: str, where: str) -> Any:
         raise SpecError(f"malformed YAML ({where}): a number too long to read") from None
     except RecursionError:
         raise SpecError(f"malformed YAML ({where}): aliases nest deeper than {MAX_DEPTH} levels") from None
-    finally:
-        loader.dispose()
 
 
 def read_yaml(path: Path) -> Any:

@@ -35,6 +35,11 @@ TILES = ((128, 256), (256, 128), (128, 128), (64, 256), (64, 128), (128, 64), (6
 # 256 K elements (two 128-deep main-loop stages).
 MAX_SPLIT_K = 4
 SPLIT_K_DEPTH = 256
+_TILE_ROWS = np.array([tm for tm, _ in TILES], dtype=float)
+_TILE_COLS = np.array([tn for _, tn in TILES], dtype=float)
+# GemmKernel fields that may hold one value per plan (plans of several precisions in one call).
+PER_PLAN_FIELDS = ("peak", "bandwidth", "compute_fraction", "memory_fraction", "launch_s", "sharpness",
+                   "tile_overhead", "cast", "cast_launch_s")
 
 
 @dataclass(frozen=True)
@@ -66,8 +71,19 @@ class GemmKernel:
         """Seconds of ``groups`` independent M x K x N GEMMs launched as one (grouped) kernel.
 
         Rows ``m`` may be fractional (an average over experts); a group with no rows still reads
-        nothing and costs nothing but the launch.
+        nothing and costs nothing but the launch. Evaluated once per distinct row of the shapes and
+        the kernel's per-plan fields (a search's plans share a few dozen shapes per GEMM).
         """
+        per_plan = [f for f in PER_PLAN_FIELDS if np.ndim(getattr(self, f))]
+
+        def rows(m, n, k, x, w, y, g, *values):
+            kernel = replace(self, **dict(zip(per_plan, values))) if per_plan else self
+            return kernel._time(m, n, k, x, w, y, g)
+
+        return _on_distinct(rows, m, n, k, in_bytes, weight_bytes, out_bytes, groups,
+                            *(getattr(self, f) for f in per_plan))
+
+    def _time(self, m, n, k, in_bytes, weight_bytes, out_bytes, groups):
         m, n, k, g = (np.asarray(x, dtype=float) for x in (m, n, k, groups))
         compute = self._compute(m, n, k, g)
         memory = g * (m * k * in_bytes + k * n * weight_bytes + m * n * out_bytes) \
@@ -84,20 +100,21 @@ class GemmKernel:
         rate = self.peak * self.compute_fraction
         if not self.units:
             return 2.0 * g * m * n * k / rate
-        return _on_distinct(self._tiled_flops, m, n, k, g, self.tile_overhead) / rate
+        return self._tiled_flops(m, n, k, g, self.tile_overhead) / rate
 
     def _tiled_flops(self, m, n, k, g, tile_overhead):
-        """FLOPs the fastest tile executes, waste and small-tile overhead included."""
+        """FLOPs the fastest tile executes, waste and small-tile overhead included (every tile of
+        TILES at once, on a last axis)."""
         units = float(self.units)
-        best = None
-        rows = np.ceil(np.maximum(m, 1e-9))       # a partly filled row still occupies its tile
-        for tm, tn in TILES:
-            tiles = g * np.ceil(rows / tm) * np.ceil(n / tn)
-            split = np.clip(np.floor(units / tiles), 1.0, np.clip(np.floor(k / SPLIT_K_DEPTH), 1.0, MAX_SPLIT_K))
-            waves = np.ceil(tiles * split / units)
-            efficiency = 1.0 / (1.0 + tile_overhead * (1.0 / tm + 1.0 / tn))
-            t = waves * units * tm * tn * 2.0 * k / split / efficiency
-            best = t if best is None else np.minimum(best, t)
+        tm, tn = _TILE_ROWS, _TILE_COLS
+        rows = np.ceil(np.maximum(m, 1e-9))[..., None]      # a partly filled row still occupies its tile
+        n, k, g = (np.asarray(x, dtype=float)[..., None] for x in (n, k, g))
+        tiles = g * np.ceil(rows / tm) * np.ceil(n / tn)
+        depth = np.minimum(np.maximum(np.floor(k / SPLIT_K_DEPTH), 1.0), MAX_SPLIT_K)
+        split = np.minimum(np.maximum(np.floor(units / tiles), 1.0), depth)
+        waves = np.ceil(tiles * split / units)
+        efficiency = 1.0 / (1.0 + np.asarray(tile_overhead, dtype=float)[..., None] * (1.0 / tm + 1.0 / tn))
+        best = (waves * units * tm * tn * 2.0 * k / split / efficiency).min(axis=-1)
         # Rows below one (an expert that is sometimes hit) cost that share of one row's tile.
         return best * np.where(m < 1.0, np.maximum(m, 0.0), 1.0)
 
@@ -178,19 +195,30 @@ class AttentionKernel:
         return self.launch_s + np.maximum(compute, memory)
 
 
-def distinct_rows(*args, least: int = 4096):
+def distinct_rows(*args, least: int = 1024):
     """(first, inverse) such that row i of the broadcast 1-D arguments equals row first[inverse[i]],
     or None when there are fewer than ``least`` rows or the grouping fails its check. A search's
     million plans share a few dozen shapes: evaluating those once is exact and much faster. Rows
-    are grouped by a hash of their values and every row is checked equal to its representative."""
-    cols = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in args))
-    if cols[0].ndim != 1 or cols[0].size < least:
+    are grouped by a hash of the arguments that vary (a scalar is the same on every row), and every
+    row is checked equal to its representative."""
+    arrays = [np.asarray(a, dtype=float) for a in args]
+    shape = np.broadcast_shapes(*(a.shape for a in arrays))
+    if len(shape) != 1 or shape[0] < least:
         return None
-    key = cols[0].copy()
-    for i, c in enumerate(cols[1:], start=1):
+    varying = [np.broadcast_to(a, shape) for a in arrays if a.ndim]
+    key = varying[0]
+    for i, c in enumerate(varying[1:], start=1):
         key = key * (1.0 + 0.6180339887 * i) + c * (3.1415926535 + i)
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    if not all(np.array_equal(c[first][inverse], c) for c in cols):
+    # np.unique's stable merge sort is 3x slower: any representative of a group will do.
+    order = np.argsort(key)
+    ordered = key[order]
+    starts = np.empty(len(key), dtype=bool)
+    starts[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    inverse = np.empty(len(key), dtype=np.intp)
+    inverse[order] = np.cumsum(starts) - 1
+    first = order[starts]
+    if not all(np.array_equal(c[first][inverse], c) for c in varying):
         return None
     return first, inverse
 
@@ -201,5 +229,5 @@ def _on_distinct(fn, *args):
     if rows is None:
         return fn(*args)
     first, inverse = rows
-    cols = np.broadcast_arrays(*(np.asarray(a, dtype=float) for a in args))
-    return fn(*(c[first] for c in cols))[inverse]
+    picked = [np.broadcast_to(a, inverse.shape)[first] if np.ndim(a) else a for a in args]
+    return np.broadcast_to(fn(*picked), first.shape)[inverse]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from perfmodel.hardware_db.schema import BYTES_PER_ELEMENT
@@ -59,8 +60,8 @@ class Published(_Frozen):
     tolerance says why in ``note``.
     """
 
-    total_params: Annotated[float, Field(gt=0, le=1e15)]
-    active_params: Annotated[float, Field(gt=0, le=1e15)]
+    total_params: Annotated[float, Field(ge=1, le=1e15)]     # a count: a parameter at least
+    active_params: Annotated[float, Field(ge=1, le=1e15)]
     source: str
     tolerance: Annotated[float, Field(gt=0, le=0.1)] = 0.01
     note: str = ""
@@ -323,11 +324,12 @@ class TransformerSpec(_Frozen):
         """KV-cache bytes per token over all layers (sliding-window layers counted in full)."""
         return self.num_layers * self.kv_elements_per_token_per_layer() * BYTES_PER_ELEMENT[precision]
 
-    def kv_cache_bytes(self, context_len: float, precision: str = "bf16") -> float:
-        """KV-cache bytes of one sequence of ``context_len`` tokens; windowed layers keep their window."""
+    def kv_cache_bytes(self, context_len, precision: str = "bf16"):
+        """KV-cache bytes of one sequence of ``context_len`` tokens (a number or an array); windowed
+        layers keep their window."""
         per_layer = self.kv_elements_per_token_per_layer() * BYTES_PER_ELEMENT[precision]
         full_layers = self.num_layers - self.window_layers
-        windowed = min(context_len, self.sliding_window) if self.sliding_window else 0
+        windowed = np.minimum(context_len, self.sliding_window) if self.sliding_window else 0
         return per_layer * (full_layers * context_len + self.window_layers * windowed)
 
 

@@ -82,12 +82,13 @@ def phase_power_w(machine: Machine, work: PhaseWork, clock=1.0, seconds=None):
 
 
 def capped_phase(machine: Machine, work: PhaseWork, cap_w):
-    """(seconds, power W, clock share) of a phase under a per-device power cap: the highest clock whose
-    power stays within the cap (power rises with the clock: bisection), full clock where the phase
-    already draws less. ``cap_w`` None: no cap. The clock floor is 5% of full."""
+    """(slowdown s, power W, clock share) of a phase under a per-device power cap: the highest clock
+    whose power stays within the cap (power rises with the clock: bisection), full clock where the
+    phase already draws less. The slowdown is the time the lower clock adds, exactly 0 at full
+    clock (and with ``cap_w`` None: no cap). The clock floor is 5% of full."""
     full = phase_seconds(machine, work, 1.0)
     if cap_w is None:
-        return full, phase_power_w(machine, work), np.ones_like(full)
+        return np.zeros_like(full), phase_power_w(machine, work), np.ones_like(full)
     lo, hi = np.full(np.shape(full), 0.05), np.ones(np.shape(full))
     under = phase_power_w(machine, work, hi) <= cap_w
     for _ in range(40):
@@ -95,7 +96,8 @@ def capped_phase(machine: Machine, work: PhaseWork, cap_w):
         ok = phase_power_w(machine, work, mid) <= cap_w
         lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
     clock = np.where(under, 1.0, lo)
-    return phase_seconds(machine, work, clock), phase_power_w(machine, work, clock), clock
+    slowdown = np.where(under, 0.0, np.maximum(phase_seconds(machine, work, clock) - full, 0.0))
+    return slowdown, phase_power_w(machine, work, clock), clock
 
 
 def run_cost(machine: Machine, power_w):

@@ -118,7 +118,7 @@ FLASH_BACKWARD_OVER_FORWARD = 2.5
 
 
 def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel | None = None,
-             attention: AttentionKernel | None = None, keep_bytes: bool = True) -> OpTimes:
+             attention: AttentionKernel | None = None, keep_bytes: bool = True, with_backward: bool = True) -> OpTimes:
     """Each operator's time on one device, and their sum (one op after another).
 
     ``rates`` maps an operator's unit ("gemm", "attention", "vector") to achievable FLOP/s. With a
@@ -129,7 +129,8 @@ def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel 
     where the FlashAttention fit also serves); its backward is FLASH_BACKWARD_OVER_FORWARD times
     its forward. Every other operator is a roofline, and its backward twice its forward
     (Narayanan et al. 2021 Sec. 5.1). ``keep_bytes``: also carry each operator's HBM bytes (for
-    the roofline report; a search leaves them out).
+    the roofline report; a search leaves them out). ``with_backward`` False: a forward pass only
+    (serving), every backward time 0.
     """
     seconds, bound, flops, backward, traffic = {}, {}, {}, {}, {}
     total, mean, back = 0.0, 0.0, 0.0
@@ -141,12 +142,13 @@ def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel 
             x, w, y = op.element_bytes
             t = sum(kernel.time(g.m, g.n, g.k, x, w, y, g.groups) for g in op.gemms)
             b = sum(kernel.time(g.m, g.k, g.n, y, w, x, g.groups) + kernel.time(g.k, g.n, g.m, x, y, w, g.groups)
-                    for g in op.gemms)
+                    for g in op.gemms) if with_backward else 0.0
         elif op.attention is not None and np.any(op.attention.flash):
             a = op.attention
             if attention is not None and (attention.latent == a.latent or not (a.decode or attention.latent)):
                 t = np.where(a.flash, core_seconds(attention, op), t)
             b = np.where(a.flash, FLASH_BACKWARD_OVER_FORWARD, 2.0) * t
+        b = b if with_backward else 0.0
         seconds[op.name], bound[op.name], flops[op.name], backward[op.name] = t, cb, op.flops, b
         if keep_bytes:
             traffic[op.name] = op.bytes

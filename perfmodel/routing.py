@@ -22,6 +22,17 @@ from perfmodel.hardware_db.errors import SpecError
 
 
 MAX_TOKENS = 1e15  # routed tokens of one expert in one layer: far above any measured batch, far below overflow
+# Counts below a billionth of a token read as 0: they change no placement, and far below them
+# (subnormal floats, 5e-324) sums and ratios lose their precision.
+MIN_TOKENS = 1e-9
+
+
+def _counts(value, what: str) -> np.ndarray:
+    """Finite counts from 0 to MAX_TOKENS, those below MIN_TOKENS set to 0; else a one-line error."""
+    counts = np.asarray(value, dtype=float)
+    if not np.all(np.isfinite(counts)) or np.any(counts < 0) or np.any(counts > MAX_TOKENS):
+        raise SpecError(f"routing {what} need token counts from 0 to {MAX_TOKENS:g}")
+    return np.where(counts < MIN_TOKENS, 0.0, counts)
 
 
 @dataclass(frozen=True)
@@ -33,8 +44,8 @@ class RoutingStats:
         loads = np.asarray(self.loads, dtype=float)
         if loads.ndim != 2 or loads.shape[0] < 1 or loads.shape[1] < 1:
             raise SpecError(f"routing loads need a (layers x experts) table, has shape {loads.shape}")
-        if not np.all(np.isfinite(loads)) or np.any(loads < 0) or np.any(loads > MAX_TOKENS):
-            raise SpecError(f"routing loads need token counts from 0 to {MAX_TOKENS:g}")
+        loads = _counts(loads, "loads")
+        object.__setattr__(self, "loads", loads)     # frozen: the validated counts, set once here
         per_layer = loads.sum(axis=1)
         if np.any(per_layer <= 0):
             raise SpecError(f"routing loads need tokens in every layer; layer {int(np.argmin(per_layer))} has none")
@@ -43,8 +54,7 @@ class RoutingStats:
             expected = (loads.shape[0] - 1, loads.shape[1], loads.shape[1])
             if t.shape != expected:
                 raise SpecError(f"routing transitions need shape {expected}, has {t.shape}")
-            if not np.all(np.isfinite(t)) or np.any(t < 0) or np.any(t > MAX_TOKENS):
-                raise SpecError(f"routing transitions need token counts from 0 to {MAX_TOKENS:g}")
+            object.__setattr__(self, "transitions", _counts(t, "transitions"))
 
     @property
     def layers(self) -> int:

@@ -54,9 +54,11 @@ class ServePlan:
 
 @dataclass(frozen=True)
 class ServeWorkload:
-    input_len: int
-    output_len: int
-    cached_len: float = 0.0     # prompt tokens whose KV is already cached (a conversation's earlier turns)
+    """Tokens of one request; each field a number or an array that broadcasts with the plan's."""
+
+    input_len: object
+    output_len: object
+    cached_len: object = 0.0    # prompt tokens whose KV is already cached (a conversation's earlier turns)
 
 
 @dataclass
@@ -191,7 +193,7 @@ def _pass(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local,
               kv_bytes=q.kv_bytes)
     kernels = (inst.kernel, machine.attention_kernel(q.kv if decode else q.attention_precision(machine.supports),
                                                      decode, latent=spec.mla is not None))
-    parts = [ops_time(layer_ops(spec, tokens_local, context, lay, **kw), inst.rates, bw, *kernels)
+    parts = [ops_time(layer_ops(spec, tokens_local, context, lay, **kw), inst.rates, bw, *kernels, with_backward=False)
              .scaled(inst.layers * (1 - inst.moe_frac))] if spec.dense_layers else []
     if spec.moe:
         # Each of an EP rank's experts is hit with the same probability as any expert, by the
@@ -199,10 +201,11 @@ def _pass(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local,
         read = lay.expert_slots(spec) * distinct_experts(spec.moe.num_experts, spec.moe.top_k,
                                                           tokens_local * lay.dp / lay.edp) / spec.moe.num_experts
         parts.append(ops_time(layer_ops(spec, tokens_local, context, lay, moe_layer=True, imbalance=inst.imbalance,
-                                        experts_read=read, **kw), inst.rates, bw, *kernels).scaled(inst.layers * inst.moe_frac))
+                                        experts_read=read, **kw), inst.rates, bw, *kernels, with_backward=False)
+                     .scaled(inst.layers * inst.moe_frac))
     # Logits of the last position only, on the last stage.
     head = ops_time(lm_head_ops(spec, inst.local_batch, lay.tp, q.weight_bytes, q.activation_bytes,
-                                with_loss=False), inst.rates, bw, inst.kernel).scaled(1.0 / lay.pp)
+                                with_loss=False), inst.rates, bw, inst.kernel, with_backward=False).scaled(1.0 / lay.pp)
     ops = merge(*parts, head)
     act = tokens_local * h * 2.0
     tp = inst.layers * 2.0 * topo.all_reduce(act, lay.tp_group.stride, lay.tp_group.size)
@@ -231,7 +234,7 @@ def _memory(spec: TransformerSpec, machine: Machine, inst: Instance, work: Serve
     prefill workspace and the reserve; the largest batch is what the KV room holds. Weights
     streamed from a tier keep two layers' worth in HBM (the layer computing and the one arriving)."""
     lay, q = inst.layout, inst.quant
-    s_in, s_out = float(work.input_len), float(work.output_len)
+    s_in, s_out = (np.asarray(x, dtype=float) for x in (work.input_len, work.output_len))
     # With multi-token prediction the MTP module serves as the draft model and stays resident.
     dense, expert = lay.params_per_device(spec, inst.layers, lay.pp == 1, True, mtp=inst.mtp_drafts > 0)
     weights = (dense + expert) * q.weight_bytes
@@ -296,11 +299,11 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
     """
     inst = _instance(spec, machine, plan)
     lay, pp = inst.layout, inst.layout.pp
-    s_in, s_out = float(work.input_len), float(work.output_len)
+    s_in, s_out = (np.asarray(x, dtype=float) for x in (work.input_len, work.output_len))
     overlap = bool(plan.overlap_comm)
     # With a cached prefix (prefix caching; Zheng et al. 2024, SGLang RadixAttention, Sec. 3) only the new
     # tokens are prefilled, attending to the whole prompt: the cached KV plus half the new tokens on average.
-    cached = min(max(float(work.cached_len), 0.0), s_in - 1.0)
+    cached = np.minimum(np.maximum(np.asarray(work.cached_len, dtype=float), 0.0), s_in - 1.0)
     prefill = _phase(spec, machine, inst, inst.local_batch * (s_in - cached), cached + (s_in - cached) / 2.0, False,
                      overlap)
     # Pipeline: a prompt batch passes the pp stages in turn; each stage computes 1/pp of the layers.
@@ -316,8 +319,9 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
     cap = None if plan.power_cap_w is None else np.asarray(plan.power_cap_w, dtype=float)
     works = {name: PhaseWork.of(phase.ops, phase.total, inst.quant.gemm_precision)
              for name, phase in (("prefill", prefill), ("decode", decode))}
-    (pre_stage, _, pre_clock), (dec_stage, _, dec_clock) = (capped_phase(machine, works[n], cap)
-                                                            for n in ("prefill", "decode"))
+    (pre_capped, _, pre_clock), (dec_capped, _, dec_clock) = (capped_phase(machine, works[n], cap)
+                                                              for n in ("prefill", "decode"))
+    pre_stage, dec_stage = prefill.total + pre_capped, decode.total + dec_capped
     ttft, step_time = pp * pre_stage, pp * dec_stage
     kv_place, weight_place = str(plan.kv_place), str(plan.weight_place)
     kv_tier = None if kv_place == "hbm" else machine.tier(kv_place)
@@ -355,11 +359,11 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
         ttft_s=ttft, tpot_s=tpot, ep_per_token_s=pp * decode.ep / per_step,
         prefill_components={"compute": pp * prefill.ops.total, "tp communication": pp * prefill.tp,
                             "ep all-to-all": pp * prefill.ep, "pp point-to-point": pp * prefill.pp,
-                            "power cap": pp * (pre_stage - prefill.total),
+                            "power cap": pp * pre_capped,
                             "streamed from memory tiers (exposed)": ttft - pp * pre_stage},
         decode_components={"compute and memory": pp * decode.ops.total, "tp communication": pp * decode.tp,
                            "ep all-to-all": pp * decode.ep, "pp point-to-point": pp * decode.pp,
-                           "power cap": pp * (dec_stage - decode.total),
+                           "power cap": pp * dec_capped,
                            "streamed from memory tiers (exposed)": step_time - pp * dec_stage},
         bounds={**{f"prefill {k}": v for k, v in prefill.ops.compute_bound.items()},
                 **{f"decode {k}": v for k, v in decode.ops.compute_bound.items()}},

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from fractions import Fraction
 
 import numpy as np
@@ -51,7 +52,9 @@ class FleetInstance:
             return o["power_w"] / o["instances"]
         return o["devices_per_instance"] + o["power_w"] / o["instances"] * DEVICE_TIE_BREAK
 
+    @cached_property
     def kv_seconds(self) -> dict[tuple[int, int], float]:
+        """KV hand-over seconds by (prefill option, decode option), built once."""
         return {(p, d): s for p, d, s in self.handover}
 
 
@@ -118,7 +121,7 @@ def check(instance: FleetInstance, solution: FleetSolution) -> list[str]:
         problems.append("a colocated pool takes no decode pool")
     if front["role"] == "prefill":
         carried = Fraction(0)
-        kv = instance.kv_seconds()
+        kv = instance.kv_seconds
         for d, n in solution.decode:
             if opts[d]["role"] != "decode":
                 problems.append(f"option {d} is not a decode pool")

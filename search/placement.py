@@ -63,6 +63,15 @@ from perfmodel.routing import RoutingStats
 LOAD_TOLERANCE = 0.01      # default: the busiest device may exceed its bound by 1% while locality is pursued
 EXACT_PEAK_PAIRS = 256     # CP-SAT proves the busiest device only on layers with experts x devices up to this
 LAYER_SECONDS = 0.1        # CP-SAT deterministic time per such layer (the whole call also respects its time limit)
+# The deterministic clock of ``place`` (``_Work``): array elements its heavy steps process (swap and
+# gain matrices, assignment costs) at ELEMENTS_PER_SECOND, plus STEP_SECONDS per Python-level step
+# (a copy placed, a batch of swaps, a CP-SAT variable built), plus CP-SAT's deterministic time.
+# Least squares of wall time on the counts of 10 placements (DeepSeek-V3, Qwen3-235B, Mixtral; 4 to
+# 320 devices) on the development machine (one core of a 2-core x86-64 VM): within 25% of the wall
+# time on the placements over 0.1 s (benchmarks/bench_placement.py prints both). A budget in these
+# units is a count, never the wall clock: the same on an idle or a busy machine.
+ELEMENTS_PER_SECOND = 6.5e7
+STEP_SECONDS = 1.0e-5
 SWAP_ROUNDS = 200          # batches of pairwise swaps per layer at most (a local optimum comes first in practice)
 PEAK_SWAPS = 512           # swaps off the busiest device per layer at most (DeepSeek-V3 on 64 GPUs needs ~400)
 PEAK_WORK = 5_000_000      # (swaps x pairs weighed) off the busiest device per layer at most
@@ -76,6 +85,25 @@ DECOMPOSITION = ("per layer in order, the previous layer fixed for affinity; per
                  "load first by LPT with interchange (CP-SAT proves small layers), then locality under the allowed "
                  "peak by linear assignment (one slot per device: exact for the layer) or an affinity greedy with "
                  "pairwise swaps")
+
+
+@dataclass
+class _Work:
+    """What one ``place`` call has done so far, in deterministic seconds: elements processed and
+    Python-level steps taken at the rates above, plus CP-SAT's deterministic time (a budget that is
+    the same on an idle or a busy machine)."""
+
+    elements: float = 0.0
+    steps: int = 0
+    solver_s: float = 0.0
+
+    def add(self, elements: float, steps: int = 1) -> None:
+        self.elements += float(elements)
+        self.steps += steps
+
+    @property
+    def seconds(self) -> float:
+        return self.elements / ELEMENTS_PER_SECOND + self.steps * STEP_SECONDS + self.solver_s
 
 
 def objective_text(load_tolerance: float = LOAD_TOLERANCE) -> str:
@@ -133,6 +161,7 @@ class Placement:
     allowed_peak: np.ndarray | None = None   # per layer, the busiest device allowed while locality is pursued
     peak_proven: np.ndarray | None = None    # per layer, the load-first peak is proven minimal (bound or CP-SAT)
     note: str = ""                    # what the status leaves out (time limit reached, layers skipped)
+    work_s: float = 0.0               # deterministic seconds used (``_Work``), what ``time_limit`` bounds
 
     @property
     def objective(self) -> str:
@@ -280,7 +309,7 @@ class _Items:
                 & (dv[rows][:, None] != dv[None, :]) & (ex[rows][:, None] != ex[None, :]))
 
 
-def _lower_peak(expert, size, device, problem, gain=None, cap=None) -> np.ndarray:
+def _lower_peak(expert, size, device, problem, work: _Work, gain=None, cap=None) -> np.ndarray:
     """Swaps between the busiest device and another (a free slot included) while they lower the
     busiest device (after LPT: a pairwise interchange; Graham 1969 bounds LPT alone within
     4/3 - 1/(3m)). With ``cap`` it stops once the busiest device is under it, and with ``gain``
@@ -294,6 +323,7 @@ def _lower_peak(expert, size, device, problem, gain=None, cap=None) -> np.ndarra
         if cap is not None and items.load[hot] <= cap:
             break
         mine = np.flatnonzero((items.device == hot) & (items.expert < items.e_count))
+        work.add(len(mine) * len(items.expert))
         delta = items.size[mine][:, None] - items.size[None, :]
         valid = items.allowed(mine) & (delta > 0)
         peak = np.maximum(items.load[hot] - delta, items.load[items.device][None, :] + delta)
@@ -310,7 +340,7 @@ def _lower_peak(expert, size, device, problem, gain=None, cap=None) -> np.ndarra
     return items.device[:items.copies].copy()
 
 
-def _exact_peak(expert, size, load, copies, problem, seconds, hint):
+def _exact_peak(expert, size, load, copies, problem, seconds, hint, work: _Work):
     """CP-SAT: copies per (expert, device) in {0, 1} under the slots, minimising the busiest device.
     Returns (device per copy, proven). Deterministic: one worker, deterministic time."""
     from ortools.sat.python import cp_model
@@ -338,6 +368,8 @@ def _exact_peak(expert, size, load, copies, problem, seconds, hint):
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
     status = solver.Solve(model)
+    work.solver_s += solver.deterministic_time
+    work.add(0, e_count * d_count)                               # building the model
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return hint, False
     device = np.array([d for e in range(e_count) for d in range(d_count) if solver.Value(y[e][d])])
@@ -359,18 +391,19 @@ def _affinity_gain(stats: RoutingStats, layer: int, prev: LayerPlacement | None,
     return (arriving + np.repeat(in_node, per_node, axis=1)) / copies[:, None]
 
 
-def _assign(expert: np.ndarray, gain: np.ndarray) -> np.ndarray:
+def _assign(expert: np.ndarray, gain: np.ndarray, work: _Work) -> np.ndarray:
     """One slot per device: every assignment has the same busiest device, and the locality is a
     linear assignment, solved exactly (SciPy's shortest augmenting path: Crouse 2016)."""
     from scipy.optimize import linear_sum_assignment
 
+    work.add(len(expert) * gain.shape[1])
     rows, cols = linear_sum_assignment(gain[expert], maximize=True)
     device = np.empty(len(expert), dtype=int)
     device[rows] = cols
     return device
 
 
-def _greedy_affinity(expert, size, gain, cap, problem) -> np.ndarray | None:
+def _greedy_affinity(expert, size, gain, cap, problem, work: _Work) -> np.ndarray | None:
     """Largest copy first onto the device it gains most on among those it fits under ``cap`` (a free
     slot, no copy of its expert); the least loaded open device when it fits nowhere; None when a
     copy finds no open device at all."""
@@ -379,6 +412,7 @@ def _greedy_affinity(expert, size, gain, cap, problem) -> np.ndarray | None:
     load = np.zeros(d_count)
     used = np.zeros(d_count, dtype=int)
     held = np.zeros((problem.stats.experts, d_count), dtype=bool)
+    work.add(len(expert) * d_count, len(expert))
     for k in np.lexsort((expert, -size)):
         e = expert[k]
         open_ = (used < problem.slots) & ~held[e]
@@ -396,7 +430,7 @@ def _greedy_affinity(expert, size, gain, cap, problem) -> np.ndarray | None:
     return device
 
 
-def _swap_local_search(expert, size, device, gain, cap, problem) -> np.ndarray:
+def _swap_local_search(expert, size, device, gain, cap, problem, work: _Work) -> np.ndarray:
     """Best-improvement pairwise swaps (a free slot counts as an item of size 0) that raise the local
     tokens and keep both devices under ``cap``: each round finds every item's best swap, then applies
     them best first, each re-checked against the loads and copies as they stand (an item moves at
@@ -407,6 +441,7 @@ def _swap_local_search(expert, size, device, gain, cap, problem) -> np.ndarray:
         items = _Items(expert, size, device, problem)
         ex, dv, sz, load, held = items.expert, items.device, items.size, items.load, items.held
         everyone = np.arange(len(ex))
+        work.add(len(ex) ** 2)
         here = g[ex, dv]
         there = g[ex][:, dv]                                      # item a on item b's device
         better = there + there.T - here[:, None] - here[None, :]
@@ -431,18 +466,18 @@ def _swap_local_search(expert, size, device, gain, cap, problem) -> np.ndarray:
     return device
 
 
-def _locality(expert, size, load_first, gain, cap, problem) -> np.ndarray:
+def _locality(expert, size, load_first, gain, cap, problem, work: _Work) -> np.ndarray:
     """The most local placement found with every device at most ``cap`` (load_first is one such)."""
     if problem.slots == 1 and len(expert) * problem.devices <= ASSIGN_CELLS:
-        return _assign(expert, gain)
-    device = _greedy_affinity(expert, size, gain, cap, problem)
+        return _assign(expert, gain, work)
+    device = _greedy_affinity(expert, size, gain, cap, problem, work)
     if device is not None:
-        device = _lower_peak(expert, size, device, problem, gain, cap)
+        device = _lower_peak(expert, size, device, problem, work, gain, cap)
     if device is None or np.bincount(device, size, problem.devices).max() > cap:
         device = load_first
     if len(expert) + min(problem.devices, ROOM_ITEMS) > SWAP_ITEMS:
         return device
-    return _swap_local_search(expert, size, device, gain, cap, problem)
+    return _swap_local_search(expert, size, device, gain, cap, problem, work)
 
 
 # --- baselines, traffic and the checker ------------------------------------------------------------
@@ -542,14 +577,17 @@ def place(problem: PlacementProblem, method: str = "affinity", time_limit: float
     locality under the allowed peak; CP-SAT proves the load on small layers), "greedy" (LPT with
     interchange), "lpt" (plain longest-first, the plan searches' fast estimate) or "round-robin".
 
-    Deterministic: the same problem gives the same placement. Only should the wall clock pass
-    ``time_limit`` do the remaining layers keep their load-first placement (``note`` says so).
-    ``progress`` is called with the number of layers placed."""
+    Deterministic: the same problem gives the same placement on any machine and under any load.
+    ``time_limit`` is in deterministic seconds (``_Work``: elements processed and CP-SAT's
+    deterministic time), never the wall clock; once the layers placed so far have used it, the
+    remaining layers keep their load-first placement (``note`` says so). ``progress`` is called
+    with the number of layers placed."""
     if method not in METHODS:
         from perfmodel.hardware_db.errors import UnknownNameError
 
         raise UnknownNameError("placement method", method, METHODS)
     started = time.perf_counter()
+    work = _Work()
     stats, d_count, tol = problem.stats, problem.devices, problem.load_tolerance
     loads = np.asarray(stats.loads, dtype=float)
     layers: list[LayerPlacement] = []
@@ -565,23 +603,24 @@ def place(problem: PlacementProblem, method: str = "affinity", time_limit: float
         else:
             expert, size = _copy_table(load, copies)
             device = _lpt(expert, size, problem)
+            work.add(len(expert) * d_count, len(expert))
+            in_budget = work.seconds <= time_limit
+            if not in_budget and stopped is None:
+                stopped = layer
             if method != "lpt":
-                device = _lower_peak(expert, size, device, problem)
+                device = _lower_peak(expert, size, device, problem, work)
             if method == "affinity":
                 peak = np.bincount(device, size, d_count).max()
                 exact = peak <= bound * (1 + 1e-12)
-                in_time = time.perf_counter() - started <= time_limit
-                if not in_time and stopped is None:
-                    stopped = layer
-                if not exact and in_time and len(load) * d_count <= EXACT_PEAK_PAIRS:
+                if not exact and in_budget and len(load) * d_count <= EXACT_PEAK_PAIRS:
                     budget = min(LAYER_SECONDS, time_limit / stats.layers)
-                    found, exact = _exact_peak(expert, size, load, copies, problem, budget, device)
+                    found, exact = _exact_peak(expert, size, load, copies, problem, budget, device, work)
                     if np.bincount(found, size, d_count).max() < peak:
                         device, peak = found, np.bincount(found, size, d_count).max()
                 cap = max(peak, (1 + tol) * bound)
                 gain = _affinity_gain(stats, layer, prev, copies, problem)
-                if gain is not None and in_time:
-                    device = _locality(expert, size, device, gain, cap, problem)
+                if gain is not None and in_budget:
+                    device = _locality(expert, size, device, gain, cap, problem, work)
                 allowed.append(cap)
                 proven.append(exact)
             placed = LayerPlacement(expert, device, np.bincount(device, size, d_count))
@@ -597,14 +636,15 @@ def place(problem: PlacementProblem, method: str = "affinity", time_limit: float
         traffic_to_weigh = stats.transitions is not None and stats.layers > 1
         status = "OPTIMAL" if all(proven) and not traffic_to_weigh else "FEASIBLE"
         if stopped is not None:
-            note = (f"time limit {time_limit:g} s reached: layers {stopped} to {stats.layers - 1} keep their "
-                    "load-first placement (no CP-SAT, no locality)")
+            note = (f"time limit {time_limit:g} s (deterministic) reached: layers {stopped} to {stats.layers - 1} "
+                    "keep their load-first placement (no CP-SAT, no locality)")
     result = Placement(method=method, layers=tuple(layers), max_load=max_load,
                        mean_load=np.array([p.device_load.mean() for p in layers]), bound=np.array(bounds),
                        traffic=traffic(stats, layers, problem), status=status,
                        seconds=time.perf_counter() - started, load_tolerance=tol,
                        allowed_peak=np.array(allowed) if method == "affinity" else None,
-                       peak_proven=np.array(proven, dtype=bool) if method == "affinity" else None, note=note)
+                       peak_proven=np.array(proven, dtype=bool) if method == "affinity" else None, note=note,
+                       work_s=work.seconds)
     return result
 
 

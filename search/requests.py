@@ -392,8 +392,9 @@ class PlaceExpertsRequest:
     slots: int | None = option(None, "Expert copies one device holds per layer (default: what the copies need).")
     load_tolerance: float = option(0.01, "Share (0 to 1) by which the busiest device may exceed its proven bound "
                                          "(or the load-first peak, if higher) while experts move for locality.")
-    time_limit: float = option(30.0, "Seconds for the whole model (at most 3,600); layers past it keep their "
-                                     "load-first placement.")
+    time_limit: float = option(30.0, "Deterministic seconds for the whole model (at most 3,600): work counted, "
+                                     "not the wall clock, so the same input gives the same placement on any "
+                                     "machine; layers past it keep their load-first placement.")
 
     def resolve(self, db):
         """(spec, machine, PlacementProblem), or a one-line error naming the flag."""

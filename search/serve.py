@@ -268,47 +268,56 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
     imbalance = imbalance_table(options.routing if spec.moe else None, lay[:, 3])
     skew = np.vectorize(imbalance.get, otypes=[float])(lay[:, 3].astype(int))
     native = "bf16" if spec.native_precision == "fp16" else spec.native_precision
+    # Decode: every batch of every layout. The step's mean context is input + output / 2, so
+    # output = 2 x (context - input) reproduces it.
+    grid_rows = [(i, b) for i, l in enumerate(layouts) for b in options.batches if b % l[2] == 0]
+    pre_i = np.array([i for i, _ in grid_rows])
+    grid = np.column_stack([lay[pre_i], [b for _, b in grid_rows]]).astype(float)
+    n_lay, n_grid = len(lay), len(grid)
+
+    def stacked(values, n):
+        """The p50 rows, then the p90 rows: both quantiles in one vectorized estimate."""
+        return np.repeat(np.asarray(values, dtype=float), n)
+
+    p50, p90 = pre_i, n_lay + pre_i
     for wp, ap, kvp in _precision_combos(machine, options, native):
+        # Prefill: one prompt per attention rank, at the p50 and p90 prompt lengths (the KV's place
+        # does not change it; the weights' does).
+        n_in = stacked((demand.input_len.p50, demand.input_len.p90), n_lay)
+        both = np.tile(lay, (2, 1))
+        prefill = {w_place: estimate_serving(spec, machine, ServePlan(
+            tp=both[:, 0], pp=both[:, 1], dp_attention=both[:, 2], ep=both[:, 3], batch=both[:, 2], weight_precision=wp,
+            activation_precision=ap, kv_precision=kvp, moe_imbalance=np.tile(skew, 2), weight_place=w_place,
+            mtp_draft_tokens=options.mtp_draft_tokens, mtp_acceptance=options.mtp_acceptance,
+            power_cap_w=options.device_power_cap_w), ServeWorkload(n_in, 1, demand.cached_share * n_in))
+            for w_place in weight_places}
         for place, w_place in itertools.product(places, weight_places):
-            # Prefill: one prompt per attention rank, at the p50 and p90 prompt lengths.
-            pre = {}
-            for q, n_in in (("50", demand.input_len.p50), ("90", demand.input_len.p90)):
-                plan = ServePlan(tp=lay[:, 0], pp=lay[:, 1], dp_attention=lay[:, 2], ep=lay[:, 3], batch=lay[:, 2],
-                                 weight_precision=wp, activation_precision=ap, kv_precision=kvp, moe_imbalance=skew,
-                                 weight_place=w_place, mtp_draft_tokens=options.mtp_draft_tokens,
-                                 mtp_acceptance=options.mtp_acceptance, power_cap_w=options.device_power_cap_w)
-                pre[q] = estimate_serving(spec, machine, plan, ServeWorkload(n_in, 1, demand.cached_share * n_in))
-            # Decode: every batch, at the p50 and p90 contexts (the step's mean context is
-            # input + output / 2, so output = 2 x (context - input) reproduces it).
-            grid_rows = [(i, b) for i, l in enumerate(layouts) for b in options.batches if b % l[2] == 0]
-            pre_i = np.array([i for i, _ in grid_rows])
-            grid = np.column_stack([lay[pre_i], [b for _, b in grid_rows]]).astype(float)
-            dec = {}
-            for q, ctx_in, ctx_out in (("50", demand.input_len.p50, demand.output_len.p50),
-                                       ("90", demand.input_len.p90, demand.output_len.p90)):
-                plan = ServePlan(tp=grid[:, 0], pp=grid[:, 1], dp_attention=grid[:, 2], ep=grid[:, 3],
-                                 batch=grid[:, 4], weight_precision=wp, activation_precision=ap, kv_precision=kvp,
-                                 kv_place=place, weight_place=w_place, moe_imbalance=skew[pre_i],
-                                 power_cap_w=options.device_power_cap_w, mtp_draft_tokens=options.mtp_draft_tokens,
-                                 mtp_acceptance=options.mtp_acceptance)
-                dec[q] = estimate_serving(spec, machine, plan, ServeWorkload(ctx_in, 2 * ctx_out))
+            pre, both = prefill[w_place], np.tile(grid, (2, 1))
+            plan = ServePlan(tp=both[:, 0], pp=both[:, 1], dp_attention=both[:, 2], ep=both[:, 3],
+                             batch=both[:, 4], weight_precision=wp, activation_precision=ap, kv_precision=kvp,
+                             kv_place=place, weight_place=w_place, moe_imbalance=np.tile(skew[pre_i], 2),
+                             power_cap_w=options.device_power_cap_w, mtp_draft_tokens=options.mtp_draft_tokens,
+                             mtp_acceptance=options.mtp_acceptance)
+            dec = estimate_serving(spec, machine, plan, ServeWorkload(
+                stacked((demand.input_len.p50, demand.input_len.p90), n_grid),
+                stacked((2 * demand.output_len.p50, 2 * demand.output_len.p90), n_grid)))
+            d50, d90 = np.arange(n_grid), n_grid + np.arange(n_grid)
             for name, values in (("tp", grid[:, 0]), ("pp", grid[:, 1]), ("dpa", grid[:, 2]), ("ep", grid[:, 3]),
                                  ("batch", grid[:, 4]), ("devices", grid[:, 0] * grid[:, 1] * grid[:, 2]),
-                                 ("prefill_s50", pre["50"].ttft_s[pre_i]), ("prefill_s90", pre["90"].ttft_s[pre_i]),
-                                 ("tpot50", dec["50"].tpot_s), ("tpot90", dec["90"].tpot_s),
-                                 ("hbm", dec["90"].hbm_used_bytes), ("power_w", dec["50"].power_w),
-                                 ("prefill_power_w", pre["50"].prefill_power_w[pre_i]),
-                                 ("feasible_decode", dec["90"].feasible),
-                                 ("feasible_prefill", pre["90"].feasible[pre_i]),
+                                 ("prefill_s50", pre.ttft_s[p50]), ("prefill_s90", pre.ttft_s[p90]),
+                                 ("tpot50", dec.tpot_s[d50]), ("tpot90", dec.tpot_s[d90]),
+                                 ("hbm", dec.hbm_used_bytes[d90]), ("power_w", dec.power_w[d50]),
+                                 ("prefill_power_w", pre.prefill_power_w[p50]),
+                                 ("feasible_decode", dec.feasible[d90]),
+                                 ("feasible_prefill", pre.feasible[p90]),
                                  # Relative half-widths of the prediction intervals (Machine.interval).
-                                 ("ttft_error", _half_width(pre["90"].ttft_range_s, pre["90"].ttft_s)[pre_i]),
-                                 ("tpot_error", _half_width(dec["90"].tpot_range_s, dec["90"].tpot_s))):
+                                 ("ttft_error", _half_width(pre.ttft_range_s, pre.ttft_s)[p90]),
+                                 ("tpot_error", _half_width(dec.tpot_range_s, dec.tpot_s)[d90])):
                 rows[name].append(np.asarray(values))
             for name, value in (("wp", wp), ("ap", ap), ("kvp", kvp), ("kv_place", place), ("w_place", w_place)):
-                rows[name].append(np.full(len(grid), value, dtype=object))
-            for r in (dec["90"],):
-                for b in r.binding[~r.feasible].tolist():
-                    counter[f"instance: {b}"] = counter.get(f"instance: {b}", 0) + 1
+                rows[name].append(np.full(n_grid, value, dtype=object))
+            for b in dec.binding[d90][~dec.feasible[d90]].tolist():
+                counter[f"instance: {b}"] = counter.get(f"instance: {b}", 0) + 1
     return {k: np.concatenate(v) if v else np.zeros(0) for k, v in rows.items()}
 
 
@@ -588,7 +597,7 @@ def _listed(instance: FleetInstance, singles: list[FleetSolution], demand: Deman
     objective = np.array([t.objective for t in sums])
     order = np.argsort(objective, kind="stable")[:top]
     tokens_per_hour = demand.rate * demand.output_len.mean * 3600.0
-    kv = instance.kv_seconds()
+    kv = instance.kv_seconds
 
     def latency(s):
         ttft = opts[s.front]["ttft90"] + (kv[s.front, s.decode[0][0]] if s.decode else 0.0)
@@ -694,7 +703,7 @@ def _latency_measures(role: str, sub: dict, n, price, options: ServeSearchOption
 def _deployment(instance: FleetInstance, solution: FleetSolution, demand: Demand) -> Deployment:
     """The deployment a checked fleet describes: its pools at their counts, with their latencies."""
     opts = instance.options
-    kv = max((instance.kv_seconds()[solution.front, d] for d, _ in solution.decode), default=0.0)
+    kv = max((instance.kv_seconds[solution.front, d] for d, _ in solution.decode), default=0.0)
     pools = []
     for i, n in solution.counts(instance):
         o = opts[i]

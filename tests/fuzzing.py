@@ -7,7 +7,9 @@ flag expects, and paths to hostile files (``tests/hostile_files.py``).
 
 The contract (``check``): exit code 0, 2 or 3; a failure writes one line on stderr (plus an optional
 "did you mean" line) and no traceback or warning; ``--json`` output parses with no NaN, Infinity or
-negative time or size; no Python warning escapes; every run ends within its stated time limit.
+negative time or size; no Python warning escapes. How long a run takes depends on the machine, so
+it is not part of the contract tests assert: ``benchmarks/bench_fuzz.py`` reports runs over
+``time_limit`` (``overtime``) as findings of its own.
 """
 
 from __future__ import annotations
@@ -324,9 +326,13 @@ def problems(outcome: Outcome) -> list[str]:
             found += [f"negative time or size {bad}" for bad in _negative_times(doc)[:3]]
     if not outcome.code and re.search(r"(?<!\w)(nan|inf)(?![\w…])", outcome.out, re.IGNORECASE):
         found.append("nan or inf printed")
-    if outcome.seconds > time_limit(outcome.argv):
-        found.append(f"took {outcome.seconds:.0f} s over its {time_limit(outcome.argv):.0f} s limit")
     return found
+
+
+def overtime(outcome: Outcome) -> list[str]:
+    """The run outlived its stated time limit (a benchmark finding, measured on one machine)."""
+    limit = time_limit(outcome.argv)
+    return [f"took {outcome.seconds:.0f} s over its {limit:.0f} s limit"] if outcome.seconds > limit else []
 
 
 def check(outcome: Outcome) -> None:

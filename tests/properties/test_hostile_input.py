@@ -96,8 +96,9 @@ def test_yaml_is_only_read_with_a_safe_loader():
 MIXTRAX = ["place-experts", "--model", "mixtral-8x7b", "--devices", "8", "--time-limit", "1"]
 
 
-def outcome_of(argv, max_seconds=20.0, max_mib=300.0):
-    """Run the CLI in-process under the contract, with its time and traced peak memory bounded."""
+def outcome_of(argv, max_mib=300.0):
+    """Run the CLI in-process under the contract, with its traced peak memory bounded (how long it
+    takes depends on the machine: benchmarks/ measure that)."""
     import tracemalloc
 
     tracemalloc.start()
@@ -107,7 +108,7 @@ def outcome_of(argv, max_seconds=20.0, max_mib=300.0):
     finally:
         tracemalloc.stop()
     fuzzing.check(outcome)
-    assert outcome.seconds < max_seconds and peak < max_mib, (argv, outcome.seconds, peak)
+    assert peak < max_mib, (argv, peak)
     return outcome
 
 
@@ -137,7 +138,7 @@ def test_reproducers_on_the_command_line(argv, code, message):
 def test_a_system_name_in_any_case_is_the_system():
     argv = ["plan", "train", "--model", "llama-3.1-8b", "--system", "DGX-H100", "--devices", "8", "--global-batch",
             "64", "--seq-len", "4096", "--no-offload", "--json"]
-    outcome = outcome_of(argv, max_seconds=60)
+    outcome = outcome_of(argv)
     assert outcome.code == 0 and json.loads(outcome.out)["best"]["system"] == "dgx-h100"
 
 
@@ -266,23 +267,95 @@ def test_hostile_model_files(tmp_path, case):
     assert outcome.code == 2 and message in outcome.err, outcome.err
 
 
-def test_a_large_user_database_loads_in_seconds(tmp_path):
+def test_a_large_user_database_loads(tmp_path):
     # About 3.3 MB of valid entries (1,100 accelerators): read by libyaml, validated once.
     base = (Path(__file__).parents[2] / "hardware_db" / "data" / "nvidia.yaml").read_text()
     entry = re.sub(r"\n    aliases: .*", "", base.split("\n  - name: ", 2)[1])
     (tmp_path / "big.yaml").write_text("accelerators:\n" + "".join(f"  - name: copy{i}-" + entry for i in range(1100)))
     assert 3e6 < (tmp_path / "big.yaml").stat().st_size < 4 << 20
-    outcome = outcome_of(["--hardware-db", str(tmp_path), "hardware", "list", "--json"], max_seconds=30,
-                         max_mib=2000)
+    outcome = outcome_of(["--hardware-db", str(tmp_path), "hardware", "list", "--json"], max_mib=2000)
     assert outcome.code == 0 and "copy1099-a100-sxm-80gb" in json.loads(outcome.out)["accelerators"]
 
 
-@pytest.mark.parametrize("limit", [None, 2.0])
+@pytest.mark.parametrize("limit", [None, 0.5])
 def test_place_experts_states_and_honours_its_time_limit(limit):
-    # The issue's case: DeepSeek-V3 on 7 devices with the defaults (it ran about 20 s, no limit stated).
+    # The issue's case: DeepSeek-V3 on 7 devices with the defaults. The limit is deterministic work,
+    # so a small one stops the locality pass at the same layer on any machine, and says so.
     argv = ["place-experts", "--devices", "7", "--json"] + (["--time-limit", str(limit)] if limit else [])
-    outcome = outcome_of(argv, max_seconds=fuzzing.time_limit(argv))
-    assert outcome.code == 0 and json.loads(outcome.out)["evidence"]["time_limit_s"] == (limit or 30)
+    outcome = outcome_of(argv)
+    evidence = json.loads(outcome.out)["evidence"]
+    assert outcome.code == 0 and evidence["time_limit_s"] == (limit or 30)
+    if limit:
+        assert re.search(r"time limit 0.5 s \(deterministic\) reached: layers \d+ to 57 keep", evidence["note"])
+    else:
+        assert evidence["note"] == "" and evidence["deterministic_seconds"] < 30
+
+
+# --- issue 27: the hostile inputs a fresh, busy machine found ----------------------------------------
+
+@pytest.mark.parametrize("command", [["estimate", "train"], ["plan", "train", "--devices", "8", "--model", "llama-3.1-8b",
+                                                                  "--global-batch", "64", "--no-offload"],
+                                     ["estimate", "serve"]])
+def test_json_is_never_the_value_of_chart(command):
+    # "--chart --json" once made --json the chart's value and printed tables: a flag's value is checked
+    # even where the flag is not used, and --json with a valid --chart (and --csv) prints JSON.
+    refused = outcome_of(command + ["--chart", "--json"])
+    assert refused.code == 2 and "unknown --chart value '--json'" in refused.err
+    chart = "pareto" if "plan" in command else "memory"
+    assert json.loads(outcome_of(command + ["--chart", chart, "--csv", "--json"]).out)
+
+
+def test_an_over_long_path_is_one_line(tmp_path):
+    long_name = "a" * 300
+    for argv in (["sweep", f"{long_name}.yaml"],
+                 ["sweep", str(Path(__file__).parents[2] / "examples" / "hbm_vs_scaleup.yaml"), "--out",
+                  str(tmp_path / long_name)]):
+        outcome = outcome_of(argv)
+        assert outcome.code == 2 and outcome.err.startswith("Error: File name too long"), outcome.err
+
+
+def test_a_published_count_below_one_parameter_is_refused(tmp_path):
+    import yaml
+
+    text = (Path(__file__).parents[2] / "perfmodel" / "catalog" / "models.yaml").read_text()
+    spec = next(m for m in yaml.safe_load(text)["models"] if m["name"] == "llama-3.1-8b")
+    spec["published"]["total_params"] = spec["published"]["active_params"] = 1e-300
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(spec))
+    outcome = outcome_of(["models", "show", str(tmp_path / "m.yaml"), "--json"])
+    assert outcome.code == 2 and "published.total_params: Input should be greater than or equal to 1" in outcome.err
+
+
+@pytest.mark.parametrize("loads, code", [([[5e-324] * 8] * 32, 2), ([[5e-324] * 7 + [1.0]] * 32, 0),
+                                         ([[1e-300] * 8] * 32, 2), ([[1e-9] * 8] * 32, 0)])
+def test_subnormal_routing_counts_read_as_zero(tmp_path, loads, code):
+    # Counts below a billionth of a token are 0: a layer of only those has no tokens (one line), one
+    # with a real expert places (and passes the checker, which once failed on subnormal sums).
+    (tmp_path / "r.json").write_text(json.dumps({"loads": loads}))
+    outcome = outcome_of(MIXTRAX + ["--routing", str(tmp_path / "r.json"), "--json"])
+    assert outcome.code == code, outcome.err
+    if code:
+        assert "routing loads need tokens in every layer; layer 0 has none" in outcome.err
+
+
+def test_a_database_of_8000_accelerators_lists(tmp_path):
+    # The issue's case: 8,000 accelerators in about 3 MB (hardware list timed in benchmarks/bench_startup.py).
+    entry = ("  - {{name: acc{i}, display_name: Acc {i}, vendor: X, dense_tflops: {{bf16: {bf16}, fp8: {fp8}}}, "
+             "hbm_gb: 80, hbm_tb_per_s: 2, tdp_w: 500, l2_mb: 50, scale_up_gb_per_s_per_direction: 300, "
+             "nic_gbit_per_s_per_direction: 200, host_link: pcie4-x16, sources: [https://example.com/{i}], "
+             "notes: 'a user entry, long enough for three megabytes in all'}}\n")
+    text = "accelerators:\n" + "".join(entry.format(i=i, bf16=100 + i, fp8=200 + 2 * i) for i in range(8000))
+    (tmp_path / "big.yaml").write_text(text)
+    assert 2.5e6 < len(text) < 4 << 20
+    outcome = outcome_of(["--hardware-db", str(tmp_path), "hardware", "list", "--json"], max_mib=2000)
+    assert outcome.code == 0 and len(json.loads(outcome.out)["accelerators"]) > 8000
+
+
+def test_zero_components_are_exactly_zero():
+    # No power cap: the "power cap" term is 0.0, not rounding noise of either sign (-3.5e-18 once).
+    outcome = outcome_of(["estimate", "serve", "--batch", "1024", "--input-len", "1", "--output-len", "1", "--json"])
+    result = json.loads(outcome.out)["result"]
+    parts = [result["prefill_components_s"], result["decode_components_s"]]
+    assert all(part["power cap"] == 0.0 and part["streamed from memory tiers (exposed)"] == 0.0 for part in parts)
 
 
 # --- generated: the app's own options and hostile files, a seeded bounded profile -------------------
