@@ -113,7 +113,8 @@ def spread(values: list[float], gap: float) -> list[float]:
 def train_plan_text(plan: dict) -> str:
     """A training plan in a few tokens: ``tp1 pp4/v2 cp8 dp2 z2 bf16 opt>ddr``."""
     g = plan.get
-    parts = [f"tp{g('tp', 1)}", f"pp{g('pp', 1)}" + (f"/v{g('interleave')}" if (g("interleave") or 1) > 1 else "")]
+    parts = [f"tp{g('tp', 1)}", f"pp{g('pp', 1)}" + (f"/v{g('interleave')}" if (g("interleave") or 1) > 1 else "")
+             + ("/e" if g("ends_as_layers") else "")]
     parts += [f"{k}{g(k)}" for k in ("cp", "ep") if (g(k) or 1) > 1]
     parts.append(f"dp{g('dp', 1)}")
     if (g("micro_batch") or 1) > 1:

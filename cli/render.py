@@ -442,9 +442,11 @@ def _train_export(spec, machine, plan, work, model_ref: str):
 
 def _estimate_train_tables(spec, machine, plan, work, report, db=None) -> None:
     console.print(_header(spec, machine, db), style="bold")
-    console.print(f"plan: tp {plan.tp}, pp {plan.pp} (interleave {plan.interleave}), dp {plan.dp}, cp {plan.cp}, "
+    console.print(f"plan: tp {plan.tp}, pp {plan.pp} (interleave {plan.interleave}"
+                  f"{', embedding and loss as layers' if plan.ends_as_layers else ''}), dp {plan.dp}, cp {plan.cp}, "
                   f"ep {plan.ep}, micro-batch {plan.micro_batch}, zero {plan.zero}{_sharding_text(vars(plan))}, "
-                  f"recompute {plan.recompute}, sp {'on' if plan.sp else 'off'}, {plan.precision}", markup=False)
+                  f"recompute {plan.recompute}, sp {'on' if plan.sp else 'off'}"
+                  f"{', TP overlap' if plan.tp_overlap and plan.sp else ''}, {plan.precision}", markup=False)
     run = report["run"]
     low, high = report["step_time_range_s"]
     rows = [("step time", f"{_seconds(report['step_time_s'])} (range {_span(low, high)})"),
@@ -719,8 +721,11 @@ def _plan_text(q: dict) -> str:
     """A plan in one line: tp, pp x interleave, dp, cp, ep, micro-batch, zero and its sharding, recompute, sp,
     precision, offload."""
     expert_tp = f" etp{q['etp']}" if q.get("etp") else ""
-    text = (f"tp{q['tp']} pp{q['pp']}x{q['interleave']} dp{q['dp']} cp{q['cp']} ep{q['ep']}{expert_tp} mb{q['micro_batch']} "
-            f"zero{q['zero']}{_sharding_text(q)} {q['recompute']} {'sp ' if q['sp'] else ''}{q['precision']}")
+    ends = "+ends" if q.get("ends_as_layers") else ""
+    text = (f"tp{q['tp']} pp{q['pp']}x{q['interleave']}{ends} dp{q['dp']} cp{q['cp']} ep{q['ep']}{expert_tp} "
+            f"mb{q['micro_batch']} "
+            f"zero{q['zero']}{_sharding_text(q)} {q['recompute']} {('sp+overlap ' if q.get('tp_overlap') else 'sp ') if q['sp'] else ''}"
+            f"{q['precision']}")
     places = [f"{name}:{q[key]}" for key, name in (("optimizer_place", "opt"), ("grad_place", "grad"),
                                                     ("param_place", "param")) if q[key] != "hbm"]
     return text + (" offload " + ",".join(places) if places else "")

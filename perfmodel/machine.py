@@ -122,6 +122,14 @@ class Machine:
         """The 16-bit format this device computes in: bf16, or fp16 where it has no bf16 (Volta)."""
         return "fp16" if not self.supports("bf16") and self.supports("fp16") else "bf16"
 
+    @property
+    def overlaps_tp_communication(self) -> bool:
+        """Whether TP all-gathers and reduce-scatters can run under the GEMMs (Megatron's
+        --tp-comm-overlap): Transformer Engine's userbuffers, which it builds for NVIDIA GPUs
+        (CUDA IPC / NVLink multicast; Transformer Engine docs, 'Overlapping communication with
+        GEMM'). Elsewhere the collectives block, as in the frameworks' default."""
+        return self.accelerator.vendor == "NVIDIA"
+
     def tier(self, kind_or_name: str) -> MemoryTier:
         """A memory tier below HBM by its kind (ddr, cxl, nvme, pooled) or memory name."""
         for t in self.memory_tiers:

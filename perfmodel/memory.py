@@ -96,33 +96,71 @@ def activation_bytes_per_layer(spec: TransformerSpec, seq, micro_batch, tp, sp, 
     return sbh * kept
 
 
-def stage_layers(num_layers: int, pp):
-    """(q, r): L = q x pp + r; the last r stages hold q + 1 layers, the first pp - r hold q.
+def stage_layers(num_layers: int, pp, ends=False):
+    """(q, r): the pipeline's slots = q x pp + r; the last r stages hold q + 1 slots, the first
+    pp - r hold q. A slot is a layer, except that with ``ends`` (and pp > 1) the embedding and the
+    loss each take one, on the first and the last stage.
 
     Shorter stages go first, where 1F1B keeps the most microbatches in flight (Megatron-Core sets
-    them with --decoder-first-pipeline-num-layers; Llama 3 gave its first stage, and its last with
-    the head, one layer fewer: Dubey et al. 2024 Sec. 3.3.2).
+    them with --decoder-first-pipeline-num-layers). ``ends`` is Megatron-LM's
+    --account-for-embedding-in-pipeline-split with --account-for-loss-in-pipeline-split, and Llama
+    3's split: 'we reduce one Transformer layer each from the first and the last stages ... the
+    first model chunk on the first stage has only the embedding, and the last model chunk on the
+    last stage has only output projection and loss calculation' (Dubey et al. 2024, Sec. 3.3.2).
     """
     p = np.maximum(np.asarray(pp, dtype=float), 1.0)
-    q = np.floor(num_layers / p)
-    return q, num_layers - q * p
+    slots = num_layers + 2.0 * _ends(ends, p)
+    q = np.floor(slots / p)
+    return q, slots - q * p
 
 
-def in_flight_layers(layers, stage, pp, num_micro, interleave):
+def _ends(ends, pp):
+    """1 where the embedding and the loss take a pipeline slot each (only with several stages)."""
+    return (np.asarray(ends, dtype=bool) & (np.asarray(pp, dtype=float) > 1)).astype(float)
+
+
+def layers_on_stage(num_layers: int, pp, stage, ends=False):
+    """Transformer layers of pipeline stage ``stage`` under ``stage_layers``' split."""
+    p = np.maximum(np.asarray(pp, dtype=float), 1.0)
+    q, r = stage_layers(num_layers, p, ends)
+    i, e = np.asarray(stage, dtype=float), _ends(ends, p)
+    return q + (i >= p - r) - e * (i == 0) - e * (i == p - 1)
+
+
+def split_layers(num_layers: int, pp, ends=False):
+    """Transformer layers of (the first stage, the fullest stage without the LM head, the last
+    stage) under ``stage_layers``' split; the fullest headless stage is the first when there is
+    no other."""
+    p = np.maximum(np.asarray(pp, dtype=float), 1.0)
+    q, r = stage_layers(num_layers, p, ends)
+    first, last = layers_on_stage(num_layers, p, 0, ends), layers_on_stage(num_layers, p, p - 1, ends)
+    # Stages strictly between the first and the last: long ones (q + 1 slots) when r >= 2, short
+    # ones (q) when the short stages reach past the first without being the last.
+    middle = np.where(r >= 2, q + 1.0, np.where((p - r >= 2) & ((r > 0) | (p >= 3)), q, 0.0))
+    return first, np.where(p > 1, np.maximum(middle, first), 0.0), last
+
+
+def in_flight_layers(layers, stage, pp, num_micro, interleave, embedding_slot=False):
     """Layer-microbatches of activations stage ``stage`` holds at its peak.
 
     1F1B: stage i warms up with p - i microbatches (Narayanan et al. 2021 Sec. 2.2). Interleaved
-    (v model chunks of layers / v each): (p - i - 1) x 2 + (v - 1) x p warm-up chunks plus the one
-    in progress, as Megatron-LM schedules them; for stage 0 this is Korthikanti et al.'s
-    L (1 + (p-1)/(p v)) (Sec. 4.2.3). Never more than the microbatches (chunks) there are.
+    (v model chunks of the stage's slots / v each): (p - i - 1) x 2 + (v - 1) x p warm-up chunks
+    plus the one in progress, as Megatron-LM schedules them (groups of p microbatches run each
+    chunk in turn; schedules.get_pp_rank_microbatches); for stage 0 this is Korthikanti et al.'s
+    L (1 + (p-1)/(p v)) (Sec. 4.2.3). Never more than the microbatches (chunks) there are. With
+    ``embedding_slot`` the stage's first chunk has one slot that holds no layer (the embedding's,
+    ``stage_layers``' ends), so each microbatch it runs keeps one layer fewer.
     """
     p = np.maximum(np.asarray(pp, dtype=float), 1.0)
     v = np.maximum(np.asarray(interleave, dtype=float), 1.0)
     m = np.maximum(np.asarray(num_micro, dtype=float), 1.0)
     i = np.asarray(stage, dtype=float)
-    plain = np.minimum(p - i, m) * layers
-    chunks = np.minimum(2.0 * (p - i - 1.0) + (v - 1.0) * p + 1.0, m * v)
-    return np.where(v > 1, chunks * layers / v, plain)
+    e = np.asarray(embedding_slot, dtype=float)
+    chunks = np.where(v > 1, np.minimum(2.0 * (p - i - 1.0) + (v - 1.0) * p + 1.0, m * v), np.minimum(p - i, m))
+    # Of those chunk-microbatches, the first chunk's: p per group of v x p, in order.
+    groups = np.floor(chunks / (v * p))
+    first_chunk = groups * p + np.minimum(chunks - groups * v * p, p)
+    return chunks * (layers + e) / v - first_chunk * e
 
 
 def kv_cache_bytes_per_device(spec: TransformerSpec, tokens, kv_bytes_per_element, tp, pp):

@@ -96,6 +96,9 @@ class TrainRequest:
     ep: int = option(1, "Expert-parallel degree (MoE; experts folded over tp x cp x dp).")
     etp: int | None = option(None, "Expert tensor-parallel degree (default: tp).")
     interleave: int = option(1, "Virtual pipeline stages per device.")
+    ends_as_layers: bool = option(False, "The embedding and the loss each take one layer's slot in the pipeline "
+                                         "split (Megatron's --account-for-embedding-in-pipeline-split and "
+                                         "--account-for-loss-in-pipeline-split; Llama 3's first and last stages).")
     micro_batch: int = option(1, "Sequences per microbatch.")
     zero: int = option(1, "ZeRO stage.", choices=(0, 1, 2, 3))
     shard: int | None = option(None, "Shard the ZeRO stage's states over groups of this many dp x cp ranks and "
@@ -146,13 +149,17 @@ class TrainRequest:
         spec = spec or load_model(self.model)
         machine = build_machine(db, self.system, self.devices, self.pricing, parse_prices(db, self.price))
         machine.flops(self.precision)  # unsupported precision: one clear error
+        if self.tp_overlap and self.tp > 1 and not machine.overlaps_tp_communication:
+            raise SpecError(f"--tp-overlap needs Transformer Engine's userbuffers, built for NVIDIA GPUs; "
+                            f"{machine.accelerator.name} is {machine.accelerator.vendor}'s")
         for name in ("offload_optimizer", "offload_grads", "offload_params"):
             if getattr(self, name) != "hbm":
                 for kind in INTERLEAVED.get(getattr(self, name), (getattr(self, name),)):
                     machine.tier(kind)      # a tier the system lacks: one clear error
         dp = self.dp or max(machine.devices // (self.tp * self.pp * self.cp), 1)
         plan = TrainPlan(tp=self.tp, pp=self.pp, dp=dp, cp=self.cp, ep=self.ep, etp=self.etp or 0,
-                         interleave=self.interleave, micro_batch=self.micro_batch, zero=self.zero,
+                         interleave=self.interleave, ends_as_layers=self.ends_as_layers and self.pp > 1,
+                         micro_batch=self.micro_batch, zero=self.zero,
                          recompute=self.recompute, sp=self.sp and self.tp > 1, precision=self.precision,
                          optimizer_place=self.offload_optimizer, grad_place=self.offload_grads,
                          param_place=self.offload_params, flash=self.attention == "flash",
@@ -191,8 +198,10 @@ class TrainRequest:
         """The request that evaluates a searched plan (``search.train`` row) on its own."""
         return TrainRequest(
             model=model, system=system, devices=devices, tp=plan["tp"], pp=plan["pp"], dp=plan["dp"], cp=plan["cp"],
-            ep=plan["ep"], etp=plan["etp"] or None, interleave=plan["interleave"], micro_batch=plan["micro_batch"],
-            zero=plan["zero"], recompute=plan["recompute"], sp=plan["sp"] or plan["tp"] == 1, precision=plan["precision"],
+            ep=plan["ep"], etp=plan["etp"] or None, interleave=plan["interleave"],
+            ends_as_layers=bool(plan.get("ends_as_layers", False)), micro_batch=plan["micro_batch"],
+            zero=plan["zero"], recompute=plan["recompute"], sp=plan["sp"] or plan["tp"] == 1,
+            tp_overlap=bool(plan.get("tp_overlap", False)), precision=plan["precision"],
             offload_optimizer=plan["optimizer_place"], offload_grads=plan["grad_place"],
             offload_params=plan["param_place"], moe_imbalance=plan["moe_imbalance"],
             shard=plan.get("shard") or None, shard_grads=plan.get("shard_grads") or None,

@@ -53,6 +53,7 @@ class AttentionWork:
     latent: bool = False
     padding: object = 1.0     # work the kernel does over the useful FLOPs (MLA decode's head blocks)
     io_bytes: object = 0.0    # decode: the Q read and O written, which splitting the KV does not spread
+    steps: object = 1.0       # prefill: kernels the core runs as, one per context-parallel ring step
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,21 @@ class OpTimes:
         each = lambda d: {n: pick(v) for n, v in d.items()}                                         # noqa: E731
         return OpTimes(pick(self.total), each(self.seconds), each(self.compute_bound), each(self.flops),
                        pick(self.mean_flops), each(self.backward), pick(self.backward_total), each(self.bytes))
+
+    def where(self, mask, other: "OpTimes") -> "OpTimes":
+        """Row by row, these times where ``mask`` holds, else ``other``'s (an operator only one of
+        them runs counts 0 in the other)."""
+        mask = np.asarray(mask, dtype=bool)
+
+        def pick(a, b):
+            return np.where(mask, a, b)
+
+        def each(a: dict, b: dict, absent=0.0):
+            return {k: pick(a.get(k, absent), b.get(k, absent)) for k in dict.fromkeys([*a, *b])}
+        return OpTimes(pick(self.total, other.total), each(self.seconds, other.seconds),
+                       each(self.compute_bound, other.compute_bound, False), each(self.flops, other.flops),
+                       pick(self.mean_flops, other.mean_flops), each(self.backward, other.backward),
+                       pick(self.backward_total, other.backward_total), each(self.bytes, other.bytes))
 
     def scaled(self, k) -> "OpTimes":
         """The same operators run ``k`` times (layers, microbatches)."""
@@ -165,7 +181,11 @@ def core_seconds(kernel: AttentionKernel, op: Op) -> np.ndarray:
     work = op.flops * a.padding
     if a.decode:
         return kernel.decode(work, op.bytes, a.tiles, a.context, a.io_bytes)
-    return kernel.prefill(work, op.bytes, a.tiles)
+    # Ring context parallelism runs one kernel per ring step over the local queries and the K/V
+    # chunk that arrived (Liu et al. 2023; Megatron-Core / Transformer Engine's P2P context
+    # parallelism: one FlashAttention call per step), each with its launch and its waves of tiles.
+    steps = np.maximum(np.asarray(a.steps, dtype=float), 1.0)
+    return steps * kernel.prefill(work / steps, op.bytes / steps, a.tiles)
 
 
 def merge(*parts: OpTimes) -> OpTimes:
@@ -250,7 +270,7 @@ def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight
     heads = spec.num_heads / t
     kv_heads = 1.0 if spec.mla else np.maximum(spec.kv_heads / t, 1.0)   # MLA: one latent all heads share
     ops.append(attention_core(n, ctx, width / t, q_w / t, out_w / t, kv_w, heads, kv_heads, act_bytes, kv_bytes,
-                              decode, flash, latent=bool(spec.mla)))
+                              decode, flash, latent=bool(spec.mla), steps=layout.cp))
     if spec.mla and decode:   # one block per sequence and MLA_QUERY_BLOCK query heads
         blocks = np.ceil(heads / MLA_QUERY_BLOCK)
         ops[-1] = replace(ops[-1], attention=replace(ops[-1].attention, tiles=n * blocks,
@@ -299,12 +319,13 @@ def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight
 
 
 def attention_core(tokens, context, width, q_width, out_width, kv_width, heads, kv_heads, act_bytes=2.0,
-                   kv_bytes=2.0, decode=False, flash=True, latent=False) -> Op:
+                   kv_bytes=2.0, decode=False, flash=True, latent=False, steps=1.0) -> Op:
     """The attention core of ``tokens`` queries each attending to ``context`` keys (the mean over a
     causal prefill), on one device: Q K^T and scores x V, 2 x 2 x context x ``width`` FLOPs per
     token (PaLM App. B); bytes: Q read and O written, then in decode every token's cached K and V
     (``kv_width`` elements per key), in prefill the new K and V once (FlashAttention's IO, Dao et
-    al. 2022 Theorem 2) or, without FlashAttention, the score matrix written and read as well."""
+    al. 2022 Theorem 2) or, without FlashAttention, the score matrix written and read as well.
+    ``steps``: the kernels a context-parallel ring splits a prefill core into (``core_seconds``)."""
     n = np.asarray(tokens, dtype=float)
     ctx = np.asarray(context, dtype=float)
     flops = 4.0 * n * ctx * width
@@ -321,7 +342,7 @@ def attention_core(tokens, context, width, q_width, out_width, kv_width, heads, 
         tiles = n / queries * heads * np.ceil(queries / ATTENTION_QUERY_TILE)
     return Op("attention core", flops, moved, "attention",
               attention=AttentionWork(tiles, ctx, bool(decode), np.asarray(flash, dtype=bool), latent,
-                                      io_bytes=io if decode else 0.0))
+                                      io_bytes=io if decode else 0.0, steps=1.0 if decode else steps))
 
 
 def lm_head_ops(spec: TransformerSpec, tokens, tp, weight_bytes=2.0, act_bytes=2.0, with_loss=True):

@@ -42,7 +42,7 @@ from perfmodel.hardware_db.schema import PRECISIONS
 from .layout import Layout
 from .machine import Machine
 from .memory import (ADAM_STATE_BYTES, GRAD_BYTES, WEIGHT_BYTES, activation_bytes_per_layer, in_flight_layers,
-                     model_state_bytes, stage_layers)
+                     layers_on_stage, model_state_bytes, split_layers, stage_layers)
 from .model import TransformerSpec
 from .plan import INTERLEAVED, OVERLAP, PLACES, RECOMPUTE, TIERS, Overlap, Place, Recompute
 from .power import device_power_w, run_cost
@@ -63,6 +63,7 @@ class TrainPlan:
     ep: object = 1
     etp: object = 0                   # expert tensor parallelism; 0: the same as tp
     interleave: object = 1
+    ends_as_layers: object = False    # the embedding and the loss each take a layer's pipeline slot (memory.stage_layers)
     micro_batch: object = 1
     zero: object = 0
     recompute: object = "none"
@@ -206,7 +207,8 @@ class Shape:
     num_micro: np.ndarray          # microbatches per step per pipeline
     tokens: np.ndarray             # tokens of one microbatch on one TP group: b s / cp
     context: np.ndarray            # mean keys a query attends to (causal with flash)
-    layers: np.ndarray             # layers of the busiest (last) stage: ceil(L / pp)
+    layers: np.ndarray             # layers of the last stage (it also runs the LM head)
+    headless_layers: np.ndarray    # layers of the fullest stage without the head (memory.split_layers)
     moe_frac: float                # share of layers with routed experts
     imbalance: object              # busiest over mean expert load
     gemm_input_bytes: np.ndarray   # 1 for fp8 GEMMs (inputs cast and kept in fp8), else 2
@@ -217,7 +219,9 @@ class Shape:
 class Compute:
     """Per microbatch on the busiest stage (s), and the FLOPs of the whole step."""
 
-    forward: OpTimes               # one forward pass of the stage's layers and the LM head
+    forward: OpTimes               # one forward pass of the busiest stage's layers (and the LM head on the last)
+    layers: np.ndarray             # the busiest stage's layers
+    last: np.ndarray               # whether the busiest stage is the last (it holds the head)
     recompute_s: np.ndarray
     per_micro_s: np.ndarray        # forward + backward + recompute
     model_flops: np.ndarray        # per step, all devices, the model's FLOPs as the kernels compute them
@@ -274,7 +278,7 @@ def _shape(spec: TransformerSpec, machine: Machine, c: dict, work: TrainWorkload
     s = float(work.seq_len)
     flash = c["flash"].astype(bool)
     moe = spec.moe is not None
-    q, r = stage_layers(spec.num_layers, layout.pp)
+    _, headless, last = split_layers(spec.num_layers, layout.pp, c["ends_as_layers"])
     return Shape(
         layout=layout,
         num_micro=np.maximum(work.global_batch / (np.maximum(c["micro_batch"], 1) * layout.dp), 1.0),
@@ -282,7 +286,8 @@ def _shape(spec: TransformerSpec, machine: Machine, c: dict, work: TrainWorkload
         # Causal kernels skip the masked half (and windowed layers attend to their window); the
         # 2021 kernels computed every score.
         context=np.where(flash, spec.attended_context(s, causal=True), spec.attended_context(s)),
-        layers=q + (r > 0),
+        layers=last,
+        headless_layers=headless,
         moe_frac=spec.moe_layers / spec.num_layers if moe else 0.0,
         imbalance=np.where(c["moe_imbalance"] > 0, c["moe_imbalance"],
                            machine.constants.get("moe-load-imbalance", 1.0)) if moe else 1.0,
@@ -344,13 +349,27 @@ def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: 
         picked = [np.broadcast_to(np.asarray(x), inverse.shape)[first] for x in inputs]
         dense, moe, head, mtp = (t.take(inverse) if t is not None else None
                                  for t in _layer_times(spec, machine, *picked, keep_bytes=breakdown))
-    parts = [dense.scaled(sh.layers * (1 - sh.moe_frac))] if spec.dense_layers else []
-    if moe is not None:
-        parts.append(moe.scaled(sh.layers * sh.moe_frac))
-    forward = merge(*parts, head, *([mtp] if mtp else []))
     recompute = c["recompute"]
-    recompute_s = np.where(recompute == Recompute.FULL, sum(p.total for p in parts),
-                           np.where(recompute == Recompute.SELECTIVE, forward.seconds["attention core"], 0.0))
+
+    def stage(layers, ends: tuple) -> tuple[OpTimes, np.ndarray]:
+        """A stage's forward of ``layers`` layers and ``ends`` (the head and MTP), and its recompute."""
+        parts = [dense.scaled(layers * (1 - sh.moe_frac))] if spec.dense_layers else []
+        if moe is not None:
+            parts.append(moe.scaled(layers * sh.moe_frac))
+        forward = merge(*parts, *ends)
+        again = np.where(recompute == Recompute.FULL, sum(p.total for p in parts),
+                         np.where(recompute == Recompute.SELECTIVE, forward.seconds["attention core"], 0.0))
+        return forward, again
+
+    forward, recompute_s = stage(sh.layers, (head, *([mtp] if mtp else [])))
+    layers, last = sh.layers, np.ones(np.shape(sh.layers), dtype=bool)
+    if np.any(sh.headless_layers > sh.layers):
+        # With the ends in the split a stage without the head may hold more layers and set the pace.
+        headless, again = stage(sh.headless_layers, ())
+        last = (forward.total + forward.backward_total + recompute_s
+                >= headless.total + headless.backward_total + again)
+        forward, recompute_s = forward.where(last, headless), np.where(last, recompute_s, again)
+        layers = np.where(last, sh.layers, sh.headless_layers)
     # Summed over devices: each stage's tp x cp x dp devices, every layer once over the stages.
     layer_flops = dense.mean_flops * spec.dense_layers + (moe.mean_flops * spec.moe_layers if moe else 0.0)
     attention_flops = dense.flops["attention core"] * spec.num_layers
@@ -358,8 +377,8 @@ def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: 
     model_flops = per_micro * 3.0 * (layer_flops + head.mean_flops + (mtp.mean_flops if mtp else 0.0))
     again = np.where(recompute == Recompute.FULL, layer_flops,
                      np.where(recompute == Recompute.SELECTIVE, attention_flops, 0.0))
-    return Compute(forward, recompute_s, forward.total + forward.backward_total + recompute_s, model_flops,
-                   model_flops + per_micro * again)
+    return Compute(forward, layers, last, recompute_s, forward.total + forward.backward_total + recompute_s,
+                   model_flops, model_flops + per_micro * again)
 
 
 def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, comp: Compute,
@@ -371,17 +390,17 @@ def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, 
     full = c["recompute"] == Recompute.FULL
     act = sh.tokens * h * 2.0                    # one layer's activation, bf16, per TP group
     passes = 4.0 + 2.0 * full                    # 2 forward + 2 backward (+2 in the recomputed forward)
-    tp = sh.layers * passes * topo.all_reduce(act, lay.tp_group.stride, lay.tp_group.size)
+    tp = comp.layers * passes * topo.all_reduce(act, lay.tp_group.stride, lay.tp_group.size)
     ep = 0.0
     if spec.moe:
         # Each device dispatches the rows it holds (tokens x etp / tp) to top-k experts, busiest load.
         token_bytes = lay.expert_rows(sh.tokens, 1) * h * 2.0 * sh.imbalance
-        ep = sh.layers * sh.moe_frac * passes * topo.moe_all_to_all(token_bytes, spec.moe.top_k,
+        ep = comp.layers * sh.moe_frac * passes * topo.moe_all_to_all(token_bytes, spec.moe.top_k,
                                                                     lay.ep_group.stride, lay.ep_group.size)
     kv_w = 2.0 * (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim if spec.mla else spec.kv_heads * spec.dim_head)
     cp_step = topo.p2p(sh.tokens * kv_w / lay.tp * 2.0, lay.cp_group.stride)
     # K, V forward; K, V and their gradients backward: (cp - 1) ring steps each, every layer.
-    cp = sh.layers * (lay.cp - 1) * cp_step * 3.0 * (lay.cp > 1)
+    cp = comp.layers * (lay.cp - 1) * cp_step * 3.0 * (lay.cp > 1)
     # Scatter-gather: each TP rank sends 1/t, then an all-gather (Narayanan et al. Sec. 4.1).
     pp = 2.0 * np.maximum(c["interleave"], 1) * topo.p2p(act / lay.tp, lay.pp_neighbour_stride) * (lay.pp > 1)
 
@@ -513,7 +532,7 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     others = compute - attention
     tp_overlapped = c["tp_overlap"].astype(bool) & c["sp"].astype(bool) & (sh.layout.tp > 1)
     tp_hidden = np.where(tp_overlapped, comm.tp, 0.0)
-    first = comm.zero3 / np.maximum(sh.layers, 1.0)                # the first layer's gather is not prefetched
+    first = comm.zero3 / np.maximum(comp.layers, 1.0)              # the first layer's gather is not prefetched
     # ZeRO-3's reduce-scatters share the gathers' link; when the reduction does not overlap the
     # backward (--no-dp-overlap) they also block compute.
     reduce_hidden = comm.zero3_reduce * tail.dp_overlap
@@ -577,9 +596,13 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
     mtp_acts = spec.mtp_layers * activation_bytes_per_layer(
         spec, s / lay.cp, mb, lay.tp, sp, recompute, flash=flash, moe_layer=spec.moe is not None,
         gemm_input_bytes=sh.gemm_input_bytes) if spec.mtp_layers else 0.0
-    q, r = stage_layers(spec.num_layers, lay.pp)
+    ends = np.asarray(c["ends_as_layers"], dtype=bool) & (lay.pp > 1)
+    _, r = stage_layers(spec.num_layers, lay.pp, ends)
     last = lay.pp - 1
-    candidates = ((0.0, q), (lay.pp - r, q + (r > 0)), (last, q + (r > 0)))
+    # The first stage (the most microbatches in flight), the second (with the embedding's slot in the
+    # split it may hold more), the first of the longer stages, the last (the head and its logits).
+    candidates = tuple((stage, layers_on_stage(spec.num_layers, lay.pp, stage, ends))
+                       for stage in (0.0, np.minimum(1.0, last), np.minimum(lay.pp - r, last), last))
     reserve = machine.constants.get("hbm-reserve-fraction", 0.0) * machine.hbm_bytes
     # Bytes per parameter of each state (linear in the parameters): dense weights shard over the
     # dp x cp replicas, routed experts over expert data parallelism.
@@ -589,7 +612,8 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
     for stage, layers in candidates:
         dense, expert = lay.params_per_device(spec, layers, stage == 0, stage == last)
         weights, grads, optim = (dense * d + expert * e for d, e in zip(per_dense, per_expert))
-        acts = per_layer * in_flight_layers(layers, stage, lay.pp, sh.num_micro, c["interleave"])
+        acts = per_layer * in_flight_layers(layers, stage, lay.pp, sh.num_micro, c["interleave"],
+                                            ends & (np.asarray(stage) == 0))
         # The last stage: fp32 logits of its microbatch in flight, for the head and each MTP depth,
         # and the MTP blocks' activations.
         acts = acts + np.where(stage == last, 4.0 * sh.tokens * spec.vocab_size / lay.tp * (1 + spec.mtp_layers)
@@ -643,7 +667,9 @@ def _feasibility(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, me
         violate(~lay.folds, "ep x etp divides tp x cp x dp", lay.ep * lay.etp)
     violate(s % lay.cp != 0, "cp divides sequence", lay.cp)
     # Uneven splits are allowed (the longest stage holds ceil(L / pp) layers and sets the pace).
-    violate(lay.pp * v > spec.num_layers, "pp x interleave at most layers", lay.pp * v)
+    ends = np.asarray(c["ends_as_layers"], dtype=bool) & (lay.pp > 1)
+    violate(lay.pp * v > spec.num_layers + 2 * ends, "pp x interleave at most the layers (+ 2 with the ends as layers)",
+            lay.pp * v)
     violate((v > 1) & (sh.num_micro % lay.pp != 0), "interleaving needs microbatches divisible by pp", sh.num_micro)
     # Offload follows DeepSpeed: optimizer states with ZeRO >= 1 (ZeRO-Offload), gradients with
     # ZeRO >= 2 (partitioned before they leave) and with the optimizer states, parameters with
@@ -709,13 +735,15 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     sh = _shape(spec, machine, c, work)
     lay = sh.layout
     comp = _compute(spec, machine, c, sh, work, breakdown)
-    last_stage = lay.params_per_device(spec, sh.layers, lay.pp == 1, True)
-    comm = _communication(spec, machine, c, sh, comp, last_stage)
-    tail = _step_tail(spec, machine, c, sh, comp, last_stage)
+    busiest = lay.params_per_device(spec, comp.layers, lay.pp == 1, comp.last)
+    comm = _communication(spec, machine, c, sh, comp, busiest)
+    tail = _step_tail(spec, machine, c, sh, comp, busiest)
     mem = _memory(spec, machine, c, sh, work)
     code, shortfall, names = _feasibility(spec, machine, c, sh, mem, work)
 
-    exposed = _overlap(c, sh, comp, comm, tail, breakdown)
+    # TP-communication overlap runs only where the device has it (Machine.overlaps_tp_communication).
+    exposed = _overlap({**c, "tp_overlap": c["tp_overlap"] & machine.overlaps_tp_communication}, sh, comp, comm, tail,
+                       breakdown)
     per_micro = exposed.per_micro
     v = np.maximum(c["interleave"], 1)
     bubble = (lay.pp - 1) / v * per_micro                        # (p - 1) / v (Narayanan et al. Sec. 2.2)

@@ -22,13 +22,14 @@ from perfmodel.training import TrainWorkload
 RULES = (
     "tp x pp x dp x cp = devices",
     "tp within the scale-up domain, dividing the heads, and dividing or divided by the KV heads",
-    "pp x interleave at most the layers (uneven splits allowed); interleave > 1 only with pp > 1 and "
-    "microbatches divisible by pp",
+    "pp x interleave at most the layers, + 2 with the embedding and the loss as layers of the split (uneven splits "
+    "allowed); interleave > 1 only with pp > 1 and microbatches divisible by pp",
     "ep divides the routed experts; experts fold over each stage's tp x cp x dp devices with expert tensor "
     "parallelism etp = tp (ep divides dp x cp) or etp = 1 (ep divides tp x cp x dp) (MoE models only)",
     "cp divides the sequence length",
     "global batch divisible by micro-batch x dp",
-    "sequence parallelism only with tp > 1",
+    "sequence parallelism only with tp > 1; TP-communication overlap wherever sequence parallelism is on and the "
+    "device and framework have it (NVIDIA GPUs; it never makes a step slower: tests/properties)",
     "precision listed by the device",
     "each sharded state over a group of the dp x cp replicas inside one topology level (or all of them), weights "
     "within gradients within optimizer states; hpZ's secondary partition a smaller such group; hpZ, qwZ and qgZ "
@@ -67,6 +68,7 @@ class SpaceOptions:
     hsdp_zero: tuple[int, ...] = (1, 2, 3)         # ZeRO stages sub-group sharding is searched with
     shard_whole_cp: bool = False                   # sub-groups of whole cp groups only (torchtitan's device mesh)
     zeropp_with_groups: bool = True                # ZeRO++ also with sub-group sharding (DeepSpeed: flat ZeRO-3 only)
+    tp_overlap: bool = True                        # TP communication overlapped wherever sp and tp > 1 allow it
     dimensions: dict = field(default_factory=dict)  # filled by build_space for the report
 
 
@@ -135,7 +137,7 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     widest = max((sum(1 for z, *_ in schemes if z == stage) for schemes in stage_schemes.values()
                   for stage in options.zero_stages), default=1)
     declared = {"tp": len(tps), "pp": len(pps), "cp": len(cps), "ep": len(eps), "etp": len(etps),
-                "interleave": len(options.interleaves),
+                "interleave": len(options.interleaves), "ends as layers": 2,
                 "micro_batch": len(options.micro_batches), "zero": len(options.zero_stages),
                 "sharding (groups, hpZ, quantized collectives)": max(widest, 1),
                 "recompute": len(options.recomputes), "sp": 2, "precision": len(precisions),
@@ -149,15 +151,13 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
             if work.global_batch % (mb * dp):
                 continue
             micro = work.global_batch // (mb * dp)
-            for v in options.interleaves:
-                if v > 1 and (pp == 1 or micro % pp or pp * v > spec.num_layers):
-                    continue
-                if pp * v > spec.num_layers:
+            for v, ends in itertools.product(options.interleaves, (False, True) if pp > 1 else (False,)):
+                if (v > 1 and (pp == 1 or micro % pp)) or pp * v > spec.num_layers + 2 * ends:
                     continue
                 for ep, etp in itertools.product(eps, etps):
                     if (etp == 0 and (dp * cp) % ep) or (etp == 1 and (tp == 1 or (tp * dp * cp) % ep)):
                         continue
-                    rows.append((tp, pp, dp, cp, ep, etp, v, mb))
+                    rows.append((tp, pp, dp, cp, ep, etp, v, mb, ends))
     if not rows or not precisions:
         return {}, declared
     base = np.array(rows, dtype=np.int64)
@@ -173,13 +173,16 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     rep_base = np.repeat(base, counts, axis=0)
     rep_cheap = np.concatenate(per_row) if per_row else np.zeros((0, 10), dtype=np.int64)
     cols = {name: rep_base[:, i] for i, name in enumerate(("tp", "pp", "dp", "cp", "ep", "etp", "interleave",
-                                                             "micro_batch"))}
+                                                             "micro_batch", "ends_as_layers"))}
+    cols["ends_as_layers"] = cols["ends_as_layers"].astype(bool)
     cols.update(zero=rep_cheap[:, 0], shard=rep_cheap[:, 1], shard_grads=rep_cheap[:, 2],
                 shard_weights=rep_cheap[:, 3], hpz=rep_cheap[:, 4], qwz=rep_cheap[:, 5].astype(bool),
                 qgz=rep_cheap[:, 6].astype(bool), recompute=rep_cheap[:, 7], sp=rep_cheap[:, 8].astype(bool),
                 precision=rep_cheap[:, 9])
     keep = ~(cols["sp"] & (cols["tp"] == 1))          # sequence parallelism needs tp > 1
     cols = {k: v[keep] for k, v in cols.items()}
+    # A dominated choice (off) is not searched, where the device and the framework can overlap.
+    cols["tp_overlap"] = cols["sp"] & (options.tp_overlap and machine.overlaps_tp_communication)
     zeros = np.zeros(len(cols["tp"]), dtype=np.int64)
     cols.update(optimizer_place=zeros, grad_place=zeros, param_place=zeros, moe_imbalance=np.zeros(len(zeros)))
     return cols, declared

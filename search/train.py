@@ -111,7 +111,8 @@ class SearchResult:
     limits: dict | None = None          # when plans fit but the budget or power cap excludes all
 
 
-PLAN_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "interleave", "micro_batch", "zero", "recompute", "sp", "precision",
+PLAN_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "interleave", "ends_as_layers", "micro_batch", "zero", "recompute",
+               "sp", "tp_overlap", "precision",
                "optimizer_place", "grad_place", "param_place", "moe_imbalance", "shard", "shard_grads", "shard_weights",
                "hpz", "qwz", "qgz")
 
@@ -569,7 +570,8 @@ def _describe(row: dict, candidates) -> dict:
     plan = {k: row[k] for k in PLAN_FIELDS}
     plan["recompute"] = RECOMPUTE[int(plan["recompute"])]
     plan["precision"] = PRECISIONS[int(plan["precision"])]
-    plan["sp"] = bool(plan["sp"])
+    for key in ("sp", "tp_overlap", "ends_as_layers"):
+        plan[key] = bool(plan[key])
     plan["qwz"], plan["qgz"] = bool(plan["qwz"]), bool(plan["qgz"])
     plan["moe_imbalance"] = float(plan["moe_imbalance"])
     for key in ("optimizer_place", "grad_place", "param_place"):

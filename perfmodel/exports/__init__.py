@@ -30,6 +30,7 @@ class Capabilities:
     hsdp_zero: tuple[int, ...] = (1, 2, 3)     # ZeRO stages its sub-group sharding works with
     shard_whole_cp: bool = False               # sub-groups hold whole context-parallel groups (torchtitan's mesh)
     zeropp_with_groups: bool = True            # ZeRO++ with sub-group sharding too (DeepSpeed's: not with MiCS)
+    tp_overlap: bool = True                    # TP communication overlapped with the GEMMs (Megatron's userbuffers)
 
 
 # Megatron-LM / Megatron-Bridge: --optimizer-cpu-offload moves optimizer states to host DDR, with the
@@ -44,11 +45,13 @@ CAPABILITIES = {
                              sharding=("flat", "hsdp", "hfsdp")),
     "nemo": Capabilities(offload=(("optimizer_place", ("ddr",)),), offload_zero=(1,),
                          sharding=("flat", "hsdp", "hfsdp")),
-    "torchtitan": Capabilities(precisions=("bf16", "fp8"), sharding=("flat", "hsdp"), shard_whole_cp=True),
+    "torchtitan": Capabilities(precisions=("bf16", "fp8"), sharding=("flat", "hsdp"), shard_whole_cp=True,
+                               tp_overlap=False),
     "deepspeed": Capabilities(max_pp=1, max_cp=1, max_ep=1, precisions=("bf16", "fp16"),
                               offload=(("optimizer_place", ("ddr", "nvme")), ("grad_place", ("ddr", "nvme")),
                                        ("param_place", ("ddr", "nvme"))),
-                              sharding=("flat", "hsdp", "hpz", "qwz", "qgz"), hsdp_zero=(3,), zeropp_with_groups=False),
+                              sharding=("flat", "hsdp", "hpz", "qwz", "qgz"), hsdp_zero=(3,), zeropp_with_groups=False,
+                              tp_overlap=False),
 }
 
 

@@ -217,6 +217,8 @@ def _megatron_parallel(job: TrainJob) -> dict[str, object]:
                                 "--context-parallel-size": int(p.cp)}
     if p.interleave > 1:
         items["--num-virtual-stages-per-pipeline-rank"] = int(p.interleave)
+    if p.ends_as_layers and p.pp > 1:
+        items.update({"--account-for-embedding-in-pipeline-split": True, "--account-for-loss-in-pipeline-split": True})
     if p.sp and p.tp > 1:
         items["--sequence-parallel"] = True
     if job.spec.moe:
@@ -312,6 +314,8 @@ def nemo(job: TrainJob) -> dict[str, str]:
         "ddp.overlap_grad_reduce": bool(p.overlap_dp and p.dp > 1),
         "ddp.overlap_param_gather": bool(p.overlap_dp and p.dp > 1 and p.zero >= 1),
         "model.tp_comm_overlap": bool(p.tp_overlap and p.tp > 1),
+        "model.account_for_embedding_in_pipeline_split": True if p.ends_as_layers and p.pp > 1 else None,
+        "model.account_for_loss_in_pipeline_split": True if p.ends_as_layers and p.pp > 1 else None,
         "model.recompute_granularity": None if p.recompute == "none" else p.recompute}
     if p.recompute == "full":
         items.update({"model.recompute_method": "uniform", "model.recompute_num_layers": 1})
@@ -403,7 +407,8 @@ def torchtitan(job: TrainJob) -> dict[str, str]:
         parallelism.update({"pipeline_parallel_schedule": "Interleaved1F1B" if p.interleave > 1 else "1F1B",
                             "pipeline_parallel_microbatch_size": int(p.micro_batch)})
         if p.interleave > 1:
-            parallelism["pipeline_parallel_layers_per_stage"] = job.spec.num_layers // (pp * int(p.interleave))
+            ends = 2 if p.ends_as_layers else 0
+            parallelism["pipeline_parallel_layers_per_stage"] = (job.spec.num_layers + ends) // (pp * int(p.interleave))
     if job.spec.moe:
         parallelism.update({"expert_parallel_degree": int(p.ep), "expert_tensor_parallel_degree": job.etp})
     name, flavor = model

@@ -319,7 +319,7 @@ def test_plan_train_with_skewed_routing(capsys):
     assert data["best"]["plan"]["moe_imbalance"] >= 1.0
 
 
-@pytest.mark.parametrize("case_id", ["llama3-405b-8k-16384gpu", "megatron-t1-1008b", "cloudmatrix-decode-50ms"])
+@pytest.mark.parametrize("case_id", ["megatron-t2-ptdp-174.6b-768", "megatron-t1-1008b", "cloudmatrix-decode-50ms"])
 def test_validation_cases_give_the_same_number_at_the_cli(capsys, tmp_path, db, case_id):
     # `validate` predicts each case through the request its flags make; typing them gives the same number.
     import shlex

@@ -55,6 +55,18 @@ def test_prefill_tiles_follow_sequences_heads_and_query_blocks():
     assert t_spill > t_full
 
 
+def test_a_context_parallel_ring_runs_one_kernel_per_step():
+    # cp ranks pass K/V around a ring: each step is one FlashAttention call over the local queries and
+    # the arrived chunk, with its own launch and waves (the same FLOPs, more fixed costs).
+    k = AttentionKernel(**H100)
+    one = attention_core(8192.0, 4096.0, 4096.0, 4096.0, 4096.0, 2048.0, 32.0, 8.0)
+    ring = attention_core(8192.0, 4096.0, 4096.0, 4096.0, 4096.0, 2048.0, 32.0, 8.0, steps=8.0)
+    single = float(ops_time([one], {"attention": 600e12}, 3.35e12, attention=k).seconds["attention core"])
+    eight = float(ops_time([ring], {"attention": 600e12}, 3.35e12, attention=k).seconds["attention core"])
+    assert eight == pytest.approx(8 * float(k.prefill(ring.flops / 8, ring.bytes / 8, ring.attention.tiles)))
+    assert eight > single + 7 * 8e-6 * (1 - 1e-9)
+
+
 def test_flash_backward_is_two_and_a_half_forwards_and_unfused_attention_stays_a_roofline():
     k = AttentionKernel(**H100)
     flash = _gqa(2.0, 4096.0, 2048.0, False)

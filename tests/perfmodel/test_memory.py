@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from perfmodel.memory import (activation_bytes_per_layer, in_flight_layers, kv_cache_bytes_per_device,
-                              model_state_bytes, stage_layers)
+                              layers_on_stage, model_state_bytes, split_layers, stage_layers)
 from perfmodel.model import TransformerSpec
 from perfmodel.catalog import find_model
 
@@ -61,6 +61,25 @@ def test_in_flight_layers_follow_1f1b_and_the_interleaved_schedule():
 def test_uneven_stages_put_the_shorter_ones_first():
     q, r = stage_layers(126, 16)          # Llama 3 405B on 16 stages: 2 of 7 layers, then 14 of 8
     assert (q, r) == (7, 14)
+
+
+def test_the_embedding_and_the_loss_as_layers_of_the_split():
+    # Llama 3 405B, pp 16 (Dubey et al. 2024 Sec. 3.3.2): 126 layers + 2 slots = 8 per stage; the first
+    # and the last stage hold 7 layers (and the embedding, the head), the others 8.
+    assert tuple(float(x) for x in stage_layers(126, 16, ends=True)) == (8.0, 0.0)
+    assert tuple(float(x) for x in split_layers(126, 16, ends=True)) == (7.0, 8.0, 7.0)
+    assert sum(float(layers_on_stage(126, 16, i, ends=True)) for i in range(16)) == 126
+    # One stage: nothing to split, the flag changes nothing.
+    assert tuple(float(x) for x in split_layers(126, 1, ends=True)) == tuple(float(x) for x in split_layers(126, 1))
+
+
+def test_the_embedding_slot_holds_no_activations():
+    # Interleaved v 8 (one slot per chunk), p 16: stage 0's warm-up runs chunk 0 (the embedding only)
+    # for its first 16 microbatches and 15 of the next group: 143 chunks in flight, 31 of them empty.
+    assert in_flight_layers(7, 0, 16, 32, 8, embedding_slot=True) == pytest.approx(143 - 31)
+    assert in_flight_layers(7, 0, 16, 32, 8) == pytest.approx(143 * 7 / 8)
+    # 1F1B: p microbatches of the stage's layers, the embedding's slot empty in each.
+    assert in_flight_layers(7, 0, 16, 32, 1, embedding_slot=True) == pytest.approx(16 * 7)
 
 
 def test_no_dropout_and_fp8_inputs_keep_less():

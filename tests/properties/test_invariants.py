@@ -14,7 +14,8 @@ from perfmodel.catalog import builtin_models, find_model
 from perfmodel.collectives import (Topology, all_gather_time, reduce_scatter_time, ring_all_reduce_time,
                                    tree_all_reduce_time)
 from perfmodel.machine import build_machine
-from perfmodel.memory import activation_bytes_per_layer, kv_cache_bytes_per_device, model_state_bytes
+from perfmodel.memory import (activation_bytes_per_layer, kv_cache_bytes_per_device, layers_on_stage, model_state_bytes,
+                              split_layers)
 from perfmodel.power import device_power_w, run_cost
 from perfmodel.roofline import roofline
 from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving
@@ -192,6 +193,40 @@ def test_mfu_is_in_zero_one(db, name, tp, pp, system):
     r = estimate_training(spec, machine, TrainPlan(tp=tp, pp=pp, dp=64 // (tp * pp), zero=1, recompute="full"),
                           TrainWorkload(128, 2048))
     assert 0 < float(r.mfu) <= 1 and 0 < float(r.hfu) <= 1
+
+
+@given(layers=st.integers(1, 200), pp=st.integers(1, 64), ends=st.booleans())
+@example(layers=126, pp=16, ends=True)
+@example(layers=10, pp=2, ends=True)
+def test_a_pipeline_split_places_every_layer_once(layers, pp, ends):
+    # Every transformer layer sits on exactly one stage, whether or not the embedding and the loss take
+    # a slot; no stage holds a negative count, and the fullest headless stage is one of them.
+    assume(pp <= layers + 2 * ends)
+    counts = [float(layers_on_stage(layers, pp, i, ends)) for i in range(pp)]
+    assert sum(counts) == layers and min(counts) >= 0
+    first, headless, last = (float(x) for x in split_layers(layers, pp, ends))
+    assert (first, last) == (counts[0], counts[-1])
+    assert pp == 1 or headless == max(counts[:-1])
+
+
+@SLOW
+@given(name=dense_models, tp=st.sampled_from([2, 4, 8]), pp=st.sampled_from([1, 2, 4]), cp=st.sampled_from([1, 2]),
+       recompute=st.sampled_from(["none", "selective", "full"]), zero=st.sampled_from([1, 2, 3]),
+       system=st.sampled_from(["dgx-h100", "dgx-a100", "gb200-nvl72", "mi300x-8x"]), ends=st.booleans())
+@example(name="llama-3.1-70b", tp=8, pp=2, cp=1, recompute="none", zero=1, system="dgx-h100", ends=False)
+def test_an_overlap_the_framework_offers_never_slows_a_step(db, name, tp, pp, cp, recompute, zero, system, ends):
+    # TP-communication overlap (with sequence parallelism) hides TP collectives under GEMMs: never slower,
+    # and exactly as slow where the device cannot overlap (Machine.overlaps_tp_communication).
+    spec = find_model(name)
+    machine = build_machine(db, system, 64)
+    plan = dict(tp=tp, pp=pp, cp=cp, dp=64 // (tp * pp * cp), sp=True, recompute=recompute, zero=zero,
+                ends_as_layers=ends)
+    work = TrainWorkload(128, 4096)
+    off = float(estimate_training(spec, machine, TrainPlan(**plan, tp_overlap=False), work).step_time_s)
+    on = float(estimate_training(spec, machine, TrainPlan(**plan, tp_overlap=True), work).step_time_s)
+    assert on <= off * (1 + 1e-12)
+    if not machine.overlaps_tp_communication:
+        assert on == off
 
 
 @SLOW
