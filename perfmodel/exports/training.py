@@ -390,6 +390,9 @@ def torchtitan(job: TrainJob) -> dict[str, str]:
     p = job.plan
     if p.precision == "fp16":
         raise ExportError("torchtitan trains in bf16 or fp32 (training.mixed_precision_param); the plan uses fp16")
+    if p.tp_overlap and p.tp > 1:
+        raise ExportError("the torchtitan export does not write TP-communication overlap (the plan overlaps TP "
+                          "collectives with the GEMMs); use --export megatron or nemo")
     offloaded = {p.optimizer_place, p.grad_place, p.param_place} - {"hbm"}
     if offloaded and (offloaded != {"ddr"} or "hbm" in (p.optimizer_place, p.grad_place, p.param_place)):
         raise ExportError("torchtitan offloads weights, gradients and optimizer states together to host DDR "
@@ -477,6 +480,9 @@ def deepspeed(job: TrainJob) -> dict[str, str]:
             raise ExportError(f"DeepSpeed cannot take this plan from ds_config.json: {what}; use --export megatron")
     if p.precision == "fp8":
         raise ExportError("DeepSpeed's config has no fp8 training; use --export megatron or torchtitan")
+    if p.tp_overlap and p.tp > 1:
+        raise ExportError("DeepSpeed has no TP-communication overlap (the plan overlaps TP collectives with the "
+                          "GEMMs); use --export megatron or nemo")
     for place in (p.optimizer_place, p.grad_place, p.param_place):
         if place not in DEEPSPEED_DEVICES:
             raise ExportError(f"DeepSpeed offloads to cpu or nvme; the plan uses {place}")
