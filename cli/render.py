@@ -722,10 +722,9 @@ def _plan_text(q: dict) -> str:
     precision, offload."""
     expert_tp = f" etp{q['etp']}" if q.get("etp") else ""
     ends = "+ends" if q.get("ends_as_layers") else ""
+    sp = ("sp+overlap " if q.get("tp_overlap") else "sp ") if q["sp"] else ""
     text = (f"tp{q['tp']} pp{q['pp']}x{q['interleave']}{ends} dp{q['dp']} cp{q['cp']} ep{q['ep']}{expert_tp} "
-            f"mb{q['micro_batch']} "
-            f"zero{q['zero']}{_sharding_text(q)} {q['recompute']} {('sp+overlap ' if q.get('tp_overlap') else 'sp ') if q['sp'] else ''}"
-            f"{q['precision']}")
+            f"mb{q['micro_batch']} zero{q['zero']}{_sharding_text(q)} {q['recompute']} {sp}{q['precision']}")
     places = [f"{name}:{q[key]}" for key, name in (("optimizer_place", "opt"), ("grad_place", "grad"),
                                                     ("param_place", "param")) if q[key] != "hbm"]
     return text + (" offload " + ",".join(places) if places else "")
@@ -1310,8 +1309,9 @@ def place_experts(db, request, output) -> None:
              ("busiest device over its bound (worst layer)",
               f"{over_bound:.2%} (tolerance {best.load_tolerance:.2%}, or the load-first peak if higher)"),
              ("objective", best.objective), ("traffic assumption", SPLIT_ASSUMPTION),
-             ("decomposition", DECOMPOSITION), ("seconds", f"{best.work_s:.1f} deterministic, {best.seconds:.1f} by this machine's clock "
-                                                          f"(limit {time_limit:g} deterministic)")]
+             ("decomposition", DECOMPOSITION),
+             ("seconds", f"{best.work_s:.1f} deterministic, {best.seconds:.1f} by this machine's clock (limit "
+                         f"{time_limit:g} deterministic)")]
     if best.note:
         rows_.append(("note", best.note))
     console.print(_kv_table("evidence", rows_))

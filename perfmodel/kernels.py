@@ -37,9 +37,10 @@ MAX_SPLIT_K = 4
 SPLIT_K_DEPTH = 256
 _TILE_ROWS = np.array([tm for tm, _ in TILES], dtype=float)
 _TILE_COLS = np.array([tn for _, tn in TILES], dtype=float)
-# GemmKernel fields that may hold one value per plan (plans of several precisions in one call).
+# GemmKernel fields a GEMM's time reads that may hold one value per plan (plans of several
+# precisions in one call).
 PER_PLAN_FIELDS = ("peak", "bandwidth", "compute_fraction", "memory_fraction", "launch_s", "sharpness",
-                   "tile_overhead", "cast", "cast_launch_s")
+                   "tile_overhead", "cast")
 
 
 @dataclass(frozen=True)

@@ -129,15 +129,13 @@ def layers_on_stage(num_layers: int, pp, stage, ends=False):
 
 def split_layers(num_layers: int, pp, ends=False):
     """Transformer layers of (the first stage, the fullest stage without the LM head, the last
-    stage) under ``stage_layers``' split; the fullest headless stage is the first when there is
-    no other."""
+    stage) under ``stage_layers``' split. The stages before the last peak at the first, the second
+    (the first short stage past it) or the one before the last (the longest of the long ones)."""
     p = np.maximum(np.asarray(pp, dtype=float), 1.0)
-    q, r = stage_layers(num_layers, p, ends)
-    first, last = layers_on_stage(num_layers, p, 0, ends), layers_on_stage(num_layers, p, p - 1, ends)
-    # Stages strictly between the first and the last: long ones (q + 1 slots) when r >= 2, short
-    # ones (q) when the short stages reach past the first without being the last.
-    middle = np.where(r >= 2, q + 1.0, np.where((p - r >= 2) & ((r > 0) | (p >= 3)), q, 0.0))
-    return first, np.where(p > 1, np.maximum(middle, first), 0.0), last
+    on = lambda stage: layers_on_stage(num_layers, p, stage, ends)  # noqa: E731
+    before_last = np.maximum(p - 2.0, 0.0)
+    headless = np.maximum(np.maximum(on(0.0), on(np.minimum(1.0, before_last))), on(before_last))
+    return on(0.0), np.where(p > 1, headless, 0.0), on(p - 1.0)
 
 
 def in_flight_layers(layers, stage, pp, num_micro, interleave, embedding_slot=False):

@@ -209,6 +209,7 @@ class Shape:
     context: np.ndarray            # mean keys a query attends to (causal with flash)
     layers: np.ndarray             # layers of the last stage (it also runs the LM head)
     headless_layers: np.ndarray    # layers of the fullest stage without the head (memory.split_layers)
+    ends: np.ndarray               # the embedding and the loss take a pipeline slot each (pp > 1 only)
     moe_frac: float                # share of layers with routed experts
     imbalance: object              # busiest over mean expert load
     gemm_input_bytes: np.ndarray   # 1 for fp8 GEMMs (inputs cast and kept in fp8), else 2
@@ -278,7 +279,8 @@ def _shape(spec: TransformerSpec, machine: Machine, c: dict, work: TrainWorkload
     s = float(work.seq_len)
     flash = c["flash"].astype(bool)
     moe = spec.moe is not None
-    _, headless, last = split_layers(spec.num_layers, layout.pp, c["ends_as_layers"])
+    ends = np.asarray(c["ends_as_layers"], dtype=bool) & (layout.pp > 1)
+    _, headless, last = split_layers(spec.num_layers, layout.pp, ends)
     return Shape(
         layout=layout,
         num_micro=np.maximum(work.global_batch / (np.maximum(c["micro_batch"], 1) * layout.dp), 1.0),
@@ -288,6 +290,7 @@ def _shape(spec: TransformerSpec, machine: Machine, c: dict, work: TrainWorkload
         context=np.where(flash, spec.attended_context(s, causal=True), spec.attended_context(s)),
         layers=last,
         headless_layers=headless,
+        ends=ends,
         moe_frac=spec.moe_layers / spec.num_layers if moe else 0.0,
         imbalance=np.where(c["moe_imbalance"] > 0, c["moe_imbalance"],
                            machine.constants.get("moe-load-imbalance", 1.0)) if moe else 1.0,
@@ -596,7 +599,7 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
     mtp_acts = spec.mtp_layers * activation_bytes_per_layer(
         spec, s / lay.cp, mb, lay.tp, sp, recompute, flash=flash, moe_layer=spec.moe is not None,
         gemm_input_bytes=sh.gemm_input_bytes) if spec.mtp_layers else 0.0
-    ends = np.asarray(c["ends_as_layers"], dtype=bool) & (lay.pp > 1)
+    ends = sh.ends
     _, r = stage_layers(spec.num_layers, lay.pp, ends)
     last = lay.pp - 1
     # The first stage (the most microbatches in flight), the second (with the embedding's slot in the
@@ -667,8 +670,7 @@ def _feasibility(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, me
         violate(~lay.folds, "ep x etp divides tp x cp x dp", lay.ep * lay.etp)
     violate(s % lay.cp != 0, "cp divides sequence", lay.cp)
     # Uneven splits are allowed (the longest stage holds ceil(L / pp) layers and sets the pace).
-    ends = np.asarray(c["ends_as_layers"], dtype=bool) & (lay.pp > 1)
-    violate(lay.pp * v > spec.num_layers + 2 * ends, "pp x interleave at most the layers (+ 2 with the ends as layers)",
+    violate(lay.pp * v > spec.num_layers + 2 * sh.ends, "pp x interleave at most the layers (+ 2 with the ends as layers)",
             lay.pp * v)
     violate((v > 1) & (sh.num_micro % lay.pp != 0), "interleaving needs microbatches divisible by pp", sh.num_micro)
     # Offload follows DeepSpeed: optimizer states with ZeRO >= 1 (ZeRO-Offload), gradients with
