@@ -84,6 +84,29 @@ class GemmKernel:
         return _on_distinct(rows, m, n, k, in_bytes, weight_bytes, out_bytes, groups,
                             *(getattr(self, f) for f in per_plan))
 
+    def times(self, shapes: list[tuple]) -> list:
+        """``time`` of each of several GEMMs over the same plans, (m, n, k, in_bytes, weight_bytes,
+        out_bytes, groups) tuples, in one evaluation: the plans are grouped once by every shape's
+        values together, and each shape is timed on one plan per group (the same value per row as
+        one ``time`` call each)."""
+        per_plan = [f for f in PER_PLAN_FIELDS if np.ndim(getattr(self, f))]
+        values = [getattr(self, f) for f in per_plan]
+        arguments = [x for s in shapes for x in s] + values
+        shape = np.broadcast_shapes(*(np.shape(x) for x in arguments))
+        if len(shape) != 1 or len(shapes) < 2:
+            return [self.time(*s) for s in shapes]
+        # Few plans, or a grouping that failed its check: every plan is its own group.
+        first, inverse = distinct_rows(*arguments) or (np.arange(shape[0]), np.arange(shape[0]))
+        pick = lambda x: np.broadcast_to(x, inverse.shape)[first] if np.ndim(x) else x  # noqa: E731
+        columns = [np.empty((len(shapes), len(first))) for _ in range(7)]
+        for j, s in enumerate(shapes):
+            for column, x in zip(columns, s):
+                column[j] = pick(x)
+        columns = [c.ravel() for c in columns]
+        kernel = replace(self, **{f: np.tile(pick(v), len(shapes)) for f, v in zip(per_plan, values)})
+        timed = np.broadcast_to(kernel._time(*columns), (len(shapes) * len(first),))
+        return [part[inverse] for part in np.split(timed, len(shapes))]
+
     def _time(self, m, n, k, in_bytes, weight_bytes, out_bytes, groups):
         m, n, k, g = (np.asarray(x, dtype=float) for x in (m, n, k, groups))
         compute = self._compute(m, n, k, g)
@@ -196,6 +219,9 @@ class AttentionKernel:
         return self.launch_s + np.maximum(compute, memory)
 
 
+_HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+
+
 def distinct_rows(*args, least: int = 1024):
     """(first, inverse) such that row i of the broadcast 1-D arguments equals row first[inverse[i]],
     or None when there are fewer than ``least`` rows or the grouping fails its check. A search's
@@ -207,9 +233,11 @@ def distinct_rows(*args, least: int = 1024):
     if len(shape) != 1 or shape[0] < least:
         return None
     varying = [np.broadcast_to(a, shape) for a in arrays if a.ndim]
-    key = varying[0]
-    for i, c in enumerate(varying[1:], start=1):
-        key = key * (1.0 + 0.6180339887 * i) + c * (3.1415926535 + i)
+    # A 64-bit hash of each row's bit patterns (multiply and xor-shift, as splitmix64 mixes).
+    key = np.zeros(shape, dtype=np.uint64)
+    for c in varying:
+        key = (key ^ np.ascontiguousarray(c).view(np.uint64)) * _HASH_MULTIPLIER
+        key ^= key >> np.uint64(29)
     # np.unique's stable merge sort is 3x slower: any representative of a group will do.
     order = np.argsort(key)
     ordered = key[order]

@@ -130,6 +130,13 @@ class Machine:
         GEMM'). Elsewhere the collectives block, as in the frameworks' default."""
         return self.accelerator.vendor == "NVIDIA"
 
+    @property
+    def exchange_sm_share(self) -> float:
+        """Share of the SMs (CUs) the MoE exchange kernels hold while they overlap compute: the
+        constant ``exchange-sms``, at most half the device; 0 for a device without a unit count."""
+        units = float(self.accelerator.compute_units or 0)
+        return min(self.constants.get("exchange-sms", 0.0), units / 2.0) / units if units > 0 else 0.0
+
     def tier(self, kind_or_name: str) -> MemoryTier:
         """A memory tier below HBM by its kind (ddr, cxl, nvme, pooled) or memory name."""
         for t in self.memory_tiers:

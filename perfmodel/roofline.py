@@ -150,15 +150,13 @@ def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel 
     """
     seconds, bound, flops, backward, traffic = {}, {}, {}, {}, {}
     total, mean, back = 0.0, 0.0, 0.0
+    gemm_seconds = _gemm_seconds(ops, kernel, with_backward) if kernel is not None else {}
     for op in ops:
         work = op.flops * op.attention.padding if op.attention is not None else op.flops
         t, cb = roofline(work, op.bytes, rates[op.unit], bytes_per_s)
         b = 2.0 * t
         if kernel is not None and op.gemms:
-            x, w, y = op.element_bytes
-            t = sum(kernel.time(g.m, g.n, g.k, x, w, y, g.groups) for g in op.gemms)
-            b = sum(kernel.time(g.m, g.k, g.n, y, w, x, g.groups) + kernel.time(g.k, g.n, g.m, x, y, w, g.groups)
-                    for g in op.gemms) if with_backward else 0.0
+            t, b = gemm_seconds[op.name]
         elif op.attention is not None and np.any(op.attention.flash):
             a = op.attention
             if attention is not None and (attention.latent == a.latent or not (a.decode or attention.latent)):
@@ -172,6 +170,28 @@ def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel 
         if op.gemm:
             mean = mean + op.mean_flops
     return OpTimes(total, seconds, bound, flops, mean, backward, back, traffic)
+
+
+def _gemm_seconds(ops: list[Op], kernel: GemmKernel, with_backward: bool) -> dict:
+    """(forward, backward) kernel seconds of every operator that lists GEMMs, all timed in one
+    kernel evaluation: the forward M x K x N GEMM, and backward the data gradient (m x n by n x k)
+    and the weight gradient (k x m by m x n)."""
+    shapes, owners = [], []
+    for op in ops:
+        x, w, y = op.element_bytes
+        for g in op.gemms:
+            shapes.append((g.m, g.n, g.k, x, w, y, g.groups))
+            owners.append((op.name, 0))
+            if with_backward:
+                shapes += [(g.m, g.k, g.n, y, w, x, g.groups), (g.k, g.n, g.m, x, y, w, g.groups)]
+                owners += [(op.name, 1), (op.name, 1)]
+    out: dict = {op.name: [0.0, 0.0] for op in ops if op.gemms}
+    timed = iter(zip(owners, kernel.times(shapes) if shapes else []))
+    for (name, part), seconds in timed:
+        if part:                                    # data and weight gradients, summed as a pair
+            seconds = seconds + next(timed)[1]
+        out[name][part] = out[name][part] + seconds
+    return out
 
 
 def core_seconds(kernel: AttentionKernel, op: Op) -> np.ndarray:

@@ -18,7 +18,7 @@ Sec. 3.4 (prefill and decode deployments with EP and DP attention).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -130,6 +130,10 @@ class Phase:
         return self.ops.total + self.tp + self.ep + self.pp
 
 
+# A phase left out of an estimate (estimate_serving's ``phases``): no operators, 0 s.
+IDLE = Phase(OpTimes(0.0, {}, {}, {}, 0.0, {}, 0.0, {}), 0.0, 0.0, 0.0)
+
+
 @dataclass(frozen=True)
 class ServeMemory:
     """Bytes per device of the last stage, and the largest batch its KV cache allows."""
@@ -174,15 +178,45 @@ def _phase(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local
     exchange) of a half batch; an engine enables it only where that beats the whole batch in turn.
     In prefill the exchange kernels hold ``exchange-sms`` of the device's SMs, so the overlapped
     compute runs on the rest; decode's low-latency kernels hold none."""
-    ops, tp, ep, pp = _pass(spec, machine, inst, tokens_local, context, decode)
-    if spec.moe and overlap:
-        half_ops, _, half_ep, _ = _pass(spec, machine, inst, tokens_local / 2.0, context, decode)
-        units = float(machine.accelerator.compute_units or 0)
-        held = 0.0 if decode or units <= 0 else min(machine.constants.get("exchange-sms", 0.0), units / 2.0)
-        paired = 2.0 * np.maximum(half_ops.total * units / max(units - held, 1.0) if units else half_ops.total,
-                                  half_ep)
-        ep = np.maximum(np.minimum(ops.total + ep, paired) - ops.total, 0.0)
+    if not (spec.moe and overlap):
+        return Phase(*_pass(spec, machine, inst, tokens_local, context, decode))
+    # The whole batch and its half in one evaluation: every plan's row twice, stacked.
+    values = (tokens_local, context, *_instance_arrays(inst))
+    n = int(np.broadcast(*values).size)
+    tokens = np.broadcast_to(np.asarray(tokens_local, dtype=float), (n,))
+    stacked = _pass(spec, machine, _twice(inst, n), np.concatenate([tokens, tokens / 2.0]),
+                    np.tile(np.broadcast_to(np.asarray(context, dtype=float), (n,)), 2), decode)
+    # One plan given as scalars comes back as scalars.
+    whole, half = (0, 1) if all(np.ndim(x) == 0 for x in values) else (np.arange(n), n + np.arange(n))
+    ops, tp, ep, pp = (stacked[0].take(whole), *(_take(x, whole) for x in stacked[1:]))
+    half_ops, half_ep = stacked[0].take(half), _take(stacked[2], half)
+    held = 0.0 if decode else machine.exchange_sm_share
+    paired = 2.0 * np.maximum(half_ops.total / (1.0 - held), half_ep)
+    ep = np.maximum(np.minimum(ops.total + ep, paired) - ops.total, 0.0)
     return Phase(ops, tp, ep, pp)
+
+
+def _instance_arrays(inst: Instance) -> tuple:
+    """The per-plan values of an instance (arrays or scalars that broadcast)."""
+    lay = inst.layout
+    return (inst.batch, inst.local_batch, inst.layers, inst.imbalance, inst.mtp_drafts, lay.tp, lay.cp, lay.dp,
+            lay.pp, lay.ep, lay.etp)
+
+
+def _twice(inst: Instance, n: int) -> Instance:
+    """The instance with each of its ``n`` plans' rows twice, one copy after the other."""
+    def twice(x):
+        return np.tile(np.broadcast_to(np.asarray(x, dtype=float), (n,)), 2)
+    lay = inst.layout
+    return replace(inst, layout=Layout(tp=twice(lay.tp), cp=twice(lay.cp), dp=twice(lay.dp), pp=twice(lay.pp),
+                                       ep=twice(lay.ep), etp=twice(lay.etp)),
+                   batch=twice(inst.batch), local_batch=twice(inst.local_batch), layers=twice(inst.layers),
+                   imbalance=twice(inst.imbalance), mtp_drafts=twice(inst.mtp_drafts))
+
+
+def _take(x, rows):
+    """Rows ``rows`` of a per-plan value (a scalar stays itself)."""
+    return np.asarray(x)[rows] if np.ndim(x) else x
 
 
 def _pass(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local, context, decode: bool) -> tuple:
@@ -291,11 +325,14 @@ def _feasibility(spec: TransformerSpec, machine: Machine, inst: Instance, mem: S
     return binding, shortfall
 
 
-def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, work: ServeWorkload) -> ServeResult:
+def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, work: ServeWorkload,
+                     phases: tuple[str, ...] = ("prefill", "decode")) -> ServeResult:
     """TTFT, TPOT, memory, throughput, energy and cost of one instance configuration.
 
     Precisions are scalars per call (the search loops over the few precision combinations);
-    parallel degrees and batch broadcast as arrays.
+    parallel degrees and batch broadcast as arrays. ``phases`` names the phases to evaluate (the
+    serving search prices the prefill of one set of plans and the decode of another); a phase
+    left out takes 0 s, and whatever is derived from its time reads 0.
     """
     inst = _instance(spec, machine, plan)
     lay, pp = inst.layout, inst.layout.pp
@@ -305,7 +342,7 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
     # tokens are prefilled, attending to the whole prompt: the cached KV plus half the new tokens on average.
     cached = np.minimum(np.maximum(np.asarray(work.cached_len, dtype=float), 0.0), s_in - 1.0)
     prefill = _phase(spec, machine, inst, inst.local_batch * (s_in - cached), cached + (s_in - cached) / 2.0, False,
-                     overlap)
+                     overlap) if "prefill" in phases else IDLE
     # Pipeline: a prompt batch passes the pp stages in turn; each stage computes 1/pp of the layers.
     context = s_in + s_out / 2.0
     draft = np.asarray(plan.mtp_draft_tokens, dtype=float)
@@ -313,7 +350,8 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
     # Decode: pp microbatches of batch/pp in flight; each token passes all pp stages per step.
     # With multi-token prediction a step checks 1 + draft tokens and emits per_step of them
     # (DeepSeek-V3 Technical Report, Sec. 2.2 and 5.4.3).
-    decode = _phase(spec, machine, inst, inst.local_batch / pp * (1.0 + draft), context, True, overlap)
+    decode = _phase(spec, machine, inst, inst.local_batch / pp * (1.0 + draft), context, True, overlap) \
+        if "decode" in phases else IDLE
     # Under a power cap each phase runs at the highest clock its power allows (perfmodel.power):
     # compute-bound prefill slows, memory-bound decode rarely does.
     cap = None if plan.power_cap_w is None else np.asarray(plan.power_cap_w, dtype=float)
@@ -349,12 +387,13 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
     binding, shortfall = _feasibility(spec, machine, inst, mem, kv_place, kv_tier, weight_place, weight_tier)
 
     devices = lay.devices
-    prefill_tps = inst.batch * s_in / ttft / devices
-    decode_tps = inst.batch / tpot / devices
+    over = lambda x, seconds: np.where(seconds > 0, x / np.where(seconds > 0, seconds, 1.0), 0.0)  # noqa: E731
+    prefill_tps = over(inst.batch * s_in, ttft) / devices
+    decode_tps = over(inst.batch, tpot) / devices
     power = phase_power_w(machine, works["decode"], dec_clock, step_time / pp) + machine.overhead_w_per_device
     prefill_power = phase_power_w(machine, works["prefill"], pre_clock, ttft / pp) + machine.overhead_w_per_device
-    energy = power * machine.constants.get("pue", 1.0) / decode_tps
-    cost = run_cost(machine, power) / 3600.0 / decode_tps * 1e6
+    energy = over(power * machine.constants.get("pue", 1.0), decode_tps)
+    cost = over(run_cost(machine, power) / 3600.0, decode_tps) * 1e6
     return ServeResult(
         ttft_s=ttft, tpot_s=tpot, ep_per_token_s=pp * decode.ep / per_step,
         prefill_components={"compute": pp * prefill.ops.total, "tp communication": pp * prefill.tp,

@@ -25,6 +25,9 @@ import numpy as np
 # The fewest-devices objective breaks ties by power: this weight keeps power from ever outweighing
 # one device (a fleet draws far less than 10^9 W).
 DEVICE_TIE_BREAK = 1e-9
+# How a fleet was solved (FleetSolution.method).
+PROGRAM = "CP-SAT integer program"
+COVERING = "exact covering program (dynamic programming over the rate's integer units)"
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class FleetSolution:
     decode: tuple[tuple[int, int], ...] = ()        # (decode option, instances), instances >= 1
     status: str = "FEASIBLE"
     gap: float = 0.0
+    method: str = PROGRAM
 
     def counts(self, instance: FleetInstance) -> list[tuple[int, int]]:
         return [(self.front, instance.options[self.front]["instances"])] + list(self.decode)
@@ -162,7 +166,89 @@ def _rate_weights(counts: list[int]) -> tuple[list[int], int]:
     return [whole // n for n in counts], whole
 
 
+# The covering program runs when the rate's integer units (the lcm of the decode counts) are at
+# most this many: its table has one entry per unit.
+COVER_UNITS = 1 << 17
+
+
 def solve(instance: FleetInstance, max_deterministic_time: float = 20.0) -> FleetSolution | None:
+    """The cheapest fleet: by the exact covering program when the instance has no limit beyond the
+    rate (no device, power, budget, per-system or owned-device term) and the rate's integer units
+    are few; otherwise by the integer program (CP-SAT). None when no fleet is feasible."""
+    if not (instance.max_devices is not None or instance.power_cap_w is not None
+            or instance.budget_usd_per_hour is not None or instance.limits or instance.owned):
+        try:
+            weights, whole = _rate_weights([o["instances"] for o in instance.options if o["role"] == "decode"] or [1])
+        except OverflowError:
+            whole = COVER_UNITS + 1
+        if whole <= COVER_UNITS:
+            return solve_by_covering(instance)
+    return solve_program(instance, max_deterministic_time)
+
+
+def solve_by_covering(instance: FleetInstance) -> FleetSolution | None:
+    """The fleet without side limits, exactly, by dynamic programming (Martello and Toth,
+    "Knapsack Problems", 1990, Sec. 3.1, the bounded knapsack recursion, here covering a demand):
+    after a prefill option p, the cheapest decode counts carrying at least the whole rate in
+    integer units (sum n_d w_d >= W, as the integer program counts it) over the options that take
+    p's KV cache. cost[u] is the least cost carrying at least u units, built one option and one
+    count at a time; ties keep the earlier option and the smaller count. Every pick is the exact
+    minimum of its objective in floating point: OPTIMAL, with no rounding gap."""
+    opts = instance.options
+    value = [instance.per_instance(i) for i in range(len(opts))]
+    usable = [i for i, v in enumerate(value) if np.isfinite(v)]
+    dec = [i for i in usable if opts[i]["role"] == "decode"]
+    weights, whole = _rate_weights([opts[d]["instances"] for d in dec] or [1])
+    weight = dict(zip(dec, weights))
+    takes: dict[int, list[int]] = {}
+    for p, d, _ in instance.handover:
+        if d in weight:
+            takes.setdefault(p, []).append(d)
+    covers: dict[tuple, tuple[float, tuple]] = {}
+
+    def cover(options: tuple) -> tuple[float, tuple]:
+        """(least cost, decode counts) carrying the whole rate over ``options`` (inf: none)."""
+        cost = np.full(whole + 1, np.inf)
+        cost[0] = 0.0
+        units = np.arange(whole + 1)
+        picks = []
+        for d in options:
+            best, count = cost.copy(), np.zeros(whole + 1, dtype=np.int64)
+            for k in range(1, opts[d]["instances"] + 1):
+                tried = cost[np.maximum(units - k * weight[d], 0)] + k * value[d]
+                better = tried < best
+                best, count = np.where(better, tried, best), np.where(better, k, count)
+            picks.append(count)
+            cost = best
+        if not np.isfinite(cost[whole]):
+            return np.inf, ()
+        counts, u = [], whole
+        for d, count in zip(reversed(options), reversed(picks)):
+            k = int(count[u])
+            if k:
+                counts.append((d, k))
+                u = max(u - k * weight[d], 0)
+        return float(cost[whole]), tuple(sorted(counts))
+
+    best, pick = np.inf, None
+    for i in usable:
+        role = opts[i]["role"]
+        if role == "decode":
+            continue
+        front = value[i] * opts[i]["instances"]
+        decode: tuple = ()
+        if role == "prefill":
+            options = tuple(sorted(set(takes.get(i, ()))))
+            if options not in covers:
+                covers[options] = cover(options)
+            rest, decode = covers[options]
+            front += rest
+        if front < best:
+            best, pick = front, FleetSolution(i, decode, "OPTIMAL", 0.0, COVERING)
+    return pick
+
+
+def solve_program(instance: FleetInstance, max_deterministic_time: float = 20.0) -> FleetSolution | None:
     """The fleet program (CP-SAT): pick one colocated or prefill option; decode counts n_d in
     [0, N_d] carry the rate after a prefill pick; only KV-compatible pairs; devices, power and
     budget are linear limits; minimize the objective. None when no fleet is feasible.

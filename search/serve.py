@@ -289,7 +289,8 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
             tp=both[:, 0], pp=both[:, 1], dp_attention=both[:, 2], ep=both[:, 3], batch=both[:, 2], weight_precision=wp,
             activation_precision=ap, kv_precision=kvp, moe_imbalance=np.tile(skew, 2), weight_place=w_place,
             mtp_draft_tokens=options.mtp_draft_tokens, mtp_acceptance=options.mtp_acceptance,
-            power_cap_w=options.device_power_cap_w), ServeWorkload(n_in, 1, demand.cached_share * n_in))
+            power_cap_w=options.device_power_cap_w), ServeWorkload(n_in, 1, demand.cached_share * n_in),
+            phases=("prefill",))
             for w_place in weight_places}
         for place, w_place in itertools.product(places, weight_places):
             pre, both = prefill[w_place], np.tile(grid, (2, 1))
@@ -300,7 +301,7 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
                              mtp_acceptance=options.mtp_acceptance)
             dec = estimate_serving(spec, machine, plan, ServeWorkload(
                 stacked((demand.input_len.p50, demand.input_len.p90), n_grid),
-                stacked((2 * demand.output_len.p50, 2 * demand.output_len.p90), n_grid)))
+                stacked((2 * demand.output_len.p50, 2 * demand.output_len.p90), n_grid)), phases=("decode",))
             d50, d90 = np.arange(n_grid), n_grid + np.arange(n_grid)
             for name, values in (("tp", grid[:, 0]), ("pp", grid[:, 1]), ("dpa", grid[:, 2]), ("ep", grid[:, 3]),
                                  ("batch", grid[:, 4]), ("devices", grid[:, 0] * grid[:, 1] * grid[:, 2]),
@@ -455,10 +456,7 @@ def search_serving(spec: TransformerSpec, db: Database, systems: list[str], dema
     evidence = ServeEvidence(
         configurations=configurations, feasible_configurations=feasible_configs, pool_options=len(options_list),
         pairs_checked=pairs_checked, infeasible_by_constraint=dict(sorted(counter.items())),
-        solver="vectorized evaluation of instance configurations; fewest instances by bisection on monotone "
-               "SLOs; CP-SAT integer program over pools (colocated, or a prefill pool and a decode pool that "
-               "may mix hardware kinds, with the KV transfer between them); every returned and listed fleet "
-               "re-checked from the instance alone",
+        solver=_solver_text(fleet.PROGRAM),
         status="INFEASIBLE", gap=0.0, seconds=0.0)
     if not options_list:
         evidence.seconds = time.perf_counter() - started
@@ -471,6 +469,8 @@ def search_serving(spec: TransformerSpec, db: Database, systems: list[str], dema
                         + "); or use --pricing owned, or --objective energy or devices")
     singles = single_pool_solutions(instance)
     best = fleet.solve(instance)
+    if best is not None:
+        evidence.solver = _solver_text(best.method)
     best, evidence.status, evidence.gap = _checked_best(instance, best, singles)
     evidence.seconds = time.perf_counter() - started
     if best is None:
@@ -571,6 +571,12 @@ def owned_savings(machines: dict, options: ServeSearchOptions) -> tuple[tuple[st
                             f"devices against; give --price {name}=USD_PER_DEVICE_HOUR")
         out.append((name, count, max(market - float(owned_device_usd_per_hour(machine, power, value)), 0.0)))
     return tuple(out)
+
+
+def _solver_text(method: str) -> str:
+    return ("vectorized evaluation of instance configurations; fewest instances by bisection on monotone SLOs; "
+            f"{method} over pools (colocated, or a prefill pool and a decode pool that may mix hardware kinds, "
+            "with the KV transfer between them); every returned and listed fleet re-checked from the instance alone")
 
 
 def _checked_best(instance: FleetInstance, best: FleetSolution | None, listed: list[FleetSolution]):

@@ -38,9 +38,17 @@ class Vendored:
 
 @lru_cache(maxsize=None)
 def vendored(framework: str) -> Vendored:
+    """The framework's vendored argument table, parsed once per change of its file (hardware_db.cache)."""
+    from perfmodel.hardware_db.cache import cached
+
+    path = FLAGS_DIR / f"{FILES[framework]}.yaml"
+    return cached(f"flags-{FILES[framework]}", [Path(__file__)], [path], lambda: _parse(path), Vendored)
+
+
+def _parse(path: Path) -> Vendored:
     from perfmodel.hardware_db.files import read_yaml
 
-    data = read_yaml(FLAGS_DIR / f"{FILES[framework]}.yaml")
+    data = read_yaml(path)
     table = {"names": data.get("names") or {}, "keys": data.get("keys") or {}}
     if data.get("kind") == "keys":  # a config-file framework lists its dotted keys under names
         table = {"names": {}, "keys": {**table["names"], **table["keys"]}}

@@ -193,8 +193,9 @@ def test_power_capping_lets_a_facility_hold_more_devices(capsys):
     assert cap["devices_capped"] == cap["devices_uncapped"]
     assert cap["demand_per_budget_vs_tdp"] == pytest.approx(1.30, rel=0.25)
     laid = cap["uncapped_optimum_under_cap"]
-    assert laid["tpot_p90_slowdown"] == pytest.approx(1.0, abs=0.05)
-    assert laid["ttft_p99_slowdown"] > 1.0
+    # Decode steps slow at most by the prefill they share a colocated pool with (a decode pool's own
+    # steps do not slow at all); prompts, compute-bound, slow far more.
+    assert 1.0 <= laid["tpot_p90_slowdown"] <= 1.15 < laid["ttft_p99_slowdown"]
     assert main(["estimate", "serve", "--power-cap-w", "30"]) == 2
 
 

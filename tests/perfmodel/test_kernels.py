@@ -109,6 +109,30 @@ def test_distinct_rows_are_exact():
     assert distinct_rows(a[:10], b[:10]) is None          # small inputs are evaluated directly
 
 
+def test_distinct_rows_keep_apart_rows_whose_columns_trade_off():
+    """Rows whose columns trade off exactly (a + b equal, a x b equal) stay distinct groups."""
+    a = np.tile(np.arange(1.0, 65.0), 32)
+    b = 65.0 - a
+    first, inverse = distinct_rows(a, b, a * b)
+    assert len(first) == 64 and np.array_equal(a[first][inverse], a) and np.array_equal(b[first][inverse], b)
+
+
+@pytest.mark.parametrize("per_plan", [False, True])
+def test_several_gemms_at_once_equal_each_alone(per_plan):
+    """``times`` over a pass's GEMMs gives each the same seconds, to the bit, as its own ``time``
+    call, with plans of one precision or of several (per-plan kernel fields)."""
+    rng = np.random.default_rng(3)
+    rows = 3000
+    tokens, tp = rng.choice([1.0, 7.5, 64.0, 512.0, 8192.0], rows), rng.choice([1.0, 2.0, 8.0], rows)
+    kernel = GemmKernel(**H100, cast=1.0) if not per_plan else GemmKernel(**{
+        **H100, "peak": np.where(tp > 1, 1979e12, 989.4e12), "cast": (tp > 1) * 1.0})
+    shapes = [(tokens, 3 * 8192 / tp, 8192.0, 2.0, 2.0, 2.0, 1.0), (tokens, 8192.0, 8192 / tp, 1.0, 1.0, 2.0, 1.0),
+              (tokens / 4, 2048.0, 7168.0, 1.0, 1.0, 2.0, 8.0), (2.0, 512.0, 4096.0, 2.0, 2.0, 2.0, 1.0)]
+    together = kernel.times(shapes)
+    for shape, seconds in zip(shapes, together):
+        assert np.array_equal(np.broadcast_to(kernel.time(*shape), (rows,)), np.broadcast_to(seconds, (rows,)))
+
+
 def test_calibrate_without_a_source_is_a_one_line_error(capsys):
     from perfmodel.cli.app import main
 

@@ -122,3 +122,26 @@ def test_power_by_phase_and_under_a_cap(h100, name, tp):
         previous = capped
     assert np.all(previous.tpot_s / free.tpot_s - 1 <= (previous.ttft_s / free.ttft_s - 1) + 1e-9)
     assert float(previous.ttft_s[-1] / free.ttft_s[-1]) > 1.05   # a 300 W cap slows a 700 W GPU's prefill
+
+
+@pytest.mark.parametrize("model, system, overlap", [("deepseek-v3", "dgx-h100", True), ("llama-3.1-70b", "dgx-h100", False)])
+def test_one_phase_alone_equals_its_share_of_the_whole(db, model, system, overlap):
+    """The serving search prices prefill and decode apart (``phases``): each alone gives the whole
+    estimate's own numbers for it, over many plans (MoE two-batch overlap included), and the phase
+    left out reads 0 s with finite throughput, energy and cost."""
+    spec, machine = find_model(model), build_machine(db, system, 16)
+    tp, dpa = np.array([8.0, 4.0, 2.0, 1.0]), np.array([2.0, 4.0, 8.0, 16.0])
+    plan = ServePlan(tp=tp, dp_attention=dpa, ep=np.full(4, 16.0 if spec.moe else 1.0), batch=dpa * 16,
+                     weight_precision="fp8", kv_precision="fp8", overlap_comm=overlap)
+    work = ServeWorkload(np.array([512.0, 2048.0, 4096.0, 1024.0]), 512)
+    whole = estimate_serving(spec, machine, plan, work)
+    prefill = estimate_serving(spec, machine, plan, work, phases=("prefill",))
+    decode = estimate_serving(spec, machine, plan, work, phases=("decode",))
+    assert np.array_equal(prefill.ttft_s, whole.ttft_s) and np.array_equal(decode.tpot_s, whole.tpot_s)
+    assert np.array_equal(decode.power_w, whole.power_w) and np.array_equal(prefill.prefill_power_w,
+                                                                           whole.prefill_power_w)
+    assert np.all(prefill.tpot_s == 0) and np.all(decode.ttft_s == 0)
+    for r in (prefill, decode):
+        for values in (r.energy_per_token_j, r.cost_per_million_tokens_usd, r.prefill_tokens_per_s_per_device,
+                       r.decode_tokens_per_s_per_device):
+            assert np.all(np.isfinite(values))

@@ -36,13 +36,18 @@ def test_fleet_program_matches_brute_force(db, rate, objective, tpot_ms, max_dev
         pools.options = [o for o in pools.options if o["role"] != "decode"] + keep
     instance, _ = fleet_instance(spec, demand, pools.options, pools.machines, slo_of(demand), options)
     expected = brute_force_fleet(instance)
-    best = fleet.solve(instance)
-    if not np.isfinite(expected):
-        assert best is None
-        return
-    assert fleet.check(instance, best) == []
-    assert best.status == "OPTIMAL" and best.gap < 1e-6
-    assert fleet.totals(instance, best).objective == pytest.approx(expected, rel=1e-7)
+    # Both exact solvers: the integer program always, the covering program where it applies.
+    solvers = [fleet.solve_program] + ([fleet.solve_by_covering] if max_devices is None and budget is None else [])
+    for solve in solvers:
+        best = solve(instance)
+        if not np.isfinite(expected):
+            assert best is None
+            continue
+        assert fleet.check(instance, best) == []
+        assert best.status == "OPTIMAL" and best.gap < 1e-6
+        assert fleet.totals(instance, best).objective == pytest.approx(expected, rel=1e-7)
+    assert fleet.solve(instance).method == (fleet.COVERING if len(solvers) == 2 else fleet.PROGRAM) \
+        if np.isfinite(expected) else True
 
 
 def _option(role, instances, devices_per_instance, power_w, usd):
@@ -59,9 +64,26 @@ def test_capacity_is_exact_not_rounded_down():
     assert fleet.check(instance, fleet.FleetSolution(0, ((1, 3),))) == []
     assert fleet.check(instance, fleet.FleetSolution(0, ((1, 2),))) != []       # two thirds of the rate
     assert fleet.check(instance, fleet.FleetSolution(0, ((1, 2), (2, 3)))) == []  # 2/3 + 3/7 >= 1
-    best = fleet.solve(instance)
-    assert best.decode == ((1, 3),) and fleet.totals(instance, best).devices == 4
-    assert brute_force_fleet(instance) == pytest.approx(fleet.totals(instance, best).objective)
+    for solve in (fleet.solve_program, fleet.solve_by_covering):
+        best = solve(instance)
+        assert best.decode == ((1, 3),) and fleet.totals(instance, best).devices == 4
+        assert brute_force_fleet(instance) == pytest.approx(fleet.totals(instance, best).objective)
+
+
+@pytest.mark.parametrize("objective", ["cost", "energy", "devices"])
+def test_covering_program_matches_brute_force_on_mixed_decode_counts(objective):
+    """Decode options of co-prime instance counts (3, 5, 7: 105 rate units), only some taking each
+    prefill option's KV: the covering program's fleet equals brute force and the integer program."""
+    opts = (_option("prefill", 2, 2, 900.0, 6.0), _option("prefill", 1, 8, 2500.0, 20.0),
+            _option("decode", 3, 1, 3000.0, 3.3), _option("decode", 5, 2, 4500.0, 8.0),
+            _option("decode", 7, 1, 6300.0, 6.5), _option("colocated", 4, 8, 30000.0, 70.0))
+    instance = fleet.FleetInstance(options=opts, objective=objective,
+                                   handover=((0, 2, 0.0), (0, 3, 0.0), (1, 3, 0.0), (1, 4, 0.0)))
+    covering, program = fleet.solve_by_covering(instance), fleet.solve_program(instance)
+    assert fleet.check(instance, covering) == [] and covering.method == fleet.COVERING
+    value = fleet.totals(instance, covering).objective
+    assert value == pytest.approx(brute_force_fleet(instance), rel=1e-12)
+    assert value == pytest.approx(fleet.totals(instance, program).objective, rel=1e-6)
 
 
 def test_no_listed_fleet_beats_the_best(db):
