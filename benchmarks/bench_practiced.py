@@ -9,11 +9,12 @@ choose: either a real improvement or a model error, to be read case by case. Eac
 the step-time terms (compute, each exposed transfer, the pipeline bubble, the optimizer) that
 separate the two plans most, published minus pick, so that the mechanism to check is explicit.
 
-    python benchmarks/bench_practiced.py
+    python benchmarks/bench_practiced.py [ID-SUBSTRING ...]     (only the cases whose id contains one)
 """
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -32,8 +33,9 @@ DATA = Path(__file__).parents[1] / "tests" / "data" / "practiced_training.yaml"
 def _label(plan: dict) -> str:
     ends = "e" if plan.get("ends_as_layers") else ""
     overlap = "+o" if plan.get("tp_overlap") else ""
+    ep_overlap = "+o" if plan.get("ep_overlap") else ""
     return (f"tp{plan['tp']}{overlap} pp{plan['pp']}x{plan['interleave']}{ends} dp{plan['dp']} cp{plan['cp']} "
-            f"ep{plan['ep']} mb{plan['micro_batch']} z{plan['zero']} {plan['recompute']} {plan['precision']}")
+            f"ep{plan['ep']}{ep_overlap} mb{plan['micro_batch']} z{plan['zero']} {plan['recompute']} {plan['precision']}")
 
 
 def _separating(published, pick, terms: int = 2) -> str:
@@ -43,12 +45,14 @@ def _separating(published, pick, terms: int = 2) -> str:
     return ", ".join(f"{k} {v:+.2f}" for k, v in top if abs(v) > 1e-3)
 
 
-def main() -> None:
+def main(only: list[str]) -> None:
     db = load_database()
     print(f"{'configuration':34s} {'published plan':46s} {'pred. step':>10s} {'search pick (same precision)':46s}"
           f" {'step':>8s} {'ratio':>6s} {'any precision':>13s} {'s':>5s}")
     ratios = []
     for config in yaml.safe_load(DATA.read_text())["configs"]:
+        if only and not any(part in config["id"] for part in only):
+            continue
         spec = find_model(config["model"])
         work = TrainWorkload(config["global_batch"], config["seq_len"])
         machine = build_machine(db, config["system"], config["devices"])
@@ -78,4 +82,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

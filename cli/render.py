@@ -446,7 +446,9 @@ def _estimate_train_tables(spec, machine, plan, work, report, db=None) -> None:
                   f"{', embedding and loss as layers' if plan.ends_as_layers else ''}), dp {plan.dp}, cp {plan.cp}, "
                   f"ep {plan.ep}, micro-batch {plan.micro_batch}, zero {plan.zero}{_sharding_text(vars(plan))}, "
                   f"recompute {plan.recompute}, sp {'on' if plan.sp else 'off'}"
-                  f"{', TP overlap' if plan.tp_overlap and plan.sp else ''}, {plan.precision}", markup=False)
+                  f"{', TP overlap' if plan.tp_overlap and plan.sp else ''}"
+                  f"{', EP exchange overlapped' if plan.ep_overlap and plan.ep > 1 else ''}, {plan.precision}",
+                  markup=False)
     run = report["run"]
     low, high = report["step_time_range_s"]
     rows = [("step time", f"{_seconds(report['step_time_s'])} (range {_span(low, high)})"),
@@ -723,6 +725,7 @@ def _plan_text(q: dict) -> str:
     expert_tp = f" etp{q['etp']}" if q.get("etp") else ""
     ends = "+ends" if q.get("ends_as_layers") else ""
     sp = ("sp+overlap " if q.get("tp_overlap") else "sp ") if q["sp"] else ""
+    expert_tp += "+overlap" if q.get("ep_overlap") else ""
     text = (f"tp{q['tp']} pp{q['pp']}x{q['interleave']}{ends} dp{q['dp']} cp{q['cp']} ep{q['ep']}{expert_tp} "
             f"mb{q['micro_batch']} zero{q['zero']}{_sharding_text(q)} {q['recompute']} {sp}{q['precision']}")
     places = [f"{name}:{q[key]}" for key, name in (("optimizer_place", "opt"), ("grad_place", "grad"),

@@ -38,7 +38,7 @@ def model_state_bytes(params, dp, zero, weight_bytes=WEIGHT_BYTES, grad_bytes=GR
     return Sharding.of(zero, dp).state_bytes(params, weight_bytes, grad_bytes, optimizer_bytes)
 
 
-def activation_coefficients(spec: TransformerSpec, moe_layer: bool, gemm_input_bytes=2.0):
+def activation_coefficients(spec: TransformerSpec, moe_layer: bool, gemm_input_bytes=2.0, modules=False):
     """Per-layer activation bytes in units of s*b*h, split as Korthikanti et al. Table 2 does:
     (replicated under TP unless SP, sharded by TP, attention-core multiplier of a*s/h).
 
@@ -50,6 +50,12 @@ def activation_coefficients(spec: TransformerSpec, moe_layer: bool, gemm_input_b
     for the backward pass (1 byte), and the attention output then has an fp8 copy beside the bf16
     one the attention kernel keeps. For GPT (plain 4h MLP, MHA, dropout, bf16) this gives
     (10, 24, 5), the paper's numbers.
+
+    With ``modules`` (Recompute.MODULES) the backward recomputes the norms, MLA's up-projections
+    and the MoE activation from what stays: the norm outputs are not kept in 16 bits (an fp8
+    GEMM's cast input still is), MLA keeps its query and KV latents (bf16) instead of Q, K and V,
+    and an MoE layer drops its activation's output, the last GEMM's input (DeepSeek-V3 report Sec.
+    3.2.3; Megatron-Core's output-discarding checkpoints of layernorm, mla_up_proj and moe_act).
     """
     h = spec.hidden_size
     g = np.asarray(gemm_input_bytes, dtype=float)
@@ -62,15 +68,20 @@ def activation_coefficients(spec: TransformerSpec, moe_layer: bool, gemm_input_b
         q_w = ctx_w = spec.num_heads * spec.dim_head / h
         kv_w = spec.kv_heads * spec.dim_head / h
     # Q, K, V and the attention output in bf16; an fp8 copy of the output as the projection's input.
-    attention = 2 * q_w + 4 * kv_w + 2 * ctx_w + np.where(g < 2, g * ctx_w, 0.0)
+    qkv = 2 * q_w + 4 * kv_w
+    if modules and spec.mla:      # the latents the up-projections are recomputed from
+        qkv = 2.0 * ((spec.mla.q_lora_rank or 0) + spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) / h
+    attention = qkv + 2 * ctx_w + np.where(g < 2, g * ctx_w, 0.0)
     per_f = (4.0 if spec.mlp == "gated" else 2.0) + g    # first GEMM's outputs (bf16) + last GEMM's input
     if moe_layer and spec.moe:
         f = spec.moe.expert_ffn_hidden_size * (spec.moe.top_k + spec.moe.num_shared_experts)
+        per_f = per_f - (g if modules else 0.0)          # moe_act: the activation's output is recomputed
         mlp = per_f * f / h + g * spec.moe.top_k        # + the dispatched copies of the tokens
     else:
         mlp = per_f * spec.ffn_hidden_size / h
     dropout = 1.0 if spec.dropout else 0.0
-    replicated = 2.0 + g + 2.0 + g + 2.0 * dropout      # norm inputs, GEMM inputs, dropout masks
+    gemm_inputs = np.where(g < 2, 2.0 * g, 0.0) if modules else 2.0 * g   # norm outputs recomputed, fp8 casts kept
+    replicated = 2.0 + 2.0 + gemm_inputs + 2.0 * dropout     # norm inputs, GEMM inputs, dropout masks
     core = (5.0 if spec.dropout else 2.0) * spec.num_heads / h   # softmax output (+ mask and dropout output)
     return replicated, attention + mlp, core
 
@@ -87,19 +98,23 @@ def activation_bytes_per_layer(spec: TransformerSpec, seq, micro_batch, tp, sp, 
     t = np.maximum(np.asarray(tp, dtype=float), 1.0)
     sp = np.asarray(sp, dtype=bool)
     rep, shard, core = activation_coefficients(spec, moe_layer, gemm_input_bytes)
+    lean_rep, lean_shard, _ = activation_coefficients(spec, moe_layer, gemm_input_bytes, modules=True)
     core_term = np.where(np.asarray(flash, dtype=bool), 0.0, core * seq / t)
     replicated = np.where(sp, rep / t, rep)
     recompute = np.asarray(recompute)
-    kept = np.where(recompute == Recompute.NONE, replicated + shard / t + core_term,
-                    np.where(recompute == Recompute.SELECTIVE, replicated + shard / t,
-                             2.0 / np.where(sp, t, 1.0)))
+    kept = np.select([recompute == Recompute.NONE, recompute == Recompute.SELECTIVE, recompute == Recompute.MODULES],
+                     [replicated + shard / t + core_term, replicated + shard / t,
+                      np.where(sp, lean_rep / t, lean_rep) + lean_shard / t], 2.0 / np.where(sp, t, 1.0))
     return sbh * kept
 
 
-def stage_layers(num_layers: int, pp, ends=False):
+def stage_layers(num_layers: int, pp, ends=False, mtp_slots=0):
     """(q, r): the pipeline's slots = q x pp + r; the last r stages hold q + 1 slots, the first
     pp - r hold q. A slot is a layer, except that with ``ends`` (and pp > 1) the embedding and the
-    loss each take one, on the first and the last stage.
+    loss each take one, on the first and the last stage, and each multi-token-prediction depth one
+    more on the last (Megatron-Bridge's DeepSeek-V3 layout 'Et|(tt|)*30mL': embedding and one
+    layer, thirty chunks of two layers, then MTP and loss as a chunk of two slots;
+    scripts/performance/run_script.py, v0.1.0rc4).
 
     Shorter stages go first, where 1F1B keeps the most microbatches in flight (Megatron-Core sets
     them with --decoder-first-pipeline-num-layers). ``ends`` is Megatron-LM's
@@ -109,7 +124,7 @@ def stage_layers(num_layers: int, pp, ends=False):
     last stage has only output projection and loss calculation' (Dubey et al. 2024, Sec. 3.3.2).
     """
     p = np.maximum(np.asarray(pp, dtype=float), 1.0)
-    slots = num_layers + 2.0 * _ends(ends, p)
+    slots = num_layers + (2.0 + mtp_slots) * _ends(ends, p)
     q = np.floor(slots / p)
     return q, slots - q * p
 
@@ -119,20 +134,20 @@ def _ends(ends, pp):
     return (np.asarray(ends, dtype=bool) & (np.asarray(pp, dtype=float) > 1)).astype(float)
 
 
-def layers_on_stage(num_layers: int, pp, stage, ends=False):
+def layers_on_stage(num_layers: int, pp, stage, ends=False, mtp_slots=0):
     """Transformer layers of pipeline stage ``stage`` under ``stage_layers``' split."""
     p = np.maximum(np.asarray(pp, dtype=float), 1.0)
-    q, r = stage_layers(num_layers, p, ends)
+    q, r = stage_layers(num_layers, p, ends, mtp_slots)
     i, e = np.asarray(stage, dtype=float), _ends(ends, p)
-    return q + (i >= p - r) - e * (i == 0) - e * (i == p - 1)
+    return q + (i >= p - r) - e * (i == 0) - e * (1.0 + mtp_slots) * (i == p - 1)
 
 
-def split_layers(num_layers: int, pp, ends=False):
+def split_layers(num_layers: int, pp, ends=False, mtp_slots=0):
     """Transformer layers of (the first stage, the fullest stage without the LM head, the last
     stage) under ``stage_layers``' split. The stages before the last peak at the first, the second
     (the first short stage past it) or the one before the last (the longest of the long ones)."""
     p = np.maximum(np.asarray(pp, dtype=float), 1.0)
-    on = lambda stage: layers_on_stage(num_layers, p, stage, ends)  # noqa: E731
+    on = lambda stage: layers_on_stage(num_layers, p, stage, ends, mtp_slots)  # noqa: E731
     before_last = np.maximum(p - 2.0, 0.0)
     headless = np.maximum(np.maximum(on(0.0), on(np.minimum(1.0, before_last))), on(before_last))
     return on(0.0), np.where(p > 1, headless, 0.0), on(p - 1.0)

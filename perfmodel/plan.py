@@ -15,11 +15,14 @@ from perfmodel.hardware_db.errors import SpecError, UnknownNameError
 
 class Recompute(IntEnum):
     """Activation recomputation (Korthikanti et al. 2022, Sec. 5): nothing, the attention core, or
-    every layer from its input."""
+    every layer from its input; or MODULES, the attention core with the norms, MLA's
+    up-projections and the MoE activation (DeepSeek-V3 report Sec. 3.2.3 and 3.3.2; Megatron-Core's
+    selective --recompute-modules core_attn layernorm mla_up_proj moe_act)."""
 
     NONE = 0
     SELECTIVE = 1
     FULL = 2
+    MODULES = 3
 
 
 class Place(IntEnum):

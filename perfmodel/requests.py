@@ -127,6 +127,8 @@ class TrainRequest:
     overlap: str = option("framework", "none (every transfer exposed), framework (as Megatron-LM and DeepSpeed "
                                        "schedule them) or ideal (all under compute).", choices=OVERLAP)
     tp_overlap: bool = option(False, "Megatron's TP-communication overlap with the GEMMs (needs --sp).")
+    ep_overlap: bool = option(False, "The MoE dispatch and combine under another microbatch's compute (Megatron's "
+                                     "--overlap-moe-expert-parallel-comm, DeepSeek's DualPipe; needs --ep 2 or more).")
     moe_imbalance: float = option(0.0, MOE_IMBALANCE_HELP)
     pricing: str = option("cloud", PRICING_HELP, choices=PRICING)
     price: tuple[str, ...] = option((), PRICE_HELP)
@@ -152,6 +154,9 @@ class TrainRequest:
         if self.tp_overlap and self.tp > 1 and not machine.overlaps_tp_communication:
             raise SpecError(f"--tp-overlap needs Transformer Engine's userbuffers, built for NVIDIA GPUs; "
                             f"{machine.accelerator.name} is {machine.accelerator.vendor}'s")
+        if self.ep_overlap and (not spec.moe or self.ep < 2):
+            raise SpecError("--ep-overlap overlaps the expert exchange: it needs an MoE model and --ep 2 or more"
+                            + ("" if spec.moe else f"; {spec.name} has no experts"))
         for name in ("offload_optimizer", "offload_grads", "offload_params"):
             if getattr(self, name) != "hbm":
                 for kind in INTERLEAVED.get(getattr(self, name), (getattr(self, name),)):
@@ -164,6 +169,7 @@ class TrainRequest:
                          optimizer_place=self.offload_optimizer, grad_place=self.offload_grads,
                          param_place=self.offload_params, flash=self.attention == "flash",
                          overlap_dp=self.dp_overlap, overlap=self.overlap, tp_overlap=self.tp_overlap,
+                         ep_overlap=self.ep_overlap,
                          moe_imbalance=self.moe_imbalance, shard=self.shard or 0, shard_grads=self.shard_grads or 0,
                          shard_weights=self.shard_weights or 0, hpz=self.hpz or 0, qwz=self.qwz, qgz=self.qgz)
         self._check_sharding(dp * self.cp)
@@ -201,7 +207,8 @@ class TrainRequest:
             ep=plan["ep"], etp=plan["etp"] or None, interleave=plan["interleave"],
             ends_as_layers=bool(plan.get("ends_as_layers", False)), micro_batch=plan["micro_batch"],
             zero=plan["zero"], recompute=plan["recompute"], sp=plan["sp"] or plan["tp"] == 1,
-            tp_overlap=bool(plan.get("tp_overlap", False)), precision=plan["precision"],
+            tp_overlap=bool(plan.get("tp_overlap", False)), ep_overlap=bool(plan.get("ep_overlap", False)),
+            precision=plan["precision"],
             offload_optimizer=plan["optimizer_place"], offload_grads=plan["grad_place"],
             offload_params=plan["param_place"], moe_imbalance=plan["moe_imbalance"],
             shard=plan.get("shard") or None, shard_grads=plan.get("shard_grads") or None,

@@ -76,6 +76,7 @@ class TrainPlan:
     overlap_dp: object = True         # bucketed gradient reduction overlapped with backward
     overlap: object = "framework"     # see plan.Overlap
     tp_overlap: object = False        # Megatron's TP-communication overlap (with sequence parallelism)
+    ep_overlap: object = False        # MoE dispatch and combine under another microbatch's compute (see _overlap)
     moe_imbalance: object = 0.0       # busiest over mean EP device load; 0: the named constant
     shard: object = 0                 # replica ranks ZeRO shards its states over (0: all dp x cp; see sharding)
     shard_grads: object = 0           # ... the gradients over (0: as the optimizer states)
@@ -280,7 +281,7 @@ def _shape(spec: TransformerSpec, machine: Machine, c: dict, work: TrainWorkload
     flash = c["flash"].astype(bool)
     moe = spec.moe is not None
     ends = np.asarray(c["ends_as_layers"], dtype=bool) & (layout.pp > 1)
-    _, headless, last = split_layers(spec.num_layers, layout.pp, ends)
+    _, headless, last = split_layers(spec.num_layers, layout.pp, ends, spec.mtp_layers)
     return Shape(
         layout=layout,
         num_micro=np.maximum(work.global_batch / (np.maximum(c["micro_batch"], 1) * layout.dp), 1.0),
@@ -353,6 +354,7 @@ def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: 
         dense, moe, head, mtp = (t.take(inverse) if t is not None else None
                                  for t in _layer_times(spec, machine, *picked, keep_bytes=breakdown))
     recompute = c["recompute"]
+    up_share = _mla_up_share(spec)
 
     def stage(layers, ends: tuple) -> tuple[OpTimes, np.ndarray]:
         """A stage's forward of ``layers`` layers and ``ends`` (the head and MTP), and its recompute."""
@@ -360,8 +362,10 @@ def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: 
         if moe is not None:
             parts.append(moe.scaled(layers * sh.moe_frac))
         forward = merge(*parts, *ends)
-        again = np.where(recompute == Recompute.FULL, sum(p.total for p in parts),
-                         np.where(recompute == Recompute.SELECTIVE, forward.seconds["attention core"], 0.0))
+        core = forward.seconds["attention core"]
+        lean = core + forward.seconds["norms and activations"] + up_share * forward.seconds["qkv projection"]
+        again = np.select([recompute == Recompute.FULL, recompute == Recompute.SELECTIVE,
+                           recompute == Recompute.MODULES], [sum(p.total for p in parts), core, lean], 0.0)
         return forward, again
 
     forward, recompute_s = stage(sh.layers, (head, *([mtp] if mtp else [])))
@@ -378,10 +382,22 @@ def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: 
     attention_flops = dense.flops["attention core"] * spec.num_layers
     per_micro = lay.stage_devices * sh.num_micro
     model_flops = per_micro * 3.0 * (layer_flops + head.mean_flops + (mtp.mean_flops if mtp else 0.0))
-    again = np.where(recompute == Recompute.FULL, layer_flops,
-                     np.where(recompute == Recompute.SELECTIVE, attention_flops, 0.0))
+    up_flops = up_share * dense.flops["qkv projection"] * spec.num_layers
+    again = np.select([recompute == Recompute.FULL, recompute == Recompute.SELECTIVE, recompute == Recompute.MODULES],
+                      [layer_flops, attention_flops, attention_flops + up_flops], 0.0)
     return Compute(forward, layers, last, recompute_s, forward.total + forward.backward_total + recompute_s,
                    model_flops, model_flops + per_micro * again)
+
+
+def _mla_up_share(spec: TransformerSpec) -> float:
+    """Share of the QKV projection's FLOPs that MLA's up-projections take (the rest: the fused
+    down-projection of the query and KV latents); 0 without MLA."""
+    if not spec.mla:
+        return 0.0
+    m = spec.mla
+    down = spec.hidden_size * ((m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim)
+    qkv = spec.attention_params - spec.num_heads * m.v_head_dim * spec.hidden_size
+    return float(max(1.0 - down / qkv, 0.0))
 
 
 def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, comp: Compute,
@@ -514,7 +530,7 @@ def _step_tail(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, comp
     return StepTail(dp, dp_overlap, gradients_out + grad_io, optimizer, on_device, weights_back)
 
 
-def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepTail,
+def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepTail, held: float = 0.0,
              breakdown: bool = True) -> Exposure:
     """What each transfer leaves exposed, with every compute window spent once.
 
@@ -528,6 +544,14 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     window add up on it, so a faster device or format never makes a step slower. None: every
     transfer exposed. Ideal: every transfer under the whole compute (T_lower = max, as the
     scaling book writes it; T_upper = sum is ``none``).
+
+    With ``ep_overlap`` the dispatch and combine of one microbatch run under another's compute
+    (Megatron-Core's --overlap-moe-expert-parallel-comm, forward of one microbatch against the
+    backward of the previous; DeepSeek-V3's DualPipe, DeepSeek-AI 2024, Sec. 3.2.1). The exchange
+    kernels hold ``exchange-sms`` of the SMs while they run (Sec. 3.2.2), so the rest of the
+    microbatch runs on fewer SMs for that long: the pair takes max(A, X + A h), A the exchange, X
+    everything else, h the held share; never more than X + A. A pipeline's first microbatch has
+    none before it to pair with and pays A in full.
     """
     mode = c["overlap"]
     compute = comp.per_micro_s
@@ -540,8 +564,10 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     # backward (--no-dp-overlap) they also block compute.
     reduce_hidden = comm.zero3_reduce * tail.dp_overlap
     network = comm.zero3 - first + comm.zero3_reduce
-    main = np.maximum(others, tp_hidden) + np.maximum(attention, comm.cp) + (comm.tp - tp_hidden) + comm.ep \
+    rest = np.maximum(others, tp_hidden) + np.maximum(attention, comm.cp) + (comm.tp - tp_hidden) \
         + (comm.zero3_reduce - reduce_hidden)
+    ep_exposed = _exposed_exchange(c, sh, comm.ep, rest, held)
+    main = rest + ep_exposed
     framework = first + np.maximum(main, np.maximum(network, comm.param_fetch))
     transfers = {"tp": comm.tp, "ep": comm.ep, "cp": comm.cp, "zero3": comm.zero3 + comm.zero3_reduce,
                  "param": comm.param_fetch}
@@ -550,7 +576,7 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     per_micro = np.select([mode == Overlap.NONE, mode == Overlap.IDEAL], [none, ideal], framework)
 
     micro = _attribution(mode, compute, attention, others, comm, tp_hidden, first, reduce_hidden, main, network,
-                         transfers, ideal) if breakdown else {}
+                         transfers, ideal, ep_exposed) if breakdown else {}
     pp = np.where(mode == Overlap.IDEAL, 0.0, comm.pp)
 
     # Once per step: the reduction on the network and the host transfers run side by side.
@@ -567,13 +593,23 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
                                            "host": np.where(none_mode, tail.host, host_exposed)})
 
 
+def _exposed_exchange(c: dict, sh: Shape, exchange, rest, held: float):
+    """Per microbatch, what the MoE dispatch and combine (``exchange``, s) add to the rest of the
+    microbatch (``rest``, s): all of it, or with ``ep_overlap`` max(A, X + A h) - X on all but a
+    pipeline's first microbatch (see _overlap); ``held`` the exchange kernels' share of the SMs."""
+    overlapped = c["ep_overlap"].astype(bool) & (sh.layout.ep > 1)
+    paired = np.maximum(exchange, rest + exchange * held) - rest
+    share = np.where(overlapped, (sh.num_micro - 1.0) / np.maximum(sh.num_micro, 1.0), 0.0)
+    return exchange - share * (exchange - paired)
+
+
 def _attribution(mode, compute, attention, others, comm, tp_hidden, first, reduce_hidden, main, network,
-                 transfers, ideal) -> dict[str, np.ndarray]:
+                 transfers, ideal, ep_exposed) -> dict[str, np.ndarray]:
     """Which transfer each exposed second belongs to, for the breakdown (the totals are _overlap's)."""
     prefetch = np.maximum(main, np.maximum(network, comm.param_fetch)) - main
     gathers_lead = network >= comm.param_fetch
     framework = {"tp": (comm.tp - tp_hidden) + np.maximum(tp_hidden - others, 0.0),
-                 "cp": np.maximum(comm.cp - attention, 0.0), "ep": comm.ep,
+                 "cp": np.maximum(comm.cp - attention, 0.0), "ep": ep_exposed,
                  "zero3": first + (comm.zero3_reduce - reduce_hidden) + np.where(gathers_lead, prefetch, 0.0),
                  "param": np.where(gathers_lead, 0.0, prefetch)}
     largest = np.argmax(np.stack(np.broadcast_arrays(*transfers.values())), axis=0)
@@ -600,11 +636,11 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
         spec, s / lay.cp, mb, lay.tp, sp, recompute, flash=flash, moe_layer=spec.moe is not None,
         gemm_input_bytes=sh.gemm_input_bytes) if spec.mtp_layers else 0.0
     ends = sh.ends
-    _, r = stage_layers(spec.num_layers, lay.pp, ends)
+    _, r = stage_layers(spec.num_layers, lay.pp, ends, spec.mtp_layers)
     last = lay.pp - 1
     # The first stage (the most microbatches in flight), the second (with the embedding's slot in the
     # split it may hold more), the first of the longer stages, the last (the head and its logits).
-    candidates = tuple((stage, layers_on_stage(spec.num_layers, lay.pp, stage, ends))
+    candidates = tuple((stage, layers_on_stage(spec.num_layers, lay.pp, stage, ends, spec.mtp_layers))
                        for stage in (0.0, np.minimum(1.0, last), np.minimum(lay.pp - r, last), last))
     reserve = machine.constants.get("hbm-reserve-fraction", 0.0) * machine.hbm_bytes
     # Bytes per parameter of each state (linear in the parameters): dense weights shard over the
@@ -670,8 +706,10 @@ def _feasibility(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, me
         violate(~lay.folds, "ep x etp divides tp x cp x dp", lay.ep * lay.etp)
     violate(s % lay.cp != 0, "cp divides sequence", lay.cp)
     # Uneven splits are allowed (the longest stage holds ceil(L / pp) layers and sets the pace).
-    violate(lay.pp * v > spec.num_layers + 2 * sh.ends, "pp x interleave at most the layers (+ 2 with the ends as layers)",
-            lay.pp * v)
+    violate(lay.pp * v > spec.num_layers + (2 + spec.mtp_layers) * sh.ends,
+            "pp x interleave at most the pipeline's slots (the layers; with the ends as layers 2 and the MTP depths "
+            "more)", lay.pp * v)
+    violate(sh.layers < 0, "the last stage has a slot for the loss and each MTP depth", -sh.layers)
     violate((v > 1) & (sh.num_micro % lay.pp != 0), "interleaving needs microbatches divisible by pp", sh.num_micro)
     # Offload follows DeepSpeed: optimizer states with ZeRO >= 1 (ZeRO-Offload), gradients with
     # ZeRO >= 2 (partitioned before they leave) and with the optimizer states, parameters with
@@ -745,7 +783,7 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
 
     # TP-communication overlap runs only where the device has it (Machine.overlaps_tp_communication).
     exposed = _overlap({**c, "tp_overlap": c["tp_overlap"] & machine.overlaps_tp_communication}, sh, comp, comm, tail,
-                       breakdown)
+                       machine.exchange_sm_share, breakdown)
     per_micro = exposed.per_micro
     v = np.maximum(c["interleave"], 1)
     bubble = (lay.pp - 1) / v * per_micro                        # (p - 1) / v (Narayanan et al. Sec. 2.2)

@@ -147,7 +147,8 @@ class PlanTrainRequest:
         return SpaceOptions(precisions=runnable, max_pp=can.max_pp, max_cp=min(can.max_cp or 16, 16),
                             max_ep=can.max_ep, offload_parts=can.offload, offload_zero=can.offload_zero,
                             sharding=families, hsdp_zero=can.hsdp_zero, shard_whole_cp=can.shard_whole_cp,
-                            zeropp_with_groups=can.zeropp_with_groups, tp_overlap=can.tp_overlap)
+                            zeropp_with_groups=can.zeropp_with_groups, tp_overlap=can.tp_overlap,
+                            ep_overlap=can.ep_overlap, recomputes=can.recomputes)
 
 
 def device_candidates(db, systems: list[str], devices: list[int] | None, max_devices: int | None):

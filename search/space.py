@@ -14,6 +14,7 @@ import numpy as np
 
 from perfmodel.hardware_db.schema import PRECISIONS
 from perfmodel.machine import Machine
+from perfmodel.memory import layers_on_stage
 from perfmodel.plan import RECOMPUTE
 from perfmodel.model import TransformerSpec
 from perfmodel.plan import PLACES
@@ -69,6 +70,7 @@ class SpaceOptions:
     shard_whole_cp: bool = False                   # sub-groups of whole cp groups only (torchtitan's device mesh)
     zeropp_with_groups: bool = True                # ZeRO++ also with sub-group sharding (DeepSpeed: flat ZeRO-3 only)
     tp_overlap: bool = True                        # TP communication overlapped wherever sp and tp > 1 allow it
+    ep_overlap: bool = True                        # the MoE exchange overlapped wherever Megatron-Core allows it
     dimensions: dict = field(default_factory=dict)  # filled by build_space for the report
 
 
@@ -129,6 +131,9 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     eps = ([e for e in _divisors(n) if spec.moe.num_experts % e == 0 and e <= (options.max_ep or n)]
            if spec.moe else [1])
     precisions = [p for p in options.precisions if machine.supports(p)]
+    # Recomputing the norms, MLA's up-projections and the MoE activation saves memory only where
+    # there is MLA or MoE; elsewhere it is selective recomputation at a higher price.
+    recomputes = [r for r in options.recomputes if r != "modules" or spec.mla or spec.moe]
     etps = (0, 1) if spec.moe else (0,)          # 0: expert TP = tp (Megatron's default); 1: experts unsplit
     # Every (tp, cp, replicas) a layout can have, with its (zero, sharding) choices.
     keys = {(tp, cp, n // (tp * pp)) for tp, cp, pp in itertools.product(tps, cps, pps) if n % (tp * cp * pp) == 0}
@@ -140,7 +145,7 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
                 "interleave": len(options.interleaves), "ends as layers": 2,
                 "micro_batch": len(options.micro_batches), "zero": len(options.zero_stages),
                 "sharding (groups, hpZ, quantized collectives)": max(widest, 1),
-                "recompute": len(options.recomputes), "sp": 2, "precision": len(precisions),
+                "recompute": len(recomputes), "sp": 2, "precision": len(precisions),
                 "offload (optimizer x gradients x parameters)": len(options.offload_places) ** 3}
     rows = []
     for tp, cp, pp in itertools.product(tps, cps, pps):
@@ -152,7 +157,9 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
                 continue
             micro = work.global_batch // (mb * dp)
             for v, ends in itertools.product(options.interleaves, (False, True) if pp > 1 else (False,)):
-                if (v > 1 and (pp == 1 or micro % pp)) or pp * v > spec.num_layers + 2 * ends:
+                if (v > 1 and (pp == 1 or micro % pp)) or pp * v > spec.num_layers + (2 + spec.mtp_layers) * ends \
+                        or (ends and spec.mtp_layers and layers_on_stage(spec.num_layers, pp, pp - 1, ends,
+                                                                         spec.mtp_layers) < 0):
                     continue
                 for ep, etp in itertools.product(eps, etps):
                     if (etp == 0 and (dp * cp) % ep) or (etp == 1 and (tp == 1 or (tp * dp * cp) % ep)):
@@ -161,7 +168,7 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     if not rows or not precisions:
         return {}, declared
     base = np.array(rows, dtype=np.int64)
-    cheap = np.array(list(itertools.product([RECOMPUTE.index(r) for r in options.recomputes], (0, 1),
+    cheap = np.array(list(itertools.product([RECOMPUTE.index(r) for r in recomputes], (0, 1),
                                             [PRECISIONS.index(p) for p in precisions])), dtype=np.int64)
     # Per (tp, replicas): every (zero, sharding) choice times every (recompute, sp, precision), zero-major.
     tables = {}
@@ -183,9 +190,18 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     cols = {k: v[keep] for k, v in cols.items()}
     # A dominated choice (off) is not searched, where the device and the framework can overlap.
     cols["tp_overlap"] = cols["sp"] & (options.tp_overlap and machine.overlaps_tp_communication)
+    cols["ep_overlap"] = ep_overlap_allowed(cols) & options.ep_overlap
     zeros = np.zeros(len(cols["tp"]), dtype=np.int64)
     cols.update(optimizer_place=zeros, grad_place=zeros, param_place=zeros, moe_imbalance=np.zeros(len(zeros)))
     return cols, declared
+
+
+def ep_overlap_allowed(cols: dict):
+    """Where Megatron-Core (core_v0.15.0 to core_v0.19.0, TransformerConfig.__post_init__) runs the
+    MoE exchange under compute (--overlap-moe-expert-parallel-comm): expert parallelism, no full
+    recomputation, and a virtual pipeline whenever the pipeline has more than one stage."""
+    return (np.asarray(cols["ep"]) > 1) & (np.asarray(cols["recompute"]) != RECOMPUTE.index("full")) \
+        & ((np.asarray(cols["pp"]) == 1) | (np.asarray(cols["interleave"]) > 1))
 
 
 def declared_size(declared: dict[str, int]) -> int:

@@ -112,7 +112,7 @@ class SearchResult:
 
 
 PLAN_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "interleave", "ends_as_layers", "micro_batch", "zero", "recompute",
-               "sp", "tp_overlap", "precision",
+               "sp", "tp_overlap", "ep_overlap", "precision",
                "optimizer_place", "grad_place", "param_place", "moe_imbalance", "shard", "shard_grads", "shard_weights",
                "hpz", "qwz", "qgz")
 
@@ -570,7 +570,7 @@ def _describe(row: dict, candidates) -> dict:
     plan = {k: row[k] for k in PLAN_FIELDS}
     plan["recompute"] = RECOMPUTE[int(plan["recompute"])]
     plan["precision"] = PRECISIONS[int(plan["precision"])]
-    for key in ("sp", "tp_overlap", "ends_as_layers"):
+    for key in ("sp", "tp_overlap", "ep_overlap", "ends_as_layers"):
         plan[key] = bool(plan[key])
     plan["qwz"], plan["qgz"] = bool(plan["qwz"]), bool(plan["qgz"])
     plan["moe_imbalance"] = float(plan["moe_imbalance"])

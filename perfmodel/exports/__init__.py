@@ -31,6 +31,8 @@ class Capabilities:
     shard_whole_cp: bool = False               # sub-groups hold whole context-parallel groups (torchtitan's mesh)
     zeropp_with_groups: bool = True            # ZeRO++ with sub-group sharding too (DeepSpeed's: not with MiCS)
     tp_overlap: bool = True                    # TP communication overlapped with the GEMMs (Megatron's userbuffers)
+    ep_overlap: bool = True                    # the MoE exchange under compute (Megatron's 1F1B all-to-all overlap)
+    recomputes: tuple[str, ...] = ("none", "selective", "full", "modules")   # the recomputation it expresses
 
 
 # Megatron-LM / Megatron-Bridge: --optimizer-cpu-offload moves optimizer states to host DDR, with the
@@ -46,12 +48,12 @@ CAPABILITIES = {
     "nemo": Capabilities(offload=(("optimizer_place", ("ddr",)),), offload_zero=(1,),
                          sharding=("flat", "hsdp", "hfsdp")),
     "torchtitan": Capabilities(precisions=("bf16", "fp8"), sharding=("flat", "hsdp"), shard_whole_cp=True,
-                               tp_overlap=False),
+                               tp_overlap=False, ep_overlap=False, recomputes=("none", "selective", "full")),
     "deepspeed": Capabilities(max_pp=1, max_cp=1, max_ep=1, precisions=("bf16", "fp16"),
                               offload=(("optimizer_place", ("ddr", "nvme")), ("grad_place", ("ddr", "nvme")),
                                        ("param_place", ("ddr", "nvme"))),
                               sharding=("flat", "hsdp", "hpz", "qwz", "qgz"), hsdp_zero=(3,), zeropp_with_groups=False,
-                              tp_overlap=False),
+                              tp_overlap=False, ep_overlap=False),
 }
 
 

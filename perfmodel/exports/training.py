@@ -211,13 +211,42 @@ def _megatron_model(spec, seq_len: int) -> dict[str, object]:
     return items
 
 
+def pipeline_layout(job: TrainJob) -> str | None:
+    """Megatron-Core's --pipeline-model-parallel-layout for a plan whose split counts the
+    embedding, the loss and each multi-token-prediction depth as a slot (perfmodel.memory.
+    stage_layers): virtual stages in model order, 'E' the embedding, 't' a layer, 'm' an MTP
+    depth, 'L' the loss, as Megatron-Bridge lays out DeepSeek-V3 ('Et|(tt|)*30mL'). None when the
+    account-for flags say it (no MTP). An ExportError where the split has no such layout."""
+    p, spec = job.plan, job.spec
+    if not (p.ends_as_layers and p.pp > 1 and spec.mtp_layers):
+        return None
+    from perfmodel.memory import stage_layers
+
+    slots, chunks = spec.num_layers + 2 + spec.mtp_layers, int(p.pp) * int(p.interleave)
+    if p.interleave > 1 and slots % chunks:
+        raise ExportError(f"the plan splits {slots} pipeline slots ({spec.num_layers} layers, the embedding, the loss "
+                          f"and {spec.mtp_layers} MTP depth(s)) unevenly over {chunks} virtual stages, which a "
+                          "Megatron pipeline layout cannot match; use an interleave that divides them")
+    q, r = (int(x) for x in stage_layers(spec.num_layers, int(p.pp), True, spec.mtp_layers))
+    sizes = [slots // chunks] * chunks if p.interleave > 1 else [q + (i >= p.pp - r) for i in range(int(p.pp))]
+    first, last = sizes[0] - 1, sizes[-1] - 1 - spec.mtp_layers
+    if first < 0 or last < 0:
+        raise ExportError(f"the plan's last pipeline stage holds {sizes[-1]} slot(s), fewer than the loss and "
+                          f"{spec.mtp_layers} MTP depth(s)")
+    middle = ["t" * n for n in sizes[1:-1]]
+    return "|".join(["E" + "t" * first, *middle, "t" * last + "m" * spec.mtp_layers + "L"])
+
+
 def _megatron_parallel(job: TrainJob) -> dict[str, object]:
     p = job.plan
     items: dict[str, object] = {"--tensor-model-parallel-size": int(p.tp), "--pipeline-model-parallel-size": int(p.pp),
                                 "--context-parallel-size": int(p.cp)}
-    if p.interleave > 1:
+    layout = pipeline_layout(job)
+    if layout:
+        items["--pipeline-model-parallel-layout"] = layout
+    elif p.interleave > 1:
         items["--num-virtual-stages-per-pipeline-rank"] = int(p.interleave)
-    if p.ends_as_layers and p.pp > 1:
+    if p.ends_as_layers and p.pp > 1 and not layout:
         items.update({"--account-for-embedding-in-pipeline-split": True, "--account-for-loss-in-pipeline-split": True})
     if p.sp and p.tp > 1:
         items["--sequence-parallel"] = True
@@ -242,8 +271,12 @@ def _megatron_memory(job: TrainJob, framework: str = "Megatron-LM") -> dict[str,
         items["--num-distributed-optimizer-instances"] = hybrid[0]
         if p.zero >= 2:
             items["--outer-dp-sharding-strategy"] = hybrid[1]
-    if p.recompute == "selective":
+    if p.recompute in ("selective", "modules"):
         items["--recompute-granularity"] = "selective"
+        if p.recompute == "modules":
+            items["--recompute-modules"] = recompute_modules(job.spec)
+            if job.spec.moe:
+                items["--moe-grouped-gemm"] = True        # moe_act recomputes inside the grouped GEMM path
     elif p.recompute == "full":
         items.update({"--recompute-granularity": "full", "--recompute-method": "uniform", "--recompute-num-layers": 1})
     if p.overlap_dp and p.dp > 1:
@@ -252,6 +285,8 @@ def _megatron_memory(job: TrainJob, framework: str = "Megatron-LM") -> dict[str,
             items["--overlap-param-gather"] = True
     if p.tp_overlap and p.tp > 1:
         items["--tp-comm-overlap"] = True
+    if _ep_overlapped(framework, job):
+        items.update({"--overlap-moe-expert-parallel-comm": True, "--moe-token-dispatcher-type": "alltoall"})
     if _offload_to_ddr_only(framework, job, "--optimizer-cpu-offload"):
         if p.zero < 1:
             raise ExportError("Megatron-LM offloads optimizer states with the distributed optimizer only; the plan "
@@ -262,6 +297,29 @@ def _megatron_memory(job: TrainJob, framework: str = "Megatron-LM") -> dict[str,
         items.update({"--fp8-format": "hybrid", "--fp8-recipe": "tensorwise"})
     items["--attention-backend"] = "flash" if p.flash else "unfused"
     return items
+
+
+def recompute_modules(spec) -> list[str]:
+    """Megatron-Core's --recompute-modules for Recompute.MODULES: the attention core, the norms,
+    and where the model has them MLA's up-projections and the MoE activation (TransformerConfig
+    allows mla_up_proj only with MLA and moe_act only with grouped GEMMs, core_v0.19.0)."""
+    return ["core_attn", "layernorm"] + (["mla_up_proj"] if spec.mla else []) + (["moe_act"] if spec.moe else [])
+
+
+def _ep_overlapped(framework: str, job: TrainJob) -> bool:
+    """Whether the plan overlaps the MoE exchange; an ExportError where Megatron-Core's own check
+    (TransformerConfig.__post_init__, core_v0.15.0 to core_v0.19.0) would refuse it."""
+    p = job.plan
+    if not (p.ep_overlap and job.spec.moe and p.ep > 1):
+        return False
+    if p.recompute == "full":
+        raise ExportError(f"{framework} overlaps the expert exchange only without full recomputation "
+                          "(overlap_moe_expert_parallel_comm); the plan recomputes fully")
+    if p.pp > 1 and p.interleave < 2:
+        raise ExportError(f"{framework} overlaps the expert exchange with more than one pipeline stage only with a "
+                          "virtual pipeline (overlap_moe_expert_parallel_comm); the plan has pp "
+                          f"{p.pp} without interleaving")
+    return True
 
 
 def megatron(job: TrainJob) -> dict[str, str]:
@@ -303,6 +361,7 @@ def nemo(job: TrainJob) -> dict[str, str]:
         raise ExportError(f"Megatron-Bridge {vendored('nemo').version} has no recipe for {job.spec.name} (recipes for: "
                           f"{', '.join(BRIDGE_RECIPES)}); use --export megatron")
     p = job.plan
+    ep_overlap, layout = _ep_overlapped("Megatron-Bridge", job), pipeline_layout(job)
     items: dict[str, object] = {
         "model.tensor_model_parallel_size": int(p.tp), "model.pipeline_model_parallel_size": int(p.pp),
         "model.virtual_pipeline_model_parallel_size": int(p.interleave) if p.interleave > 1 else None,
@@ -314,9 +373,15 @@ def nemo(job: TrainJob) -> dict[str, str]:
         "ddp.overlap_grad_reduce": bool(p.overlap_dp and p.dp > 1),
         "ddp.overlap_param_gather": bool(p.overlap_dp and p.dp > 1 and p.zero >= 1),
         "model.tp_comm_overlap": bool(p.tp_overlap and p.tp > 1),
-        "model.account_for_embedding_in_pipeline_split": True if p.ends_as_layers and p.pp > 1 else None,
-        "model.account_for_loss_in_pipeline_split": True if p.ends_as_layers and p.pp > 1 else None,
-        "model.recompute_granularity": None if p.recompute == "none" else p.recompute}
+        # Megatron-Core's EP all-to-all overlap runs with the alltoall dispatcher, no shared-expert overlap.
+        "model.overlap_moe_expert_parallel_comm": True if ep_overlap else None,
+        "model.moe_token_dispatcher_type": "alltoall" if ep_overlap else None,
+        "model.moe_shared_expert_overlap": False if ep_overlap else None,
+        "model.pipeline_model_parallel_layout": layout,
+        "model.account_for_embedding_in_pipeline_split": True if p.ends_as_layers and p.pp > 1 and not layout else None,
+        "model.account_for_loss_in_pipeline_split": True if p.ends_as_layers and p.pp > 1 and not layout else None,
+        "model.recompute_granularity": {"none": None, "modules": "selective"}.get(p.recompute, p.recompute),
+        "model.recompute_modules": recompute_modules(job.spec) if p.recompute == "modules" else None}
     if p.recompute == "full":
         items.update({"model.recompute_method": "uniform", "model.recompute_num_layers": 1})
     if p.zero >= 2:
@@ -342,6 +407,8 @@ def nemo(job: TrainJob) -> dict[str, str]:
 
 
 def _override(value) -> str:
+    if isinstance(value, (list, tuple)):          # Hydra's list syntax: [a,b]
+        return "[" + ",".join(_override(v) for v in value) + "]"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -393,6 +460,13 @@ def torchtitan(job: TrainJob) -> dict[str, str]:
     if p.tp_overlap and p.tp > 1:
         raise ExportError("the torchtitan export does not write TP-communication overlap (the plan overlaps TP "
                           "collectives with the GEMMs); use --export megatron or nemo")
+    if p.recompute == "modules":
+        raise ExportError("torchtitan's activation checkpointing recomputes whole layers or chosen ops, not the "
+                          "norms, MLA up-projections and MoE activation of --recompute modules; use --export "
+                          "megatron or nemo")
+    if p.ep_overlap and p.ep > 1:
+        raise ExportError("the torchtitan export does not write the MoE exchange overlap (the plan overlaps the "
+                          "expert dispatch and combine with compute); use --export megatron or nemo")
     offloaded = {p.optimizer_place, p.grad_place, p.param_place} - {"hbm"}
     if offloaded and (offloaded != {"ddr"} or "hbm" in (p.optimizer_place, p.grad_place, p.param_place)):
         raise ExportError("torchtitan offloads weights, gradients and optimizer states together to host DDR "

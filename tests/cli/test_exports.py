@@ -24,6 +24,13 @@ ESTIMATES = {
     "mixtral-fp8-train": (["estimate", "train", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--devices", "64",
                            "--pp", "4", "--ep", "8", "--etp", "1", "--interleave", "8", "--zero", "1", "--recompute",
                            "none", "--precision", "fp8", "--global-batch", "256", "--seq-len", "4096"], ("megatron",)),
+    # Megatron-Bridge's DeepSeek-V3 plan on 1,024 H100 (tests/data/practiced_training.yaml; 2K tokens, where
+    # perfmodel's memory model fits it): the layout 'Et|(tt|)*30mL' and the 1F1B all-to-all overlap.
+    "deepseek-ep-overlap-train": (["estimate", "train", "--model", "deepseek-v3", "--system", "dgx-h100", "--devices",
+                                   "1024", "--tp", "2", "--pp", "8", "--interleave", "4", "--ep", "64", "--etp", "1",
+                                   "--sp", "--zero", "1", "--recompute", "selective", "--precision", "fp8",
+                                   "--ends-as-layers", "--ep-overlap", "--global-batch", "8192", "--seq-len", "2048"],
+                                  ("megatron", "nemo")),
     "llama-8b-offload-train": (["estimate", "train", "--model", "llama-3.1-8b", "--devices", "8", "--tp", "1", "--pp",
                                 "1", "--zero", "3", "--recompute", "full", "--offload-optimizer", "ddr",
                                 "--offload-grads", "ddr", "--offload-params", "nvme", "--global-batch", "64"],
@@ -198,6 +205,17 @@ REFUSED = [
       "a8", "--export", "trtllm"], "runs on NVIDIA GPUs"),
     (["estimate", "serve", "--kv-precision", "int4", "--export", "sglang"], "no int4 KV cache"),
     (["estimate", "serve", "--kv-place", "ddr", "--export", "vllm"], "KV cache in HBM"),
+    (["estimate", "train", "--model", "mixtral-8x7b", "--devices", "64", "--pp", "1", "--ep", "8", "--etp", "1",
+      "--recompute", "full", "--ep-overlap", "--export", "megatron"], "without full recomputation"),
+    (["estimate", "train", "--model", "mixtral-8x7b", "--devices", "64", "--pp", "4", "--ep", "8", "--etp", "1",
+      "--ep-overlap", "--export", "megatron"], "virtual pipeline"),
+    (["estimate", "train", "--model", "gpt-oss-120b", "--system", "dgx-h100", "--devices", "64", "--tp", "1", "--pp",
+      "1", "--ep", "8", "--zero", "3", "--seq-len", "2048", "--ep-overlap", "--export", "torchtitan"],
+     "MoE exchange overlap"),
+    (["estimate", "train", "--ep-overlap"], "needs an MoE model"),
+    (["estimate", "train", "--model", "gpt-oss-120b", "--system", "dgx-h100", "--devices", "64", "--tp", "1", "--pp",
+      "1", "--ep", "8", "--zero", "3", "--seq-len", "2048", "--recompute", "modules", "--export", "torchtitan"],
+     "MLA up-projections and MoE activation"),
     (["estimate", "train", "--export", "vllm"], "writes serving configurations"),
     (["estimate", "train", "--export", "megatron"], "--export needs --out"),
     (["estimate", "train", "--out", "somewhere"], "give --export FRAMEWORK too"),
@@ -253,3 +271,17 @@ def test_plan_serve_says_which_frameworks_run_its_deployment(capsys):
     doc = json.loads(capsys.readouterr().out)
     if any(p["config"]["weight_place"] != "hbm" for p in doc["best"]["pools"]):   # streamed weights: no engine runs them
         assert all(why and "pooled" in why for why in doc["runs_on"].values())
+
+
+def test_recompute_modules_are_written_as_megatron_names_them(tmp_path, capsys):
+    """--recompute modules (DeepSeek-V3's recipe) is Megatron-Core's selective recomputation of the
+    named modules, with grouped GEMMs for moe_act; the NeMo override is a Hydra list."""
+    argv = ["estimate", "train", "--model", "deepseek-v3", "--system", "dgx-h100", "--devices", "1024", "--tp", "2",
+            "--pp", "8", "--interleave", "4", "--ep", "64", "--etp", "1", "--sp", "--zero", "1", "--recompute", "modules",
+            "--precision", "fp8", "--global-batch", "8192", "--seq-len", "4096"]
+    words = shlex.split(_export(argv, "megatron", tmp_path / "m", capsys)[0].read_text().replace("\\\n", " "))
+    at = words.index("--recompute-modules")
+    assert words[at + 1:at + 5] == ["core_attn", "layernorm", "mla_up_proj", "moe_act"]
+    assert words[words.index("--recompute-granularity") + 1] == "selective" and "--moe-grouped-gemm" in words
+    nemo = _export(argv, "nemo", tmp_path / "n", capsys)[0].read_text()
+    assert "model.recompute_modules=[core_attn,layernorm,mla_up_proj,moe_act]" in nemo

@@ -9,6 +9,9 @@ from perfmodel.memory import (activation_bytes_per_layer, in_flight_layers, kv_c
                               layers_on_stage, model_state_bytes, split_layers, stage_layers)
 from perfmodel.model import TransformerSpec
 from perfmodel.catalog import find_model
+from perfmodel.machine import build_machine
+from perfmodel.plan import RECOMPUTE, Recompute
+from perfmodel.training import TrainPlan, TrainWorkload, estimate_training
 
 # GPT-3 175B as in Korthikanti et al. (a = 96 heads, h = 12288, s = 2048, b = 1, t = 8).
 GPT = TransformerSpec(name="gpt", hidden_size=12288, num_layers=96, num_heads=96, ffn_hidden_size=4 * 12288,
@@ -102,3 +105,24 @@ def test_kv_cache_shards_heads_but_not_below_one():
     ds = find_model("deepseek-v3")     # MLA latent: replicated on every TP rank
     assert kv_cache_bytes_per_device(ds, 10, 2.0, 8, 1) == pytest.approx(kv_cache_bytes_per_device(ds, 10, 2.0, 1, 1))
     np.testing.assert_allclose(kv_cache_bytes_per_device(llama, 1000, 2.0, np.array([1, 8]), 1), [one, one / 8])
+
+
+@pytest.mark.parametrize("model, precision", [("deepseek-v3", "fp8"), ("deepseek-v3", "bf16"), ("mixtral-8x7b", "bf16"),
+                                              ("llama-3.1-70b", "bf16")])
+def test_recomputing_modules_keeps_between_selective_and_full(db, model, precision):
+    """Recomputing the norms, MLA's up-projections and the MoE activation (DeepSeek-V3 Sec. 3.2.3) keeps
+    less than selective recomputation and more than full, and recomputes more than selective does."""
+    spec, machine = find_model(model), build_machine(db, "dgx-h100", 64)
+    gemm_bytes = 1.0 if precision == "fp8" else 2.0
+    kept = {r: float(activation_bytes_per_layer(spec, 4096, 1, 2, True, Recompute[r.upper()], moe_layer=bool(spec.moe),
+                                                gemm_input_bytes=gemm_bytes)) for r in RECOMPUTE}
+    assert kept["full"] < kept["modules"] <= kept["selective"] <= kept["none"]
+    # Less than selective wherever something is left to drop: MLA's Q, K and V, or 16-bit norm outputs.
+    assert kept["modules"] < kept["selective"] or (not spec.mla and precision == "fp8")
+    runs = {r: estimate_training(spec, machine, TrainPlan(tp=2, pp=2, dp=16, ep=8 if spec.moe else 1, recompute=r,
+                                                          sp=True, precision=precision), TrainWorkload(64, 4096))
+            for r in ("selective", "modules")}
+    assert float(runs["modules"].step_time_s) > float(runs["selective"].step_time_s)
+    assert float(runs["modules"].hbm_used_bytes) < float(runs["selective"].hbm_used_bytes)
+    executed = [float(runs[r].executed_flops_per_step) for r in ("selective", "modules")]
+    assert executed[1] > executed[0] if spec.mla else executed[1] == executed[0]

@@ -195,16 +195,18 @@ def test_mfu_is_in_zero_one(db, name, tp, pp, system):
     assert 0 < float(r.mfu) <= 1 and 0 < float(r.hfu) <= 1
 
 
-@given(layers=st.integers(1, 200), pp=st.integers(1, 64), ends=st.booleans())
-@example(layers=126, pp=16, ends=True)
-@example(layers=10, pp=2, ends=True)
-def test_a_pipeline_split_places_every_layer_once(layers, pp, ends):
-    # Every transformer layer sits on exactly one stage, whether or not the embedding and the loss take
-    # a slot; no stage holds a negative count, and the fullest headless stage is one of them.
-    assume(pp <= layers + 2 * ends)
-    counts = [float(layers_on_stage(layers, pp, i, ends)) for i in range(pp)]
+@given(layers=st.integers(1, 200), pp=st.integers(1, 64), ends=st.booleans(), mtp=st.integers(0, 2))
+@example(layers=126, pp=16, ends=True, mtp=0)
+@example(layers=10, pp=2, ends=True, mtp=0)
+@example(layers=61, pp=8, ends=True, mtp=1)
+def test_a_pipeline_split_places_every_layer_once(layers, pp, ends, mtp):
+    # Every transformer layer sits on exactly one stage, whether or not the embedding, the loss and the
+    # MTP depths take a slot; no stage holds a negative count, and the fullest headless stage is one of them.
+    assume(pp <= layers + (2 + mtp) * ends)
+    assume(not ends or pp == 1 or layers + (2 + mtp) >= pp * (1 + mtp))   # the last stage holds its MTP slots
+    counts = [float(layers_on_stage(layers, pp, i, ends, mtp)) for i in range(pp)]
     assert sum(counts) == layers and min(counts) >= 0
-    first, headless, last = (float(x) for x in split_layers(layers, pp, ends))
+    first, headless, last = (float(x) for x in split_layers(layers, pp, ends, mtp))
     assert (first, last) == (counts[0], counts[-1])
     assert pp == 1 or headless == max(counts[:-1])
 
@@ -227,6 +229,31 @@ def test_an_overlap_the_framework_offers_never_slows_a_step(db, name, tp, pp, cp
     assert on <= off * (1 + 1e-12)
     if not machine.overlaps_tp_communication:
         assert on == off
+
+
+@SLOW
+@given(name=st.sampled_from(["deepseek-v3", "mixtral-8x7b", "qwen3-235b-a22b", "gpt-oss-120b"]),
+       tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2, 4]), ep=st.sampled_from([2, 4, 8]),
+       interleave=st.sampled_from([1, 2]), micro=st.sampled_from([1, 2]),
+       system=st.sampled_from(["dgx-h100", "gb200-nvl72", "mi300x-8x", "cloudmatrix384"]))
+@example(name="deepseek-v3", tp=1, pp=1, ep=8, interleave=1, micro=1, system="dgx-h100")
+def test_overlapping_the_expert_exchange_never_slows_a_step(db, name, tp, pp, ep, interleave, micro, system):
+    # The MoE dispatch and combine under another microbatch's compute (Megatron's 1F1B all-to-all overlap,
+    # DualPipe): the exchange kernels take SMs only while they run, so a step is never slower, and with one
+    # microbatch per pipeline (nothing to pair with) exactly as fast.
+    assume(interleave == 1 or pp > 1)
+    spec = find_model(name)
+    machine = build_machine(db, system, 64)
+    plan = dict(tp=tp, pp=pp, dp=64 // (tp * pp), ep=ep, interleave=interleave, micro_batch=micro, sp=tp > 1,
+                zero=1, precision="bf16")
+    for batch in (64 // (tp * pp) * micro * pp, 512):
+        work = TrainWorkload(batch, 4096)
+        off = estimate_training(spec, machine, TrainPlan(**plan, ep_overlap=False), work)
+        on = estimate_training(spec, machine, TrainPlan(**plan, ep_overlap=True), work)
+        assert float(on.step_time_s) <= float(off.step_time_s) * (1 + 1e-12)
+        assert float(on.components["ep all-to-all"]) <= float(off.components["ep all-to-all"]) * (1 + 1e-12)
+        if float(off.num_microbatches) == 1:
+            assert float(on.step_time_s) == float(off.step_time_s)
 
 
 @SLOW
