@@ -283,6 +283,9 @@ def compare(db, names: list[str], output) -> None:
         values = [r[m.key] for r in rows]
         if all(v is None for v in values):
             continue
+        if any(isinstance(v, str) for v in values):      # a description, not a figure
+            lines.append((m.label, m.unit, [str(v) for v in values]))
+            continue
         best = best_index(values, m.higher_is_better)
         cells = [units.usd(v) if m.unit == "USD" else fmt(v, m.scale) for v in values]
         if best is not None:
@@ -990,6 +993,7 @@ def plan_train(db, request, output) -> None:
     rows += [("check found", problem) for problem in e.check]
     console.print(_kv_table("evidence", rows))
     console.print("validity rules: " + "; ".join(e.rules), markup=False, style="dim")
+    console.print("not in the declared space: " + "; ".join(e.left_out), markup=False, style="dim")
     console.print()
     _estimate_train_tables(spec, machine, best_plan, work, breakdown, db)
     report_files(doc)

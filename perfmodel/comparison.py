@@ -40,8 +40,25 @@ def metrics() -> tuple[Metric, ...]:
         Metric("price_usd", "price", "USD", 1.0, False),
         Metric("bf16_flops_per_usd", "bf16 per dollar", "GFLOP/s/USD", 1e9, True),
         Metric("devices", "devices", "", 1.0, True),
+        Metric("gemm_constants", "GEMM constants from", "", 1.0, True),
+        Metric("compute_error", "compute time error (+-)", "%", 0.01, False),
     ]
     return tuple(rows)
+
+
+def gemm_provenance(acc: Accelerator, db: Database) -> tuple[str, float]:
+    """(where the device's GEMM constants come from, the relative error a prediction's compute
+    carries): a fit on measured GEMM kernels (its held-out error), the device's measured large-GEMM
+    fraction of its peak (a datasheet peak times one measurement), or the cross-device default for
+    a device without measurements (the constant unfitted-gemm-error)."""
+    cal = db.calibration(acc.name)
+    unfitted = db.constant("unfitted-gemm-error")
+    if cal.gemm:
+        return f"fitted on measured GEMMs ({', '.join(sorted(cal.gemm))})", max(f.held_out_mape for f in cal.gemm.values())
+    if cal.matmul_fraction:
+        return (f"measured large-GEMM fraction ({', '.join(sorted(cal.matmul_fraction))}), no kernel fit",
+                unfitted)
+    return "not measured: the cross-device default", unfitted
 
 
 def _scale_up(system: System, db: Database) -> tuple[float | None, int | None, float | None]:
@@ -87,6 +104,7 @@ def profile(name: str, db: Database) -> dict[str, float | str | None]:
         out[f"{p}_flops_per_w"] = peak / acc.tdp_w if peak else None
     bf16 = acc.peak_flops.get("bf16")
     out["bf16_flops_per_usd"] = bf16 / out["price_usd"] if bf16 and out["price_usd"] else None
+    out["gemm_constants"], out["compute_error"] = gemm_provenance(acc, db)
     return out
 
 

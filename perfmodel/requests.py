@@ -113,7 +113,9 @@ class TrainRequest:
                                    "backward gathers (zero 3).")
     qwz: bool = option(False, "ZeRO++ qwZ: int8 weight all-gathers (zero 3).")
     qgz: bool = option(False, "ZeRO++ qgZ: int4 gradient reduce-scatter as two all-to-alls (zero 3).")
-    recompute: str = option("selective", "Activation recomputation.", choices=RECOMPUTE)
+    recompute: str = option("selective", "Activation recomputation: the attention core (selective), every layer "
+                                          "(full), or the attention core, norms, MLA up-projections and MoE "
+                                          "activation (modules: DeepSeek-V3's recipe).", choices=RECOMPUTE)
     sp: bool = option(True, "Sequence parallelism.")
     precision: str = option(TRAIN_DEFAULTS["precision"], "GEMM precision.", choices=("bf16", "fp16", "fp8"))
     offload_optimizer: str = option("hbm", "Where optimizer states live (ddr+cxl: interleaved over both, each "

@@ -539,7 +539,8 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     and V under the attention it feeds (Liu et al., Ring Attention, 2023); EP dispatch and combine
     block (Megatron's default); ZeRO-3 gathers and parameter streaming prefetch the next layer
     under the whole compute, each on its own link, except the first layer's; the pipeline's
-    point-to-point messages block. Once per step, the gradient reduction hides under the last
+    point-to-point messages block, except in an interleaved schedule, where only the warm-up's and
+    the flush's do (Megatron's overlap_p2p_comm). Once per step, the gradient reduction hides under the last
     backward on the network while offload transfers use the host path. Transfers hiding under one
     window add up on it, so a faster device or format never makes a step slower. None: every
     transfer exposed. Ideal: every transfer under the whole compute (T_lower = max, as the
@@ -577,7 +578,13 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
 
     micro = _attribution(mode, compute, attention, others, comm, tp_hidden, first, reduce_hidden, main, network,
                          transfers, ideal, ep_exposed) if breakdown else {}
-    pp = np.where(mode == Overlap.IDEAL, 0.0, comm.pp)
+    # Interleaved schedules overlap each chunk's pipeline messages with the next chunk's compute
+    # (Megatron-LM's overlap_p2p_comm, on by default with a virtual pipeline; Megatron-Bridge sets it
+    # whenever vp > 1): only the warm-up's and the flush's messages stay exposed.
+    v = np.maximum(c["interleave"], 1)
+    warm = np.minimum(2.0 * (sh.layout.pp - 1) + (v - 1) * sh.layout.pp, sh.num_micro * v)
+    steady_hidden = np.where((v > 1) & (mode == Overlap.FRAMEWORK), warm / (sh.num_micro * v), 1.0)
+    pp = np.where(mode == Overlap.IDEAL, 0.0, comm.pp * steady_hidden)
 
     # Once per step: the reduction on the network and the host transfers run side by side.
     # The last backward as it runs, stalls included; its links also carry that microbatch's own

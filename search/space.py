@@ -23,18 +23,32 @@ from perfmodel.training import TrainWorkload
 RULES = (
     "tp x pp x dp x cp = devices",
     "tp within the scale-up domain, dividing the heads, and dividing or divided by the KV heads",
-    "pp x interleave at most the layers, + 2 with the embedding and the loss as layers of the split (uneven splits "
-    "allowed); interleave > 1 only with pp > 1 and microbatches divisible by pp",
+    "pp x interleave at most the layers, + 2 with the embedding and the loss as layers of the split and 1 more per "
+    "MTP depth (uneven splits allowed; the last stage holds the loss and MTP slots); interleave > 1 only with "
+    "pp > 1 and microbatches divisible by pp",
     "ep divides the routed experts; experts fold over each stage's tp x cp x dp devices with expert tensor "
     "parallelism etp = tp (ep divides dp x cp) or etp = 1 (ep divides tp x cp x dp) (MoE models only)",
     "cp divides the sequence length",
     "global batch divisible by micro-batch x dp",
     "sequence parallelism only with tp > 1; TP-communication overlap wherever sequence parallelism is on and the "
     "device and framework have it (NVIDIA GPUs; it never makes a step slower: tests/properties)",
+    "the MoE exchange overlapped with compute wherever Megatron-Core allows it (ep > 1, no full recomputation, a "
+    "virtual pipeline when pp > 1; never slower: tests/properties); recompute modules only for MLA or MoE models",
     "precision listed by the device",
     "each sharded state over a group of the dp x cp replicas inside one topology level (or all of them), weights "
     "within gradients within optimizer states; hpZ's secondary partition a smaller such group; hpZ, qwZ and qgZ "
     "with ZeRO-3 only",
+)
+
+# What the declared space does not hold, said with every search (plan train): plans a practitioner
+# might run that the model or the search cannot express yet.
+LEFT_OUT = (
+    "pipeline schedules other than 1F1B and Megatron's interleaved one (DualPipe, zero-bubble, Llama 3's tunable "
+    "warm-up)",
+    "context parallelism other than the load-balanced ring (all-gather KV, Ulysses all-to-all)",
+    "recomputation of other module sets and activation offload",
+    "expert tensor parallelism other than tp or 1, and uneven expert placement",
+    "micro-batches above 8 and interleaving above 8",
 )
 
 # Sharding families the search may combine with each ZeRO stage (perfmodel.sharding):

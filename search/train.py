@@ -36,7 +36,7 @@ from perfmodel.plan import INTERLEAVED, PLACES, TIERS
 from perfmodel.training import TrainPlan, TrainWorkload, estimate_training
 
 from .pareto import pareto_front
-from .space import RULES, SpaceOptions, build_space, declared_size
+from .space import LEFT_OUT, RULES, SpaceOptions, build_space, declared_size
 from .requests import TRAIN_OBJECTIVES as OBJECTIVES
 
 PARTS = (("optimizer_place", "optimizer states"), ("grad_place", "gradients"), ("param_place", "weights"))
@@ -71,6 +71,7 @@ class Evidence:
     seconds: float
     cpsat_models: int = 0
     rules: tuple[str, ...] = RULES
+    left_out: tuple[str, ...] = LEFT_OUT      # what the declared space does not hold
     check: list[str] = field(default_factory=list)   # what the independent check found (empty: nothing)
     dimensions: dict[str, dict[str, int]] = field(default_factory=dict)
 

@@ -72,6 +72,18 @@ def test_compare_json(capsys):
     assert h100["ridge_bf16_flop_per_byte"] == pytest.approx(h100["peak_bf16_flops"] / h100["hbm_bytes_per_s"])
 
 
+def test_compare_says_where_each_devices_constants_come_from(capsys):
+    """A device without measured GEMM kernels says so, with the wider error its predictions carry."""
+    data = run_json(capsys, "compare", "h100-sxm", "mi250x", "v100-sxm2-32gb", "ascend-910b", "mi300x")
+    by = {e["name"]: e for e in data["entries"]}
+    assert by["h100-sxm"]["gemm_constants"].startswith("fitted on measured GEMMs")
+    for name in ("mi250x", "v100-sxm2-32gb", "ascend-910b", "mi300x"):
+        assert "fitted" not in by[name]["gemm_constants"], name
+        assert by[name]["compute_error"] > by["h100-sxm"]["compute_error"], name
+    code, out, err = run(capsys, "compare", "mi300x", "ascend-910b")
+    assert code == 0 and "GEMM constants from" in out and "not measured" in out, err
+
+
 def test_compare_tables_highlight_and_systems(capsys):
     code, out, err = run(capsys, "compare", "dgx-h100", "gb200-nvl72", "cloudmatrix384")
     assert code == 0, err

@@ -108,7 +108,7 @@ def test_options_list_their_choices_in_help(capsys):
     text = " ".join(out.split())
     assert "[time|cost|energy|devices]" in text and "megatron|nemo|torchtitan|deepspeed" in text
     code, out, _ = run(capsys, "estimate", "train", "--help")
-    assert "[none|selective|full]" in " ".join(out.split())
+    assert "[none|selective|full|modules]" in " ".join(out.split())
 
 
 def test_shell_completion_names_models_and_systems(tmp_path):

@@ -236,7 +236,7 @@ def test_no_collective_beats_its_bytes_over_the_slowest_link(topo, size, stride_
 
 
 def test_training_recompute_code_names():
-    assert [r.name for r in Recompute] == ["NONE", "SELECTIVE", "FULL"]
+    assert [r.name for r in Recompute] == ["NONE", "SELECTIVE", "FULL", "MODULES"]
 
 
 # --- overlap: every compute window is spent once ------------------------------------------------------
