@@ -446,7 +446,8 @@ def _train_export(spec, machine, plan, work, model_ref: str):
 def _estimate_train_tables(spec, machine, plan, work, report, db=None) -> None:
     console.print(_header(spec, machine, db), style="bold")
     console.print(f"plan: tp {plan.tp}, pp {plan.pp} (interleave {plan.interleave}"
-                  f"{', embedding and loss as layers' if plan.ends_as_layers else ''}), dp {plan.dp}, cp {plan.cp}, "
+                  f"{', embedding and loss as layers' if plan.ends_as_layers else ''}"
+                  f"{', DualPipe' if str(plan.schedule) == 'dualpipe' else ''}), dp {plan.dp}, cp {plan.cp}, "
                   f"ep {plan.ep}, micro-batch {plan.micro_batch}, zero {plan.zero}{_sharding_text(vars(plan))}, "
                   f"recompute {plan.recompute}, sp {'on' if plan.sp else 'off'}"
                   f"{', TP overlap' if plan.tp_overlap and plan.sp else ''}"

@@ -46,7 +46,18 @@ class Overlap(IntEnum):
     IDEAL = 2
 
 
+class Schedule(IntEnum):
+    """The pipeline schedule: one-forward-one-backward (Narayanan et al. 2021, Sec. 2.2; interleaved
+    when the plan has virtual stages), or DeepSeek's bidirectional DualPipe (DeepSeek-V3 report,
+    Sec. 3.2.1 and Table 2), whose bubble shrinks to (PP/2 - 1)(F&B + B - 3W) chunks at the price
+    of two copies of the parameters and PP + 1 microbatches of activations in flight."""
+
+    ONE_F_ONE_B = 0
+    DUALPIPE = 1
+
+
 RECOMPUTE = tuple(r.name.lower() for r in Recompute)
+SCHEDULES = ("1f1b", "dualpipe")
 OVERLAP = tuple(o.name.lower() for o in Overlap)
 PLACES = tuple(p.name.lower().replace("_", "+") for p in Place)
 TIERS = ("ddr", "cxl", "pooled", "nvme")          # the memory kinds below HBM a place may use

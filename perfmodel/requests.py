@@ -12,7 +12,7 @@ from perfmodel.hardware_db.errors import SpecError, UnknownNameError
 
 from .defaults import SERVE_DEFAULTS, TRAIN_DEFAULTS
 from .plan import (ACTIVATION_PRECISIONS, ATTENTION, INTERLEAVED, KV_PRECISIONS, OVERLAP, PLACES, RECOMPUTE,
-                   WEIGHT_PRECISIONS, QuantScheme)
+                   SCHEDULES, WEIGHT_PRECISIONS, QuantScheme)
 
 PRICING = ("cloud", "owned")
 KV_PLACES = ("hbm", "ddr", "cxl", "pooled")
@@ -129,6 +129,9 @@ class TrainRequest:
     overlap: str = option("framework", "none (every transfer exposed), framework (as Megatron-LM and DeepSpeed "
                                        "schedule them) or ideal (all under compute).", choices=OVERLAP)
     tp_overlap: bool = option(False, "Megatron's TP-communication overlap with the GEMMs (needs --sp).")
+    schedule: str = option("1f1b", "Pipeline schedule: 1f1b (interleaved with --interleave) or dualpipe "
+                                   "(DeepSeek's bidirectional schedule: a smaller bubble, two copies of the "
+                                   "parameters).", choices=SCHEDULES)
     ep_overlap: bool = option(False, "The MoE dispatch and combine under another microbatch's compute (Megatron's "
                                      "--overlap-moe-expert-parallel-comm, DeepSeek's DualPipe; needs --ep 2 or more).")
     moe_imbalance: float = option(0.0, MOE_IMBALANCE_HELP)
@@ -171,7 +174,7 @@ class TrainRequest:
                          optimizer_place=self.offload_optimizer, grad_place=self.offload_grads,
                          param_place=self.offload_params, flash=self.attention == "flash",
                          overlap_dp=self.dp_overlap, overlap=self.overlap, tp_overlap=self.tp_overlap,
-                         ep_overlap=self.ep_overlap,
+                         ep_overlap=self.ep_overlap, schedule=self.schedule,
                          moe_imbalance=self.moe_imbalance, shard=self.shard or 0, shard_grads=self.shard_grads or 0,
                          shard_weights=self.shard_weights or 0, hpz=self.hpz or 0, qwz=self.qwz, qgz=self.qgz)
         self._check_sharding(dp * self.cp)
@@ -210,6 +213,7 @@ class TrainRequest:
             ends_as_layers=bool(plan.get("ends_as_layers", False)), micro_batch=plan["micro_batch"],
             zero=plan["zero"], recompute=plan["recompute"], sp=plan["sp"] or plan["tp"] == 1,
             tp_overlap=bool(plan.get("tp_overlap", False)), ep_overlap=bool(plan.get("ep_overlap", False)),
+            schedule=plan.get("schedule", "1f1b"),
             precision=plan["precision"],
             offload_optimizer=plan["optimizer_place"], offload_grads=plan["grad_place"],
             offload_params=plan["param_place"], moe_imbalance=plan["moe_imbalance"],

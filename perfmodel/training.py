@@ -44,7 +44,7 @@ from .machine import Machine
 from .memory import (ADAM_STATE_BYTES, GRAD_BYTES, WEIGHT_BYTES, activation_bytes_per_layer, in_flight_layers,
                      layers_on_stage, model_state_bytes, split_layers, stage_layers)
 from .model import TransformerSpec
-from .plan import INTERLEAVED, OVERLAP, PLACES, RECOMPUTE, TIERS, Overlap, Place, Recompute
+from .plan import INTERLEAVED, OVERLAP, PLACES, RECOMPUTE, SCHEDULES, TIERS, Overlap, Place, Recompute, Schedule
 from .power import device_power_w, run_cost
 from .kernels import distinct_rows
 from .roofline import OpTimes, layer_ops, lm_head_ops, merge, mtp_ops, ops_time
@@ -77,6 +77,7 @@ class TrainPlan:
     overlap: object = "framework"     # see plan.Overlap
     tp_overlap: object = False        # Megatron's TP-communication overlap (with sequence parallelism)
     ep_overlap: object = False        # MoE dispatch and combine under another microbatch's compute (see _overlap)
+    schedule: object = "1f1b"         # plan.Schedule: 1F1B (interleaved with virtual stages) or DualPipe
     moe_imbalance: object = 0.0       # busiest over mean EP device load; 0: the named constant
     shard: object = 0                 # replica ranks ZeRO shards its states over (0: all dp x cp; see sharding)
     shard_grads: object = 0           # ... the gradients over (0: as the optimizer states)
@@ -91,7 +92,8 @@ class TrainPlan:
         for name in self.__dataclass_fields__:
             value = np.asarray(getattr(self, name))
             codes = {"recompute": RECOMPUTE, "precision": PRECISIONS, "optimizer_place": PLACES,
-                     "grad_place": PLACES, "param_place": PLACES, "overlap": OVERLAP}.get(name)
+                     "grad_place": PLACES, "param_place": PLACES, "overlap": OVERLAP,
+                     "schedule": SCHEDULES}.get(name)
             if codes is not None and value.dtype.kind in "USO":
                 lookup = {c: i for i, c in enumerate(codes)}
                 value = np.vectorize(lambda v: lookup[v] if isinstance(v, str) else int(v), otypes=[int])(value)
@@ -389,6 +391,16 @@ def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: 
                    model_flops, model_flops + per_micro * again)
 
 
+def _dualpipe_bubble(pp, comp: Compute):
+    """DualPipe's bubble (DeepSeek-V3 report, Table 2): (PP/2 - 1)(F&B + B - 3W) in chunks, each
+    rank holding two chunks of half a stage. F&B, a forward and a backward chunk overlapped, takes
+    F + B + W of compute (their communication hides); the backward splits evenly into its input
+    (B) and weight (W) gradients, as their GEMMs have equal FLOPs; so the bubble is (PP/2 - 1)
+    times one chunk's forward (with its recompute), half the stage's."""
+    forward = comp.forward.total + comp.recompute_s
+    return np.maximum(pp / 2.0 - 1.0, 0.0) * forward / 2.0
+
+
 def _mla_up_share(spec: TransformerSpec) -> float:
     """Share of the QKV projection's FLOPs that MLA's up-projections take (the rest: the fused
     down-projection of the query and KV latents); 0 without MLA."""
@@ -655,11 +667,17 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
     per_dense = sh.sharding.state_bytes(1.0)
     per_expert = model_state_bytes(1.0, lay.edp, zero) if spec.moe else (0.0, 0.0, 0.0)
     stages = []
+    # DualPipe keeps two copies of the parameters (and their gradients) and PP + 1 microbatches of
+    # activations in flight on every rank (DeepSeek-V3 report, Table 2).
+    dualpipe = c["schedule"] == Schedule.DUALPIPE
+    copies = np.where(dualpipe, 2.0, 1.0)
     for stage, layers in candidates:
         dense, expert = lay.params_per_device(spec, layers, stage == 0, stage == last)
         weights, grads, optim = (dense * d + expert * e for d, e in zip(per_dense, per_expert))
-        acts = per_layer * in_flight_layers(layers, stage, lay.pp, sh.num_micro, c["interleave"],
-                                            ends & (np.asarray(stage) == 0))
+        weights, grads = weights * copies, grads * copies
+        acts = per_layer * np.where(dualpipe, np.minimum(lay.pp + 1.0, sh.num_micro) * layers,
+                                    in_flight_layers(layers, stage, lay.pp, sh.num_micro, c["interleave"],
+                                                     ends & (np.asarray(stage) == 0)))
         # The last stage: fp32 logits of its microbatch in flight, for the head and each MTP depth,
         # and the MTP blocks' activations.
         acts = acts + np.where(stage == last, 4.0 * sh.tokens * spec.vocab_size / lay.tp * (1 + spec.mtp_layers)
@@ -718,6 +736,9 @@ def _feasibility(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, me
             "more)", lay.pp * v)
     violate(sh.layers < 0, "the last stage has a slot for the loss and each MTP depth", -sh.layers)
     violate((v > 1) & (sh.num_micro % lay.pp != 0), "interleaving needs microbatches divisible by pp", sh.num_micro)
+    dualpipe = c["schedule"] == Schedule.DUALPIPE
+    violate(dualpipe & ((lay.pp % 2 != 0) | (sh.num_micro % 2 != 0) | (v > 1)),
+            "DualPipe needs an even pp, an even number of microbatches and no interleaving", lay.pp)
     # Offload follows DeepSpeed: optimizer states with ZeRO >= 1 (ZeRO-Offload), gradients with
     # ZeRO >= 2 (partitioned before they leave) and with the optimizer states, parameters with
     # ZeRO-3 (ZeRO-Infinity).
@@ -793,7 +814,8 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
                        machine.exchange_sm_share, breakdown)
     per_micro = exposed.per_micro
     v = np.maximum(c["interleave"], 1)
-    bubble = (lay.pp - 1) / v * per_micro                        # (p - 1) / v (Narayanan et al. Sec. 2.2)
+    bubble = np.where(c["schedule"] == Schedule.DUALPIPE, _dualpipe_bubble(lay.pp, comp),
+                      (lay.pp - 1) / v * per_micro)              # (p - 1) / v (Narayanan et al. Sec. 2.2)
     pipeline = sh.num_micro * per_micro + bubble + sh.num_micro * exposed.pp
     step = pipeline + exposed.tail["dp"] + exposed.tail["host"] + _after_step(tail)
 
@@ -812,7 +834,8 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     cost_mtok = cost_hour / 3600.0 / tokens_per_s * 1e6
     run_time = work.tokens / tokens_per_s if work.tokens else np.zeros_like(step)
     m = sh.num_micro
-    compute_s = (sh.num_micro + (lay.pp - 1) / v) * comp.per_micro_s + tail.optimizer
+    idle = np.where(c["schedule"] == Schedule.DUALPIPE, bubble, (lay.pp - 1) / v * comp.per_micro_s)
+    compute_s = sh.num_micro * comp.per_micro_s + idle + tail.optimizer
     low, high = machine.interval(step, compute_s, np.maximum(step - compute_s, 0.0))
     components, links = ({}, {}) if not breakdown else _breakdown(m, bubble, comp, comm, tail, exposed)
     fwd = comp.forward

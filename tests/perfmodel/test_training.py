@@ -140,3 +140,22 @@ def test_a_state_interleaved_over_ddr_and_cxl(db):
     # No system without CXL offers the interleaved place.
     assert host_placements(spec, build_machine(db, "dgx-h100", 8), TrainPlan(tp=1, dp=8, zero=3,
                                                                              optimizer_place="ddr"), work) == {}
+
+
+@pytest.mark.parametrize("pp", [2, 4, 8, 16])
+def test_dualpipe_trades_parameter_copies_for_a_smaller_bubble(db, pp):
+    """DualPipe (DeepSeek-V3 report, Table 2): a bubble of (PP/2 - 1) chunk forwards, never more than
+    1F1B's (PP - 1) stage steps; two copies of the parameters and their gradients; PP + 1 microbatches
+    of activations; an odd pp or microbatch count is refused by name."""
+    spec, machine = find_model("mixtral-8x7b"), build_machine(db, "dgx-h100", 64)
+    plan = dict(tp=2, pp=pp, dp=64 // (2 * pp), ep=8, etp=1, sp=True, zero=1, precision="bf16")
+    work = TrainWorkload(64 // (2 * pp) * 2 * pp, 4096)
+    one, dual = (estimate_training(spec, machine, TrainPlan(**plan, schedule=s), work) for s in ("1f1b", "dualpipe"))
+    assert float(dual.components["pipeline bubble"]) <= float(one.components["pipeline bubble"])
+    assert float(dual.step_time_s) <= float(one.step_time_s)
+    # (the fullest stage may differ between the two, with or without the embedding)
+    assert float(dual.memory["weights"]) == pytest.approx(2 * float(one.memory["weights"]), rel=0.05)
+    if pp == 2:
+        assert float(dual.components["pipeline bubble"]) == 0.0      # (2 / 2 - 1) chunks
+    odd = estimate_training(spec, machine, TrainPlan(**{**plan, "pp": 1, "dp": 32}, schedule="dualpipe"), work)
+    assert str(odd.binding).startswith("DualPipe needs an even pp")
