@@ -159,3 +159,18 @@ def test_dualpipe_trades_parameter_copies_for_a_smaller_bubble(db, pp):
         assert float(dual.components["pipeline bubble"]) == 0.0      # (2 / 2 - 1) chunks
     odd = estimate_training(spec, machine, TrainPlan(**{**plan, "pp": 1, "dp": 32}, schedule="dualpipe"), work)
     assert str(odd.binding).startswith("DualPipe needs an even pp")
+
+
+def test_routed_rows_pay_their_permute_passes(db):
+    """The token permute and unpermute around the routed experts move 3 passes of the routed rows and
+    one of the tokens (roofline.PERMUTE_*_PASSES) in training and prefill; decode's low-latency
+    dispatch lays the rows out itself."""
+    from perfmodel.roofline import PERMUTE_ROW_PASSES, PERMUTE_TOKEN_PASSES
+
+    spec, lay = find_model("mixtral-8x7b"), Layout(tp=1, dp=8, ep=8)
+    ops = {op.name: op for op in layer_ops(spec, 4096.0, 2048.0, lay, sp=False, moe_layer=True)}
+    rows = float(lay.expert_rows(4096.0, spec.moe.top_k))
+    expected = (PERMUTE_ROW_PASSES * rows + PERMUTE_TOKEN_PASSES * 4096.0) * spec.hidden_size * 2.0
+    assert float(ops["expert permute"].bytes) == pytest.approx(expected)
+    decode = {op.name for op in layer_ops(spec, 64.0, 2048.0, lay, sp=False, moe_layer=True, decode=True)}
+    assert "expert permute" not in decode and "experts" in decode
