@@ -178,7 +178,7 @@ def solve(instance: FleetInstance, max_deterministic_time: float = 20.0) -> Flee
     if not (instance.max_devices is not None or instance.power_cap_w is not None
             or instance.budget_usd_per_hour is not None or instance.limits or instance.owned):
         try:
-            weights, whole = _rate_weights([o["instances"] for o in instance.options if o["role"] == "decode"] or [1])
+            _, whole = _rate_weights([o["instances"] for o in instance.options if o["role"] == "decode"] or [1])
         except OverflowError:
             whole = COVER_UNITS + 1
         if whole <= COVER_UNITS:
