@@ -667,6 +667,14 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
     per_dense = sh.sharding.state_bytes(1.0)
     per_expert = model_state_bytes(1.0, lay.edp, zero) if spec.moe else (0.0, 0.0, 0.0)
     stages = []
+    # ZeRO-3 gathers each layer's weights before it runs: the layer computing and the one being
+    # prefetched are whole (PyTorch FSDP's rate limiter keeps at most two all-gathers in flight;
+    # Zhao et al., "PyTorch FSDP", VLDB 2023, Sec. 3.3), and in the backward the layer's whole
+    # gradient waits for its reduce-scatter.
+    one_dense = lay.params_per_device(spec, 1.0, False, False)[0] - lay.params_per_device(spec, 0.0, False, False)[0]
+    one_expert = lay.expert_slots(spec) * spec.expert_params / lay.etp if spec.moe else 0.0
+    gathered = (np.where((c["zero"] >= 3) & (sh.sharding.weights > 1), one_dense, 0.0)
+                + np.where((c["zero"] >= 3) & (lay.edp > 1), one_expert, 0.0)) * (2.0 * WEIGHT_BYTES + GRAD_BYTES)
     # DualPipe keeps two copies of the parameters (and their gradients) and PP + 1 microbatches of
     # activations in flight on every rank (DeepSeek-V3 report, Table 2).
     dualpipe = c["schedule"] == Schedule.DUALPIPE
@@ -682,8 +690,9 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
         # and the MTP blocks' activations.
         acts = acts + np.where(stage == last, 4.0 * sh.tokens * spec.vocab_size / lay.tp * (1 + spec.mtp_layers)
                                + mtp_acts, 0.0)
-        parts = {"weights": weights, "gradients": grads, "optimizer states": optim, "activations": acts}
-        hbm = acts + sum(np.where(c[place] == Place.HBM, parts[part], 0.0) for place, part in _OFFLOADABLE)
+        parts = {"weights": weights, "gradients": grads, "optimizer states": optim, "activations": acts,
+                 "gathered layers (ZeRO-3)": gathered}
+        hbm = acts + gathered + sum(np.where(c[place] == Place.HBM, parts[part], 0.0) for place, part in _OFFLOADABLE)
         stages.append((parts, hbm))
     fullest = np.argmax(np.stack(np.broadcast_arrays(*[hbm for _, hbm in stages])), axis=0)
 

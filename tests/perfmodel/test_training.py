@@ -174,3 +174,19 @@ def test_routed_rows_pay_their_permute_passes(db):
     assert float(ops["expert permute"].bytes) == pytest.approx(expected)
     decode = {op.name for op in layer_ops(spec, 64.0, 2048.0, lay, sp=False, moe_layer=True, decode=True)}
     assert "expert permute" not in decode and "experts" in decode
+
+
+def test_zero3_holds_the_gathered_layers(db):
+    """ZeRO-3 keeps the layer computing and the one prefetched whole, and a layer's whole gradient
+    before its reduce-scatter (FSDP's two in-flight all-gathers): 2 x 2 + 2 bytes per parameter of one
+    layer on the device; nothing without ZeRO-3 or without a group to shard over."""
+    spec, machine = find_model("llama-3.1-70b"), build_machine(db, "dgx-h100", 64)
+    layer = Layout(tp=8).params_per_device(spec, 1.0, False, False)[0] - Layout(tp=8).params_per_device(
+        spec, 0.0, False, False)[0]
+    work = TrainWorkload(128, 8192)
+    three = estimate_training(spec, machine, TrainPlan(tp=8, dp=8, zero=3, sp=True), work)
+    assert float(three.memory["gathered layers (ZeRO-3)"]) == pytest.approx(float(layer) * 6.0)
+    one = estimate_training(spec, machine, TrainPlan(tp=8, dp=8, zero=1, sp=True), work)
+    assert float(one.memory["gathered layers (ZeRO-3)"]) == 0.0
+    alone = estimate_training(spec, build_machine(db, "dgx-h100", 8), TrainPlan(tp=8, dp=1, zero=3, sp=True), work)
+    assert float(alone.memory["gathered layers (ZeRO-3)"]) == 0.0
