@@ -668,9 +668,9 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
     per_expert = model_state_bytes(1.0, lay.edp, zero) if spec.moe else (0.0, 0.0, 0.0)
     stages = []
     # ZeRO-3 gathers each layer's weights before it runs: the layer computing and the one being
-    # prefetched are whole (PyTorch FSDP's rate limiter keeps at most two all-gathers in flight;
-    # Zhao et al., "PyTorch FSDP", VLDB 2023, Sec. 3.3), and in the backward the layer's whole
-    # gradient waits for its reduce-scatter.
+    # prefetched are whole (PyTorch FSDP's rate limiter, limit_all_gathers, keeps at most two
+    # all-gathers in flight; Zhao et al., "PyTorch FSDP: Experiences on Scaling Fully Sharded Data
+    # Parallel", VLDB 2023), and in the backward the layer's whole gradient waits for its reduce-scatter.
     one_dense = lay.params_per_device(spec, 1.0, False, False)[0] - lay.params_per_device(spec, 0.0, False, False)[0]
     one_expert = lay.expert_slots(spec) * spec.expert_params / lay.etp if spec.moe else 0.0
     gathered = (np.where((c["zero"] >= 3) & (sh.sharding.weights > 1), one_dense, 0.0)
