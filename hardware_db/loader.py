@@ -167,8 +167,11 @@ class Database:
         acc = self.accelerator(device)
         own = next((c for c in self.calibrations.values() if c.device == acc.name), None)
         if own is None and acc.calibration_from:
-            own = next((c for c in self.calibrations.values()
-                        if c.device == self.accelerator(acc.calibration_from).name), None)
+            source = self.accelerator(acc.calibration_from)
+            own = next((c for c in self.calibrations.values() if c.device == source.name), None)
+            if own is not None and acc.scale_up_bytes_per_s != source.scale_up_bytes_per_s:
+                # Kernels measured on the same silicon transfer; collectives measured over other links do not.
+                own = own.model_copy(update={"collectives": None, "scale_up_fraction": None, "dispatch": None})
         if own is None:
             return default.model_copy(update={"matmul_fraction": {}})
         return own.model_copy(update={

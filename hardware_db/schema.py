@@ -150,8 +150,9 @@ class Accelerator(Compute):
     # Devices one package holds, when the device is a die of a multi-die package (Ascend 910C: 2);
     # serving figures are then also given per package, as vendors and papers quote them.
     dies_per_package: Annotated[int, Field(ge=1, le=16)] = 1
-    # Same silicon as another entry whose measured kernels apply (a variant with only less HBM):
-    # its calibration is used when this entry has none of its own.
+    # Same silicon as another entry whose measured kernels apply (a variant with less HBM, or with
+    # slower links): its calibration is used when this entry has none of its own, without the
+    # collective measurements when the scale-up links differ.
     calibration_from: Name | None = None
 
     def ridge_point(self, precision: str) -> float:
