@@ -155,3 +155,13 @@ def test_malformed_user_files_name_the_file_and_field(tmp_path, text, message):
 def test_missing_directory_is_a_user_error(tmp_path):
     with pytest.raises(SpecError, match="not found"):
         load_database([tmp_path / "nope"])
+
+
+def test_a_borrowed_calibration_keeps_kernels_and_drops_other_links_collectives(db):
+    """H800 (H100 silicon, NVLink cut to 400 GB/s) takes the H100's measured GEMM and attention
+    kernels, not its NVLink collectives; FengHuang's H200 (same links) keeps all of the H200's."""
+    h100, h800 = db.calibration("h100-sxm"), db.calibration("h800-sxm")
+    assert h800.gemm == h100.gemm and h800.attention == h100.attention
+    assert h100.collectives is not None and h800.collectives is None and h800.dispatch is None
+    assert h800.scale_up_fraction == db.calibration_default().scale_up_fraction
+    assert db.calibration("h200-fenghuang").collectives == db.calibration("h200").collectives
