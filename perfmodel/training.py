@@ -33,6 +33,7 @@ Chowdhery et al., "PaLM", 2022, App. B: model FLOPs utilization.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -172,24 +173,89 @@ def estimate_training(spec: TransformerSpec, machine: Machine, plan: TrainPlan, 
     ``detail=False`` (the search's mode) the per-component breakdowns (time components, link
     times, operators) are left empty and only the per-plan totals and memory are computed.
     """
+    return _in_blocks(lambda c: _estimate(spec, machine, c, work, detail), plan)
+
+
+@dataclass(frozen=True)
+class Screen:
+    """Memory and the validity rules of every plan, before any time is computed: what a search
+    decides first (most plans of a large model do not fit, and need no step time)."""
+
+    binding_code: np.ndarray      # 0 when feasible, else 1 + index into constraint_names
+    shortfall: np.ndarray         # by how much, 0 when feasible (as TrainResult's)
+    hbm_used_bytes: np.ndarray    # per device, with the reserve
+    constraint_names: tuple[str, ...] = ()
+
+    @property
+    def feasible(self) -> np.ndarray:
+        return self.binding_code == 0
+
+    @property
+    def binding(self) -> np.ndarray:
+        """Name of the violated constraint of each plan ("" when feasible)."""
+        return np.asarray(("",) + self.constraint_names, dtype=object)[self.binding_code]
+
+
+def screen_training(spec: TransformerSpec, machine: Machine, plan: TrainPlan, work: TrainWorkload) -> Screen:
+    """Feasibility and memory of every plan, exactly as estimate_training decides them."""
+    def block(c: dict) -> Screen:
+        sh = _shape(spec, machine, c, work)
+        mem = _memory(spec, machine, c, sh, work)
+        code, shortfall, names = _feasibility(spec, machine, c, sh, mem, work)
+        return Screen(code, shortfall, mem.hbm_used, names)
+
+    return _in_blocks(block, plan)
+
+
+def step_time_floor(spec: TransformerSpec, machine: Machine, plan: TrainPlan, work: TrainWorkload) -> np.ndarray:
+    """A lower bound of each plan's step time (s) from its compute alone: every microbatch's
+    forward, backward and recompute plus the pipeline bubble's share of it. Every other term of
+    the step (exposed transfers, the tail, the optimizer) adds a non-negative time, and the
+    exposed microbatch is never shorter than its compute (_overlap), so no plan is faster.
+    The plans of a search share few compute shapes (COMPUTE_FIELDS): each is evaluated once."""
+    def floor(c: dict) -> np.ndarray:
+        sh = _shape(spec, machine, c, work)
+        comp = _compute(spec, machine, c, sh, work, False)
+        v = np.maximum(c["interleave"], 1)
+        bubble = np.where(c["schedule"] == Schedule.DUALPIPE, _dualpipe_bubble(sh.layout.pp, comp),
+                          (sh.layout.pp - 1) / v * comp.per_micro_s)
+        return np.broadcast_to(sh.num_micro * comp.per_micro_s + bubble, np.shape(sh.num_micro))
+
+    columns = plan.columns()
+    rows = distinct_rows(*(columns[f] for f in COMPUTE_FIELDS))
+    if rows is None:
+        return floor(columns)
+    first, inverse = rows
+    n = len(inverse)
+    return floor({k: np.broadcast_to(v, (n,))[first] for k, v in columns.items()})[inverse]
+
+
+# The plan fields the compute of a microbatch and the bubble depend on (_shape's workload terms,
+# _compute, the schedule); sharding, offload and overlap only add transfers and memory.
+COMPUTE_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "interleave", "ends_as_layers", "micro_batch", "recompute",
+                  "sp", "flash", "precision", "schedule", "moe_imbalance")
+
+
+def _in_blocks(evaluate: Callable[[dict], object], plan: TrainPlan):
+    """``evaluate`` over the plan's columns: in one pass, or in cache-sized blocks on threads, joined."""
     columns = plan.columns()
     n = int(np.broadcast(*columns.values()).size)
     if n <= SINGLE_PASS_ROWS:
-        return _estimate(spec, machine, columns, work, detail)
+        return evaluate(columns)
     from concurrent.futures import ThreadPoolExecutor
 
     full = {k: np.broadcast_to(v, (n,)) for k, v in columns.items()}
-
-    def block(start: int) -> TrainResult:
-        return _estimate(spec, machine, {k: v[start:start + BLOCK_ROWS] for k, v in full.items()}, work, detail)
-
     with ThreadPoolExecutor(max_workers=THREADS or min(os.cpu_count() or 1, 8)) as pool:
-        parts = list(pool.map(block, range(0, n, BLOCK_ROWS)))
-    fields = TrainResult.__dataclass_fields__
-    # Breakdowns left empty without ``detail`` stay empty; memory and tier bytes are always joined.
-    return TrainResult(**{f: _join([getattr(p, f) for p in parts], n)
-                          if detail or not isinstance(getattr(parts[0], f), dict) or getattr(parts[0], f) else {}
-                          for f in fields})
+        parts = list(pool.map(lambda start: evaluate({k: v[start:start + BLOCK_ROWS] for k, v in full.items()}),
+                              range(0, n, BLOCK_ROWS)))
+    if isinstance(parts[0], np.ndarray):
+        return _join(parts, n)
+    kind = type(parts[0])
+    # Breakdowns left empty (estimate_training without ``detail``) stay empty; memory and tier
+    # bytes are always joined.
+    return kind(**{f: _join([getattr(p, f) for p in parts], n)
+                   if not isinstance(getattr(parts[0], f), dict) or getattr(parts[0], f) else {}
+                   for f in kind.__dataclass_fields__})
 
 
 def _join(values: list, n: int):
@@ -654,13 +720,9 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
     mtp_acts = spec.mtp_layers * activation_bytes_per_layer(
         spec, s / lay.cp, mb, lay.tp, sp, recompute, flash=flash, moe_layer=spec.moe is not None,
         gemm_input_bytes=sh.gemm_input_bytes) if spec.mtp_layers else 0.0
-    ends = sh.ends
-    _, r = stage_layers(spec.num_layers, lay.pp, ends, spec.mtp_layers)
     last = lay.pp - 1
-    # The first stage (the most microbatches in flight), the second (with the embedding's slot in the
-    # split it may hold more), the first of the longer stages, the last (the head and its logits).
-    candidates = tuple((stage, layers_on_stage(spec.num_layers, lay.pp, stage, ends, spec.mtp_layers))
-                       for stage in (0.0, np.minimum(1.0, last), np.minimum(lay.pp - r, last), last))
+    dualpipe = c["schedule"] == Schedule.DUALPIPE
+    candidates = _stage_candidates(spec, lay, sh.num_micro, c["interleave"], sh.ends, dualpipe)
     reserve = machine.constants.get("hbm-reserve-fraction", 0.0) * machine.hbm_bytes
     # Bytes per parameter of each state (linear in the parameters): dense weights shard over the
     # dp x cp replicas, routed experts over expert data parallelism.
@@ -675,17 +737,13 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
     one_expert = lay.expert_slots(spec) * spec.expert_params / lay.etp if spec.moe else 0.0
     gathered = (np.where((c["zero"] >= 3) & (sh.sharding.weights > 1), one_dense, 0.0)
                 + np.where((c["zero"] >= 3) & (lay.edp > 1), one_expert, 0.0)) * (2.0 * WEIGHT_BYTES + GRAD_BYTES)
-    # DualPipe keeps two copies of the parameters (and their gradients) and PP + 1 microbatches of
-    # activations in flight on every rank (DeepSeek-V3 report, Table 2).
-    dualpipe = c["schedule"] == Schedule.DUALPIPE
+    # DualPipe keeps two copies of the parameters (and their gradients) on every rank (DeepSeek-V3
+    # report, Table 2).
     copies = np.where(dualpipe, 2.0, 1.0)
-    for stage, layers in candidates:
-        dense, expert = lay.params_per_device(spec, layers, stage == 0, stage == last)
+    for stage, flight, dense, expert in candidates:
         weights, grads, optim = (dense * d + expert * e for d, e in zip(per_dense, per_expert))
         weights, grads = weights * copies, grads * copies
-        acts = per_layer * np.where(dualpipe, np.minimum(lay.pp + 1.0, sh.num_micro) * layers,
-                                    in_flight_layers(layers, stage, lay.pp, sh.num_micro, c["interleave"],
-                                                     ends & (np.asarray(stage) == 0)))
+        acts = per_layer * flight
         # The last stage: fp32 logits of its microbatch in flight, for the head and each MTP depth,
         # and the MTP blocks' activations.
         acts = acts + np.where(stage == last, 4.0 * sh.tokens * spec.vocab_size / lay.tp * (1 + spec.mtp_layers)
@@ -701,13 +759,51 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
 
     parts = {k: pick([p[k] for p, _ in stages]) for k in stages[0][0]}
     hbm = pick([hbm for _, hbm in stages])
-    tier_bytes = {name: sum(np.where(c[place] == PLACES.index(name), parts[part], 0.0)
-                            + np.where(c[place] == Place.DDR_CXL, parts[part] * interleave_share(machine, name), 0.0)
-                            for place, part in _OFFLOADABLE)
-                  for name in TIERS}
+    tier_bytes = {name: _tier_bytes(machine, name, c, parts) for name in TIERS}
     parts["reserve"] = np.full(np.shape(hbm), reserve)
-    stage = pick([np.broadcast_to(st, np.shape(hbm)) for st, _ in candidates])
+    stage = pick([np.broadcast_to(st, np.shape(hbm)) for st, *_ in candidates])
     return Memory(parts, hbm + reserve, tier_bytes, stage)
+
+
+def _stage_candidates(spec: TransformerSpec, lay: Layout, num_micro, interleave, ends, dualpipe) -> list[tuple]:
+    """(stage, layer-microbatches of activations in flight, dense and routed-expert parameters) of
+    each stage that may be the fullest: the first (the most microbatches in flight), the second
+    (with the embedding's slot in the split it may hold more), the first of the longer stages, the
+    last (the head and its logits). DualPipe keeps PP + 1 microbatches in flight on every rank
+    (DeepSeek-V3 report, Table 2). A search's plans share few layouts: each is evaluated once."""
+    def terms(tp, cp, dp, pp, ep, etp, num_micro, interleave, ends, dualpipe) -> list[np.ndarray]:
+        layout = Layout(tp, cp, dp, pp, ep, etp)
+        _, r = stage_layers(spec.num_layers, pp, ends, spec.mtp_layers)
+        last = pp - 1
+        out = []
+        for stage in (0.0, np.minimum(1.0, last), np.minimum(pp - r, last), last):
+            layers = layers_on_stage(spec.num_layers, pp, stage, ends, spec.mtp_layers)
+            flight = np.where(dualpipe, np.minimum(pp + 1.0, num_micro) * layers,
+                              in_flight_layers(layers, stage, pp, num_micro, interleave, ends & (stage == 0)))
+            out += [stage, flight, *layout.params_per_device(spec, layers, stage == 0, stage == last)]
+        return out
+
+    keys = (lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.etp, num_micro, interleave, ends, dualpipe)
+    rows = distinct_rows(*keys)
+    if rows is None:
+        values = terms(*keys)
+    else:
+        first, inverse = rows
+        n = len(inverse)
+        values = [np.broadcast_to(v, first.shape)[inverse]
+                  for v in terms(*(np.broadcast_to(k, (n,))[first] for k in keys))]
+    return [tuple(values[i:i + 4]) for i in range(0, len(values), 4)]
+
+
+def _tier_bytes(machine: Machine, name: str, c: dict, parts: dict) -> np.ndarray:
+    """Bytes per device the offloaded parts keep in tier ``name`` (a DDR+CXL place its share)."""
+    out = np.zeros(np.shape(parts["weights"]))
+    share = interleave_share(machine, name)
+    for place, part in _OFFLOADABLE:
+        here = (c[place] == PLACES.index(name)) + (c[place] == Place.DDR_CXL) * share
+        if np.any(here):                      # a search's lattice keeps every part in HBM
+            out = out + parts[part] * here
+    return out
 
 
 GRADS_WITH_OPTIMIZER = "gradient offload needs the optimizer states offloaded to the same tier"
@@ -726,6 +822,8 @@ def _feasibility(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, me
     def violate(mask, name, amount):
         nonlocal code, shortfall
         names.append(name)
+        if not np.any(mask):                  # most rules hold everywhere: nothing to record
+            return
         new = np.asarray(mask) & (code == 0)
         code = np.where(new, len(names), code)
         shortfall = np.where(new, amount, shortfall)

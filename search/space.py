@@ -185,10 +185,12 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     cheap = np.array(list(itertools.product([RECOMPUTE.index(r) for r in recomputes], (0, 1),
                                             [PRECISIONS.index(p) for p in precisions])), dtype=np.int64)
     # Per (tp, replicas): every (zero, sharding) choice times every (recompute, sp, precision), zero-major.
+    # Sequence parallelism needs tp > 1: with tp 1 only the rows without it.
     tables = {}
     for pair, schemes in stage_schemes.items():
         stages = np.array(schemes, dtype=np.int64).reshape(-1, 7)
-        tables[pair] = np.hstack([np.repeat(stages, len(cheap), axis=0), np.tile(cheap, (len(stages), 1))])
+        allowed = cheap if pair[0] > 1 else cheap[cheap[:, 1] == 0]
+        tables[pair] = np.hstack([np.repeat(stages, len(allowed), axis=0), np.tile(allowed, (len(stages), 1))])
     per_row = [tables[(int(tp), int(cp), int(dp * cp))] for tp, _, dp, cp, *_ in rows]
     counts = np.array([len(t) for t in per_row])
     rep_base = np.repeat(base, counts, axis=0)
@@ -200,8 +202,6 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
                 shard_weights=rep_cheap[:, 3], hpz=rep_cheap[:, 4], qwz=rep_cheap[:, 5].astype(bool),
                 qgz=rep_cheap[:, 6].astype(bool), recompute=rep_cheap[:, 7], sp=rep_cheap[:, 8].astype(bool),
                 precision=rep_cheap[:, 9])
-    keep = ~(cols["sp"] & (cols["tp"] == 1))          # sequence parallelism needs tp > 1
-    cols = {k: v[keep] for k, v in cols.items()}
     # A dominated choice (off) is not searched, where the device and the framework can overlap.
     cols["tp_overlap"] = cols["sp"] & (options.tp_overlap and machine.overlaps_tp_communication)
     cols["ep_overlap"] = ep_overlap_allowed(cols) & options.ep_overlap

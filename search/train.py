@@ -33,7 +33,7 @@ from perfmodel.machine import Machine, build_machine
 from perfmodel.plan import RECOMPUTE
 from perfmodel.model import TransformerSpec
 from perfmodel.plan import INTERLEAVED, PLACES, TIERS
-from perfmodel.training import TrainPlan, TrainWorkload, estimate_training
+from perfmodel.training import TrainPlan, TrainWorkload, estimate_training, screen_training, step_time_floor
 
 from .pareto import pareto_front
 from .space import LEFT_OUT, RULES, SpaceOptions, build_space, declared_size
@@ -288,28 +288,33 @@ def _evaluate_candidate(spec, db, system, devices, work, options, counter: Count
 
         table = imbalance_table(options.routing, cols["ep"])
         cols["moe_imbalance"] = np.vectorize(table.get, otypes=[float])(cols["ep"])
-    result = estimate_training(spec, machine, TrainPlan(**cols), work, detail=False)
+    # Memory and the rules first, on every plan; the step time only of the plans that fit.
+    screen = screen_training(spec, machine, TrainPlan(**cols), work)
+    over_headroom = screen.feasible & (screen.hbm_used_bytes > machine.hbm_bytes * (1 - options.memory_headroom))
+    feasible = np.flatnonzero(screen.feasible & ~over_headroom)
+    fitting = _rows(cols, feasible)
+    plans = PlanTable({}) if not len(feasible) else _table(
+        estimate_training(spec, machine, TrainPlan(**fitting), work, detail=False), fitting,
+        np.ones(len(feasible), dtype=bool), k, machine)
     if progress:
         progress(n)
-    over_headroom = result.feasible & (result.hbm_used_bytes > machine.hbm_bytes * (1 - options.memory_headroom))
-    feasible = result.feasible & ~over_headroom
-    binding = result.binding
-    counter.update(binding[~result.feasible].tolist())
+    binding = screen.binding
+    counter.update(binding[~screen.feasible].tolist())
     if options.memory_headroom:
         counter["memory headroom"] += int(over_headroom.sum())
-    out = _Candidate(machine, _table(result, cols, feasible, k, machine), declared, n, int(feasible.sum()))
+    out = _Candidate(machine, plans, declared, n, len(feasible))
     memory_bound = np.flatnonzero(binding == "hbm")
     if len(memory_bound):
-        j = memory_bound[int(np.argmin(result.shortfall[memory_bound]))]
+        j = memory_bound[int(np.argmin(screen.shortfall[memory_bound]))]
         out.closest = {**{f: np.asarray(cols[f])[j].item() for f in PLAN_FIELDS}, "system": machine.system.name,
-                       "devices": devices, "hbm_over_bytes": float(result.shortfall[j]),
+                       "devices": devices, "hbm_over_bytes": float(screen.shortfall[j]),
                        "hbm_bytes": machine.hbm_bytes}
     kinds = {t.kind for t in machine.memory_tiers}
     places = ["hbm"] + [p for p in PLACES[1:] if p in options.space.offload_places
                         and all(k in kinds for k in INTERLEAVED.get(p, (p,)))]
     if options.offload and len(places) > 1 and len(memory_bound):
-        rows, models, out.unresolved = _offload_branch_and_bound(spec, machine, work, cols, result, memory_bound,
-                                                                 places, out.table, options)
+        rows, models, out.unresolved = _offload_branch_and_bound(spec, machine, work, cols, memory_bound, places,
+                                                                 out.table, options)
         out.cpsat_models = models
         if rows:
             stacked = {f: np.array([r[f] for r in rows]) for f in PLAN_FIELDS}
@@ -349,7 +354,13 @@ def _relaxed_bound(base_time, delta, part_bytes, fixed, hbm_cap):
     return bound
 
 
-def _offload_branch_and_bound(spec, machine, work, cols, result, memory_bound, places, table, options):
+def _rows(cols: dict, idx: np.ndarray) -> dict:
+    """The lattice's rows ``idx`` (every plan field, scalars broadcast)."""
+    n = len(cols["tp"])
+    return {k: np.broadcast_to(v, (n,))[idx] if np.ndim(v) else v for k, v in cols.items()}
+
+
+def _offload_branch_and_bound(spec, machine, work, cols, memory_bound, places, table, options):
     """Offloaded versions of memory-bound plans that can beat the incumbent, smallest bound first.
 
     Each part's added time in each tier is evaluated for every memory-bound plan at once. Moved
@@ -369,8 +380,13 @@ def _offload_branch_and_bound(spec, machine, work, cols, result, memory_bound, p
     incumbent = float(table.columns["step_time_s"].min()) if len(table) and time_objective else np.inf
     tier_caps = _kind_capacities(machine, places)
     hbm_cap = machine.hbm_bytes * (1 - options.memory_headroom)
-    # The HBM-only time is already a bound: plans it rules out need no further evaluation.
-    memory_bound = memory_bound[result.step_time_s[memory_bound] < incumbent]
+    # Offloading only adds time, so the HBM-only time bounds a plan's, and its compute alone bounds
+    # that (step_time_floor): plans either rules out need no further evaluation.
+    if np.isfinite(incumbent):
+        memory_bound = memory_bound[step_time_floor(spec, machine, TrainPlan(**cols), work)[memory_bound] < incumbent]
+        if len(memory_bound):
+            hbm_only = estimate_training(spec, machine, TrainPlan(**_rows(cols, memory_bound)), work, detail=False)
+            memory_bound = memory_bound[hbm_only.step_time_s < incumbent]
     if not len(memory_bound):
         return [], 0, np.inf
     base_time, delta, part_bytes, fixed = _offload_costs(spec, machine, work, cols, memory_bound, places,
@@ -445,8 +461,9 @@ def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[
         evaluated=sum(o.evaluated for o in outcomes), feasible=sum(o.feasible for o in outcomes),
         feasible_with_offload=sum(o.offloaded for o in outcomes),
         infeasible_by_constraint=dict(sorted(counter.items())),
-        solver="exhaustive vectorized enumeration of the lattice; CP-SAT branch and bound over offload "
-               "placements; CP-SAT selection among candidates",
+        solver="exhaustive vectorized enumeration of the lattice (memory and the rules on every plan, the step "
+               "time on those that fit); CP-SAT branch and bound over offload placements, bounded by each plan's "
+               "compute; CP-SAT selection among candidates",
         status="OPTIMAL" if len(everything) else "INFEASIBLE", gap=0.0, seconds=0.0,
         cpsat_models=sum(o.cpsat_models for o in outcomes),
         dimensions={f"{o.machine.system.name} x {o.machine.devices}": o.declared for o in outcomes})

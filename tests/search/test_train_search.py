@@ -166,3 +166,37 @@ def test_ties_are_the_plans_whose_range_overlaps_the_best(db):
         for p in result.top:
             if p != best and p not in result.ties:
                 assert p["step_time_low_s"] > best["step_time_high_s"]
+
+
+@pytest.mark.parametrize("model,system,devices,batch", [("deepseek-v3", "dgx-h100", 256, 1024),
+                                                        ("llama-3.1-70b", "mi300x-8x", 64, 512)])
+def test_screen_and_floor_agree_with_the_full_estimate(db, model, system, devices, batch):
+    """The search's first pass decides feasibility and memory exactly as the full estimate, and its
+    compute floor never exceeds a plan's step time: over a real lattice, with DualPipe and offloaded
+    rows mixed in, and the floor's shared compute shapes evaluated once or row by row alike."""
+    from perfmodel.catalog import find_model
+    from perfmodel.plan import PLACES, SCHEDULES
+    from perfmodel.search.space import build_space
+    from perfmodel.training import TrainPlan, estimate_training, screen_training, step_time_floor
+
+    spec, work = find_model(model), TrainWorkload(batch, 4096)
+    machine = build_machine(db, system, devices)
+    cols, _ = build_space(spec, machine, work)
+    rng = np.random.default_rng(0)
+    rows = np.sort(rng.choice(len(cols["tp"]), 6000, replace=False))
+    cols = {k: np.asarray(v)[rows] for k, v in cols.items()}
+    cols["schedule"] = np.where(rng.random(len(rows)) < 0.2, SCHEDULES.index("dualpipe"), 0)
+    offloaded = rng.random(len(rows)) < 0.2
+    cols["optimizer_place"] = np.where(offloaded, PLACES.index("ddr"), 0)
+    plan = TrainPlan(**cols)
+    full, screen = estimate_training(spec, machine, plan, work, detail=False), screen_training(spec, machine, plan, work)
+    assert screen.constraint_names == full.constraint_names
+    np.testing.assert_array_equal(screen.binding_code, full.binding_code)
+    np.testing.assert_array_equal(screen.shortfall, full.shortfall)
+    np.testing.assert_array_equal(screen.hbm_used_bytes, full.hbm_used_bytes)
+    floor = step_time_floor(spec, machine, plan, work)
+    assert np.all(floor <= full.step_time_s) and np.all(floor > 0)
+    chunks = [TrainPlan(**{k: v[i:i + 500] for k, v in cols.items()}) for i in range(0, len(rows), 500)]
+    np.testing.assert_array_equal(floor, np.concatenate([step_time_floor(spec, machine, c, work) for c in chunks]))
+    np.testing.assert_array_equal(screen.hbm_used_bytes, np.concatenate(
+        [screen_training(spec, machine, c, work).hbm_used_bytes for c in chunks]))
