@@ -31,7 +31,8 @@ DATA = Path(__file__).parents[1] / "tests" / "data" / "practiced_training.yaml"
 
 
 def _label(plan: dict) -> str:
-    ends = ("e" if plan.get("ends_as_layers") else "") + (" dualpipe" if plan.get("schedule") == "dualpipe" else "")
+    ends = ("e" if plan.get("ends_as_layers") else "") + (" dualpipe" if plan.get("schedule") == "dualpipe" else "") \
+        + (" ds-storage" if plan.get("storage") == "deepseek" else "")
     overlap = "+o" if plan.get("tp_overlap") else ""
     ep_overlap = "+o" if plan.get("ep_overlap") else ""
     return (f"tp{plan['tp']}{overlap} pp{plan['pp']}x{plan['interleave']}{ends} dp{plan['dp']} cp{plan['cp']} "

@@ -88,7 +88,7 @@ def fmt(value: float | None, scale: float = 1.0, digits: int = 4) -> str:
 def _entry_summary(entry) -> str:
     kind = entry.__class__.__name__
     if kind == "Accelerator":
-        return (f"{fmt(entry.peak_flops.get('bf16'), 1e12)} TFLOP/s bf16, {size(entry.hbm_bytes)} at "
+        return (f"{fmt(entry.peak_flops.get('bf16'), 1e12)} TFLOP/s bf16, {fmt(entry.hbm_bytes, 2 ** 30)} GiB at "
                 f"{rate(entry.hbm_bytes_per_s)}, {watts(entry.tdp_w)}")
     if kind == "Cpu":
         return f"{entry.cores} cores, {rate(entry.memory_bytes_per_s)} memory, {watts(entry.tdp_w)}"
@@ -451,7 +451,8 @@ def _estimate_train_tables(spec, machine, plan, work, report, db=None) -> None:
                   f"ep {plan.ep}, micro-batch {plan.micro_batch}, zero {plan.zero}{_sharding_text(vars(plan))}, "
                   f"recompute {plan.recompute}, sp {'on' if plan.sp else 'off'}"
                   f"{', TP overlap' if plan.tp_overlap and plan.sp else ''}"
-                  f"{', EP exchange overlapped' if plan.ep_overlap and plan.ep > 1 else ''}, {plan.precision}",
+                  f"{', EP exchange overlapped' if plan.ep_overlap and plan.ep > 1 else ''}, {plan.precision}"
+                  f"{', DeepSeek low-precision storage' if str(plan.storage) == 'deepseek' else ''}",
                   markup=False)
     run = report["run"]
     low, high = report["step_time_range_s"]

@@ -4,7 +4,10 @@ YAML keys carry their unit (``hbm_gb``, ``hbm_tb_per_s``, ``dense_tflops``, ``td
 ``gbit_per_s_per_direction``); each value is range-checked in that unit, so that the usual slips
 (bits for bytes, GB/s for TB/s, a 2:4-sparse figure for a dense one) are caught with a hint, and is
 converted once, here, to SI base units (bytes, bytes/s, FLOP/s, seconds, watts, dollars). Decimal
-prefixes throughout (GB = 1e9 bytes), as vendors' datasheets use them.
+prefixes throughout (GB = 1e9 bytes), as vendors' datasheets use them, except HBM capacity: DRAM
+dies hold a power of two of bits, and an "80 GB" HBM device holds 80 GiB (2^30 bytes each), as the
+driver reports it (NVML: H100 80GB 81,559 MiB, A100 80GB 81,920 MiB, H200 141GB 143,771 MiB;
+Modal, "Why does an NVIDIA H100 80GB card offer 85.52 GB?", thundergolfer.com/blog/nvidia-gpu-memory-capacity).
 
 Every entry lists its ``sources``. A figure that has none is not data; it belongs with the named
 calibration constants.
@@ -29,7 +32,7 @@ BYTES_PER_ELEMENT: dict[str, float] = {
     "fp8": 1.0, "int8": 1.0, "fp4": 0.5, "int4": 0.5,
 }
 
-GIGA, TERA = 1e9, 1e12
+GIGA, TERA, GIBI = 1e9, 1e12, 2.0 ** 30
 
 
 def quantity(lo: float, hi: float, unit: str, scale: float, slip: str = "") -> AfterValidator:
@@ -48,7 +51,7 @@ def quantity(lo: float, hi: float, unit: str, scale: float, slip: str = "") -> A
 
 
 # Quantities as written in YAML, with their plausible ranges.
-HbmGB = Annotated[float, quantity(1, 4096, "GB", GIGA, "is it in MB or TB?")]
+HbmGB = Annotated[float, quantity(1, 4096, "GB", GIBI, "is it in MB or TB?")]     # binary: see the module docstring
 HbmTBps = Annotated[float, quantity(0.05, 50, "TB/s", TERA, "is it in GB/s?")]
 SramMB = Annotated[float, quantity(0.1, 4096, "MB", 1e6)]
 Watts = Annotated[float, quantity(1, 200_000, "W", 1.0, "is it in kW?")]

@@ -26,6 +26,15 @@ from .plan import Recompute
 
 # Bytes per parameter of mixed-precision Adam (ZeRO paper, Sec. 3.1).
 WEIGHT_BYTES, GRAD_BYTES, ADAM_STATE_BYTES = 2.0, 2.0, 12.0
+# (weights, gradients, optimizer states) bytes per parameter of each plan.Storage: mixed-precision
+# Adam; DeepSeek-V3's fp32 gradients, fp32 master weights and BF16 moments (report, Sec. 3.3.3).
+_STATE_BYTES = np.array([(WEIGHT_BYTES, GRAD_BYTES, ADAM_STATE_BYTES), (2.0, 4.0, 4.0 + 2.0 + 2.0)])
+
+
+def state_bytes_per_param(storage) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(weights, gradients, optimizer states) bytes per parameter under ``storage`` (plan.Storage codes)."""
+    table = _STATE_BYTES[np.asarray(storage, dtype=int)]
+    return table[..., 0], table[..., 1], table[..., 2]
 
 
 def model_state_bytes(params, dp, zero, weight_bytes=WEIGHT_BYTES, grad_bytes=GRAD_BYTES,
@@ -38,7 +47,8 @@ def model_state_bytes(params, dp, zero, weight_bytes=WEIGHT_BYTES, grad_bytes=GR
     return Sharding.of(zero, dp).state_bytes(params, weight_bytes, grad_bytes, optimizer_bytes)
 
 
-def activation_coefficients(spec: TransformerSpec, moe_layer: bool, gemm_input_bytes=2.0, modules=False):
+def activation_coefficients(spec: TransformerSpec, moe_layer: bool, gemm_input_bytes=2.0, modules=False,
+                            low_precision=False):
     """Per-layer activation bytes in units of s*b*h, split as Korthikanti et al. Table 2 does:
     (replicated under TP unless SP, sharded by TP, attention-core multiplier of a*s/h).
 
@@ -56,6 +66,10 @@ def activation_coefficients(spec: TransformerSpec, moe_layer: bool, gemm_input_b
     GEMM's cast input still is), MLA keeps its query and KV latents (bf16) instead of Q, K and V,
     and an MoE layer drops its activation's output, the last GEMM's input (DeepSeek-V3 report Sec.
     3.2.3; Megatron-Core's output-discarding checkpoints of layernorm, mla_up_proj and moe_act).
+
+    With ``low_precision`` (plan.Storage.DEEPSEEK; Sec. 3.3.3) the attention output is kept once, in
+    E5M6 (1.5 bytes), for both the attention's backward and the output projection, and an MoE
+    layer caches its SwiGLU inputs (the gate and up outputs) in FP8 and recomputes the rest.
     """
     h = spec.hidden_size
     g = np.asarray(gemm_input_bytes, dtype=float)
@@ -71,11 +85,14 @@ def activation_coefficients(spec: TransformerSpec, moe_layer: bool, gemm_input_b
     qkv = 2 * q_w + 4 * kv_w
     if modules and spec.mla:      # the latents the up-projections are recomputed from
         qkv = 2.0 * ((spec.mla.q_lora_rank or 0) + spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim) / h
-    attention = qkv + 2 * ctx_w + np.where(g < 2, g * ctx_w, 0.0)
+    low = np.asarray(low_precision, dtype=bool)
+    attention = qkv + np.where(low, 1.5, 2.0 + np.where(g < 2, g, 0.0)) * ctx_w
     per_f = (4.0 if spec.mlp == "gated" else 2.0) + g    # first GEMM's outputs (bf16) + last GEMM's input
     if moe_layer and spec.moe:
         f = spec.moe.expert_ffn_hidden_size * (spec.moe.top_k + spec.moe.num_shared_experts)
         per_f = per_f - (g if modules else 0.0)          # moe_act: the activation's output is recomputed
+        # Low precision: only the first GEMM's outputs, in FP8 (the activation's output is recomputed).
+        per_f = np.where(low, 2.0 if spec.mlp == "gated" else 1.0, per_f)
         mlp = per_f * f / h + g * spec.moe.top_k        # + the dispatched copies of the tokens
     else:
         mlp = per_f * spec.ffn_hidden_size / h
@@ -87,18 +104,20 @@ def activation_coefficients(spec: TransformerSpec, moe_layer: bool, gemm_input_b
 
 
 def activation_bytes_per_layer(spec: TransformerSpec, seq, micro_batch, tp, sp, recompute, flash=True,
-                               moe_layer=False, gemm_input_bytes=2.0):
+                               moe_layer=False, gemm_input_bytes=2.0, low_precision=False):
     """Activation bytes one layer keeps for one microbatch on one device (Korthikanti et al. Eq. 1-2).
 
     ``recompute`` is a ``Recompute`` code; ``sp`` sequence parallelism (0/1); ``flash`` drops the
-    s^2 attention matrices, which FlashAttention never stores (Dao et al. 2022, Sec. 3.1).
+    s^2 attention matrices, which FlashAttention never stores (Dao et al. 2022, Sec. 3.1);
+    ``low_precision`` DeepSeek-V3's low-precision storage (activation_coefficients).
     """
     seq = np.asarray(seq, dtype=float)
     sbh = seq * np.asarray(micro_batch, dtype=float) * spec.hidden_size
     t = np.maximum(np.asarray(tp, dtype=float), 1.0)
     sp = np.asarray(sp, dtype=bool)
-    rep, shard, core = activation_coefficients(spec, moe_layer, gemm_input_bytes)
-    lean_rep, lean_shard, _ = activation_coefficients(spec, moe_layer, gemm_input_bytes, modules=True)
+    rep, shard, core = activation_coefficients(spec, moe_layer, gemm_input_bytes, low_precision=low_precision)
+    lean_rep, lean_shard, _ = activation_coefficients(spec, moe_layer, gemm_input_bytes, modules=True,
+                                                      low_precision=low_precision)
     core_term = np.where(np.asarray(flash, dtype=bool), 0.0, core * seq / t)
     replicated = np.where(sp, rep / t, rep)
     recompute = np.asarray(recompute)

@@ -56,8 +56,22 @@ class Schedule(IntEnum):
     DUALPIPE = 1
 
 
+class Storage(IntEnum):
+    """The formats model states and cached activations are stored in. MIXED: mixed-precision Adam,
+    2 + 2 + 12 bytes per parameter (16-bit weights and gradients; fp32 master weights, momentum
+    and variance; Rajbhandari et al. 2020, Sec. 3.1), activations as the GEMMs keep them.
+    DEEPSEEK: DeepSeek-V3's low-precision storage (DeepSeek-V3 report, Sec. 3.3.3): BF16 Adam
+    moments with fp32 master weights and fp32 gradients for accumulation (2 + 4 + 8 bytes), one
+    E5M6 copy of the attention output (it feeds both the attention's backward and the output
+    projection), and the MoE SwiGLU inputs cached in FP8 with its output recomputed; with fp8 GEMMs."""
+
+    MIXED = 0
+    DEEPSEEK = 1
+
+
 RECOMPUTE = tuple(r.name.lower() for r in Recompute)
 SCHEDULES = ("1f1b", "dualpipe")
+STORAGES = tuple(s.name.lower() for s in Storage)
 OVERLAP = tuple(o.name.lower() for o in Overlap)
 PLACES = tuple(p.name.lower().replace("_", "+") for p in Place)
 TIERS = ("ddr", "cxl", "pooled", "nvme")          # the memory kinds below HBM a place may use

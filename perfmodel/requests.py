@@ -12,7 +12,7 @@ from perfmodel.hardware_db.errors import SpecError, UnknownNameError
 
 from .defaults import SERVE_DEFAULTS, TRAIN_DEFAULTS
 from .plan import (ACTIVATION_PRECISIONS, ATTENTION, INTERLEAVED, KV_PRECISIONS, OVERLAP, PLACES, RECOMPUTE,
-                   SCHEDULES, WEIGHT_PRECISIONS, QuantScheme)
+                   SCHEDULES, STORAGES, WEIGHT_PRECISIONS, QuantScheme)
 
 PRICING = ("cloud", "owned")
 KV_PLACES = ("hbm", "ddr", "cxl", "pooled")
@@ -134,6 +134,10 @@ class TrainRequest:
                                    "parameters).", choices=SCHEDULES)
     ep_overlap: bool = option(False, "The MoE dispatch and combine under another microbatch's compute (Megatron's "
                                      "--overlap-moe-expert-parallel-comm, DeepSeek's DualPipe; needs --ep 2 or more).")
+    storage: str = option("mixed", "How states and cached activations are stored: mixed (mixed-precision Adam, 2 + 2 "
+                                   "+ 12 bytes per parameter) or deepseek (DeepSeek-V3's low-precision storage: "
+                                   "fp32 gradients, BF16 Adam moments, FP8-cached activations; needs --precision "
+                                   "fp8).", choices=STORAGES)
     moe_imbalance: float = option(0.0, MOE_IMBALANCE_HELP)
     pricing: str = option("cloud", PRICING_HELP, choices=PRICING)
     price: tuple[str, ...] = option((), PRICE_HELP)
@@ -159,6 +163,9 @@ class TrainRequest:
         if self.tp_overlap and self.tp > 1 and not machine.overlaps_tp_communication:
             raise SpecError(f"--tp-overlap needs Transformer Engine's userbuffers, built for NVIDIA GPUs; "
                             f"{machine.accelerator.name} is {machine.accelerator.vendor}'s")
+        if self.storage == "deepseek" and self.precision != "fp8":
+            raise SpecError(f"--storage deepseek caches FP8 activations: it needs --precision fp8, has "
+                            f"{self.precision}")
         if self.ep_overlap and (not spec.moe or self.ep < 2):
             raise SpecError("--ep-overlap overlaps the expert exchange: it needs an MoE model and --ep 2 or more"
                             + ("" if spec.moe else f"; {spec.name} has no experts"))
@@ -174,7 +181,7 @@ class TrainRequest:
                          optimizer_place=self.offload_optimizer, grad_place=self.offload_grads,
                          param_place=self.offload_params, flash=self.attention == "flash",
                          overlap_dp=self.dp_overlap, overlap=self.overlap, tp_overlap=self.tp_overlap,
-                         ep_overlap=self.ep_overlap, schedule=self.schedule,
+                         ep_overlap=self.ep_overlap, schedule=self.schedule, storage=self.storage,
                          moe_imbalance=self.moe_imbalance, shard=self.shard or 0, shard_grads=self.shard_grads or 0,
                          shard_weights=self.shard_weights or 0, hpz=self.hpz or 0, qwz=self.qwz, qgz=self.qgz)
         self._check_sharding(dp * self.cp)
@@ -213,7 +220,7 @@ class TrainRequest:
             ends_as_layers=bool(plan.get("ends_as_layers", False)), micro_batch=plan["micro_batch"],
             zero=plan["zero"], recompute=plan["recompute"], sp=plan["sp"] or plan["tp"] == 1,
             tp_overlap=bool(plan.get("tp_overlap", False)), ep_overlap=bool(plan.get("ep_overlap", False)),
-            schedule=plan.get("schedule", "1f1b"),
+            schedule=plan.get("schedule", "1f1b"), storage=plan.get("storage", "mixed"),
             precision=plan["precision"],
             offload_optimizer=plan["optimizer_place"], offload_grads=plan["grad_place"],
             offload_params=plan["param_place"], moe_imbalance=plan["moe_imbalance"],

@@ -42,10 +42,11 @@ from perfmodel.hardware_db.schema import PRECISIONS
 
 from .layout import Layout
 from .machine import Machine
-from .memory import (ADAM_STATE_BYTES, GRAD_BYTES, WEIGHT_BYTES, activation_bytes_per_layer, in_flight_layers,
-                     layers_on_stage, model_state_bytes, split_layers, stage_layers)
+from .memory import (GRAD_BYTES, WEIGHT_BYTES, activation_bytes_per_layer, in_flight_layers, layers_on_stage,
+                     model_state_bytes, split_layers, stage_layers, state_bytes_per_param)
 from .model import TransformerSpec
-from .plan import INTERLEAVED, OVERLAP, PLACES, RECOMPUTE, SCHEDULES, TIERS, Overlap, Place, Recompute, Schedule
+from .plan import (INTERLEAVED, OVERLAP, PLACES, RECOMPUTE, SCHEDULES, STORAGES, TIERS, Overlap, Place, Recompute,
+                   Schedule, Storage)
 from .power import device_power_w, run_cost
 from .kernels import distinct_rows
 from .roofline import OpTimes, layer_ops, lm_head_ops, merge, mtp_ops, ops_time
@@ -79,6 +80,7 @@ class TrainPlan:
     tp_overlap: object = False        # Megatron's TP-communication overlap (with sequence parallelism)
     ep_overlap: object = False        # MoE dispatch and combine under another microbatch's compute (see _overlap)
     schedule: object = "1f1b"         # plan.Schedule: 1F1B (interleaved with virtual stages) or DualPipe
+    storage: object = "mixed"         # plan.Storage: mixed-precision Adam, or DeepSeek-V3's low-precision storage
     moe_imbalance: object = 0.0       # busiest over mean EP device load; 0: the named constant
     shard: object = 0                 # replica ranks ZeRO shards its states over (0: all dp x cp; see sharding)
     shard_grads: object = 0           # ... the gradients over (0: as the optimizer states)
@@ -94,7 +96,7 @@ class TrainPlan:
             value = np.asarray(getattr(self, name))
             codes = {"recompute": RECOMPUTE, "precision": PRECISIONS, "optimizer_place": PLACES,
                      "grad_place": PLACES, "param_place": PLACES, "overlap": OVERLAP,
-                     "schedule": SCHEDULES}.get(name)
+                     "schedule": SCHEDULES, "storage": STORAGES}.get(name)
             if codes is not None and value.dtype.kind in "USO":
                 lookup = {c: i for i, c in enumerate(codes)}
                 value = np.vectorize(lambda v: lookup[v] if isinstance(v, str) else int(v), otypes=[int])(value)
@@ -590,7 +592,8 @@ def _step_tail(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, comp
     dp_overlap = machine.constants.get("dp-overlap-fraction", 0.0) * c["overlap_dp"].astype(bool)
 
     opt_params = dense / o + expert / np.where(zero >= 1, lay.edp, 1.0)
-    adam_bytes = opt_params * (ADAM_STATE_BYTES * 2 + GRAD_BYTES + WEIGHT_BYTES * 2)
+    weight_bytes, grad_bytes, state_bytes = state_bytes_per_param(c["storage"])
+    adam_bytes = opt_params * (state_bytes * 2 + grad_bytes + weight_bytes * 2)     # states read and written
     on_device = c["optimizer_place"] == Place.HBM
     host_link = machine.host_bytes_per_s or np.inf
     # Over the device's host path: gradients out and updated weights back when the optimizer runs on
@@ -711,23 +714,23 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
     zero, sp, flash, recompute = c["zero"], c["sp"].astype(bool), c["flash"].astype(bool), c["recompute"]
     s = float(work.seq_len)
     mb = np.maximum(c["micro_batch"], 1)
-    per_layer = activation_bytes_per_layer(spec, s / lay.cp, mb, lay.tp, sp, recompute, flash=flash,
-                                           gemm_input_bytes=sh.gemm_input_bytes)
+    low = c["storage"] == Storage.DEEPSEEK
+    kw = dict(flash=flash, gemm_input_bytes=sh.gemm_input_bytes, low_precision=low)
+    per_layer = activation_bytes_per_layer(spec, s / lay.cp, mb, lay.tp, sp, recompute, **kw)
     if spec.moe:
         per_layer = per_layer * (1 - sh.moe_frac) + sh.moe_frac * activation_bytes_per_layer(
-            spec, s / lay.cp, mb, lay.tp, sp, recompute, flash=flash, moe_layer=True,
-            gemm_input_bytes=sh.gemm_input_bytes)
+            spec, s / lay.cp, mb, lay.tp, sp, recompute, moe_layer=True, **kw)
     mtp_acts = spec.mtp_layers * activation_bytes_per_layer(
-        spec, s / lay.cp, mb, lay.tp, sp, recompute, flash=flash, moe_layer=spec.moe is not None,
-        gemm_input_bytes=sh.gemm_input_bytes) if spec.mtp_layers else 0.0
+        spec, s / lay.cp, mb, lay.tp, sp, recompute, moe_layer=spec.moe is not None, **kw) if spec.mtp_layers else 0.0
     last = lay.pp - 1
     dualpipe = c["schedule"] == Schedule.DUALPIPE
     candidates = _stage_candidates(spec, lay, sh.num_micro, c["interleave"], sh.ends, dualpipe)
     reserve = machine.constants.get("hbm-reserve-fraction", 0.0) * machine.hbm_bytes
     # Bytes per parameter of each state (linear in the parameters): dense weights shard over the
     # dp x cp replicas, routed experts over expert data parallelism.
-    per_dense = sh.sharding.state_bytes(1.0)
-    per_expert = model_state_bytes(1.0, lay.edp, zero) if spec.moe else (0.0, 0.0, 0.0)
+    state_bytes = state_bytes_per_param(c["storage"])
+    per_dense = sh.sharding.state_bytes(1.0, *state_bytes)
+    per_expert = model_state_bytes(1.0, lay.edp, zero, *state_bytes) if spec.moe else (0.0, 0.0, 0.0)
     stages = []
     # ZeRO-3 gathers each layer's weights before it runs: the layer computing and the one being
     # prefetched are whole (PyTorch FSDP's rate limiter, limit_all_gathers, keeps at most two
@@ -736,7 +739,8 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
     one_dense = lay.params_per_device(spec, 1.0, False, False)[0] - lay.params_per_device(spec, 0.0, False, False)[0]
     one_expert = lay.expert_slots(spec) * spec.expert_params / lay.etp if spec.moe else 0.0
     gathered = (np.where((c["zero"] >= 3) & (sh.sharding.weights > 1), one_dense, 0.0)
-                + np.where((c["zero"] >= 3) & (lay.edp > 1), one_expert, 0.0)) * (2.0 * WEIGHT_BYTES + GRAD_BYTES)
+                + np.where((c["zero"] >= 3) & (lay.edp > 1), one_expert, 0.0)) * (2.0 * state_bytes[0]
+                                                                                  + state_bytes[1])
     # DualPipe keeps two copies of the parameters (and their gradients) on every rank (DeepSeek-V3
     # report, Table 2).
     copies = np.where(dualpipe, 2.0, 1.0)
@@ -843,6 +847,8 @@ def _feasibility(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, me
             "more)", lay.pp * v)
     violate(sh.layers < 0, "the last stage has a slot for the loss and each MTP depth", -sh.layers)
     violate((v > 1) & (sh.num_micro % lay.pp != 0), "interleaving needs microbatches divisible by pp", sh.num_micro)
+    violate((c["storage"] == Storage.DEEPSEEK) & (c["precision"] != PRECISIONS.index("fp8")),
+            "DeepSeek's low-precision storage caches FP8 activations: it needs fp8 GEMMs", c["precision"])
     dualpipe = c["schedule"] == Schedule.DUALPIPE
     violate(dualpipe & ((lay.pp % 2 != 0) | (sh.num_micro % 2 != 0) | (v > 1)),
             "DualPipe needs an even pp, an even number of microbatches and no interleaving", lay.pp)

@@ -44,7 +44,9 @@ RULES = (
 # might run that the model or the search cannot express yet.
 LEFT_OUT = (
     "pipeline schedules other than 1F1B and Megatron's interleaved one (DualPipe, zero-bubble, Llama 3's tunable "
-    "warm-up)",
+    "warm-up; estimate train --schedule dualpipe evaluates DualPipe)",
+    "storage other than mixed-precision Adam with 16-bit gradients (fp32 gradients, BF16 Adam moments, DeepSeek-V3's "
+    "FP8-cached activations; estimate train --storage deepseek evaluates the last)",
     "context parallelism other than the load-balanced ring (all-gather KV, Ulysses all-to-all)",
     "recomputation of other module sets and activation offload",
     "expert tensor parallelism other than tp or 1, and uneven expert placement",

@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from perfmodel.hardware_db.errors import SpecError
 
-GIGA, TERA = 1e9, 1e12
+GIGA, TERA, GIBI = 1e9, 1e12, 2.0 ** 30      # HBM capacity is binary (hardware_db.schema)
 
 # Parameter -> (unit, lowest, highest allowed): what a point may set on the base system.
 PARAMETERS: dict[str, tuple[str, float, float]] = {
@@ -294,7 +294,7 @@ def apply_point(db, base: str, values: dict[str, float]):
     acc = db.accelerator(system.accelerator)
     a: dict[str, Any] = {}
     if "hbm_gb" in values:
-        a["hbm_bytes"] = values["hbm_gb"] * GIGA
+        a["hbm_bytes"] = values["hbm_gb"] * GIBI
     if "hbm_tb_per_s" in values:
         a["hbm_bytes_per_s"] = values["hbm_tb_per_s"] * TERA
     peaks = dict(acc.peak_flops)

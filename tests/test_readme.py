@@ -55,4 +55,4 @@ def test_readme_yaml_example_loads(tmp_path):
     (tmp_path / "gpus.yaml").write_text(yaml_text)
     db = load_database([tmp_path])
     assert db.system("my-cluster").devices == 256 * 8
-    assert db.accelerator("h100-sxm-700w-capped").hbm_bytes == 80e9
+    assert db.accelerator("h100-sxm-700w-capped").hbm_bytes == 80 * 2**30

@@ -81,6 +81,9 @@ def training_files(framework: str, spec, machine, plan, work, model_ref: str) ->
     if str(getattr(plan, "schedule", "1f1b")) == "dualpipe":
         raise ExportError("no framework perfmodel exports to runs DualPipe (DeepSeek's schedule, deepseek-ai/DualPipe, "
                           "is a library to build a trainer on); plan the 1f1b schedule to export")
+    if str(getattr(plan, "storage", "mixed")) == "deepseek":
+        raise ExportError("no framework perfmodel exports to caches activations as DeepSeek-V3's low-precision storage "
+                          "does (FP8 SwiGLU inputs, an E5M6 attention output); plan --storage mixed to export")
     job = TrainJob(spec=spec, system=machine.system.name, devices=int(machine.devices),
                    devices_per_node=int(machine.system.devices_per_node), plan=plan, work=work, model_ref=model_ref,
                    vendor=str(machine.accelerator.vendor))

@@ -292,7 +292,12 @@ def _megatron_memory(job: TrainJob, framework: str = "Megatron-LM") -> dict[str,
             raise ExportError("Megatron-LM offloads optimizer states with the distributed optimizer only; the plan "
                               "has ZeRO 0")
         items.update({"--optimizer-cpu-offload": True, "--optimizer-offload-fraction": 1.0})
-    items.update({"--bf16": True} if p.precision in ("bf16", "fp8") else {"--fp16": True})
+    # The model keeps 16-bit gradients (memory.WEIGHT_BYTES, GRAD_BYTES), as the NeMo performance
+    # recipes run them (grad_reduce_in_fp32 False); Megatron-LM would otherwise accumulate and reduce
+    # bf16 models' gradients in fp32 (arguments.py: 'bfloat16 requires gradient accumulation and
+    # all-reduce to be done in fp32'), 2 bytes per parameter more than planned.
+    items.update({"--bf16": True, "--grad-reduce-in-bf16": True} if p.precision in ("bf16", "fp8")
+                 else {"--fp16": True})
     if p.precision == "fp8":
         items.update({"--fp8-format": "hybrid", "--fp8-recipe": "tensorwise"})
     items["--attention-backend"] = "flash" if p.flash else "unfused"

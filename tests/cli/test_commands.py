@@ -38,7 +38,7 @@ def test_hardware_show_system_resolves_levels(capsys):
 
 def test_hardware_show_accelerator_in_si(capsys):
     data = run_json(capsys, "hardware", "show", "h100")
-    assert data["name"] == "h100-sxm" and data["hbm_bytes"] == 80e9
+    assert data["name"] == "h100-sxm" and data["hbm_bytes"] == 80 * 2**30
     assert "fp4" not in data["peak_flops"]
 
 

@@ -156,7 +156,7 @@ def test_zero_offload_trains_10b_on_one_v100(capsys):
     tflops = result["mfu"] * 125e12 / 1e12                       # V100 SXM2 fp16 tensor peak
     assert tflops == pytest.approx(40.0, rel=0.25)
     tiers = result["memory_tiers"]
-    assert tiers["hbm"]["used_bytes"] <= tiers["hbm"]["capacity_bytes"] == 32e9
+    assert tiers["hbm"]["used_bytes"] <= tiers["hbm"]["capacity_bytes"] == 32 * 2**30
     # One GPU sees the node's host memory and the CPU step runs at DDR speed, not over its PCIe link.
     assert tiers["ddr"]["capacity_bytes"] == 1.536e12 and tiers["ddr"]["used_bytes"] > 100e9
     assert result["time_components_s"]["optimizer step"] < 3.0

@@ -125,7 +125,7 @@ accelerators:
 """)
     db = load_database([tmp_path])
     low = db.accelerator("h100-sxm-lowclock")
-    assert low.peak("bf16") == 800e12 and low.hbm_bytes == 80e9 and not low.supports("fp64")
+    assert low.peak("bf16") == 800e12 and low.hbm_bytes == 80 * 2**30 and not low.supports("fp64")
     assert db.accelerator("mi300x").price_usd == 12345
 
 

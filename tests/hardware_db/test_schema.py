@@ -22,7 +22,7 @@ def accel(**changes):
 
 def test_units_convert_to_si():
     a = accel()
-    assert a.hbm_bytes == 80e9
+    assert a.hbm_bytes == 80 * 2**30
     assert a.hbm_bytes_per_s == 3.35e12
     assert a.peak("bf16") == pytest.approx(989.4e12)
     assert a.scale_up_bytes_per_s == 450e9

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 from perfmodel.memory import (activation_bytes_per_layer, in_flight_layers, kv_cache_bytes_per_device,
-                              layers_on_stage, model_state_bytes, split_layers, stage_layers)
+                              layers_on_stage, model_state_bytes, split_layers, stage_layers, state_bytes_per_param)
 from perfmodel.model import TransformerSpec
 from perfmodel.catalog import find_model
 from perfmodel.machine import build_machine
-from perfmodel.plan import RECOMPUTE, Recompute
+from perfmodel.plan import RECOMPUTE, Recompute, Storage
 from perfmodel.training import TrainPlan, TrainWorkload, estimate_training
 
 # GPT-3 175B as in Korthikanti et al. (a = 96 heads, h = 12288, s = 2048, b = 1, t = 8).
@@ -126,3 +126,34 @@ def test_recomputing_modules_keeps_between_selective_and_full(db, model, precisi
     assert float(runs["modules"].hbm_used_bytes) < float(runs["selective"].hbm_used_bytes)
     executed = [float(runs[r].executed_flops_per_step) for r in ("selective", "modules")]
     assert executed[1] > executed[0] if spec.mla else executed[1] == executed[0]
+
+
+def test_deepseek_low_precision_storage_keeps_what_section_3_3_3_says():
+    """DeepSeek-V3's storage (report Sec. 3.3.3): one E5M6 copy of the attention output (1.5 bytes
+    instead of bf16 plus an fp8 cast), the MoE SwiGLU inputs in FP8 (2 bytes per expert hidden unit
+    instead of the bf16 gate and up outputs), and 2 + 4 + 8 bytes of states per parameter."""
+    spec = find_model("deepseek-v3")
+    kw = dict(moe_layer=True, gemm_input_bytes=1.0)
+    mixed, low = (float(activation_bytes_per_layer(spec, 4096, 1, 1, False, Recompute.MODULES, low_precision=lp, **kw))
+                  for lp in (False, True))
+    context = spec.num_heads * spec.mla.v_head_dim / spec.hidden_size
+    hidden = spec.moe.expert_ffn_hidden_size * (spec.moe.top_k + spec.moe.num_shared_experts) / spec.hidden_size
+    assert mixed - low == pytest.approx(4096 * spec.hidden_size * ((3.0 - 1.5) * context + (4.0 - 2.0) * hidden))
+    assert model_state_bytes(1.0, 1, 0, *state_bytes_per_param(Storage.DEEPSEEK)) == (2.0, 4.0, 8.0)
+    assert model_state_bytes(1.0, 1, 0, *state_bytes_per_param(Storage.MIXED)) == (2.0, 2.0, 12.0)
+
+
+def test_deepseek_v3_fits_80_gb_as_it_ran_only_with_its_storage(db):
+    """The published run (2,048 H800, tp1 pp16 DualPipe ep64 ZeRO-1, fp8, modules recompute) fits an
+    80 GB device with DeepSeek's low-precision storage and does not with mixed-precision storage;
+    that storage needs fp8 GEMMs."""
+    spec, machine = find_model("deepseek-v3"), build_machine(db, "hgx-h800", 2048)
+    plan = dict(tp=1, pp=16, dp=128, ep=64, zero=1, recompute="modules", precision="fp8", ends_as_layers=True,
+                schedule="dualpipe", ep_overlap=True)
+    work = TrainWorkload(15360, 4096)
+    low, mixed = (estimate_training(spec, machine, TrainPlan(**plan, storage=st), work) for st in ("deepseek", "mixed"))
+    assert str(low.binding) == "" and str(mixed.binding) == "hbm"
+    assert float(low.memory["optimizer states"]) == pytest.approx(float(mixed.memory["optimizer states"]) * 8 / 12)
+    assert float(low.memory["gradients"]) == pytest.approx(2 * float(mixed.memory["gradients"]))
+    bf16 = estimate_training(spec, machine, TrainPlan(**{**plan, "precision": "bf16"}, storage="deepseek"), work)
+    assert "fp8" in str(bf16.binding)

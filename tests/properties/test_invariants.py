@@ -334,8 +334,8 @@ def test_units_round_trip_through_the_schema(value):
     a = Accelerator.model_validate(dict(name="x", display_name="x", vendor="v", sources=["s"],
                                         dense_tflops={"bf16": 100.0}, hbm_gb=value, hbm_tb_per_s=1.0, l2_mb=10,
                                         tdp_w=500, scale_up_gb_per_s_per_direction=100))
-    assert a.hbm_bytes / 1e9 == pytest.approx(value, rel=1e-15)
-    assert a.model_dump()["hbm_bytes"] == pytest.approx(value * 1e9)
+    assert a.hbm_bytes / 2**30 == pytest.approx(value, rel=1e-15)        # HBM capacities are binary (schema)
+    assert a.model_dump()["hbm_bytes"] == pytest.approx(value * 2**30)
 
 
 # --- search --------------------------------------------------------------------------------------

@@ -54,13 +54,13 @@ def test_a_point_changes_the_hardware_it_names(db):
     point_db, name = apply_point(db, "dgx-h100", values)
     acc = point_db.accelerator(point_db.system(name).accelerator)
     base = db.accelerator("h100-sxm")
-    assert acc.hbm_bytes_per_s == 6e12 and acc.hbm_bytes == 120e9
+    assert acc.hbm_bytes_per_s == 6e12 and acc.hbm_bytes == 120 * 2**30
     assert acc.peak_flops["bf16"] == pytest.approx(2 * base.peak_flops["bf16"])
     levels = point_db.levels(point_db.system(name).scaled(8))          # 64 devices
     assert levels[0].group_size == 32 and levels[-1].bytes_per_s == pytest.approx(100e9)
     # The measured NVLink collectives belong to the real domain: dropped for a hypothetical one.
     assert point_db.calibration(acc.name).collectives is None and db.calibration("h100-sxm").collectives is not None
-    assert db.accelerator("h100-sxm").hbm_bytes == 80e9                 # the base database is untouched
+    assert db.accelerator("h100-sxm").hbm_bytes == 80 * 2**30                 # the base database is untouched
 
 
 def test_engines_agree_and_a_table_resumes(tmp_path):

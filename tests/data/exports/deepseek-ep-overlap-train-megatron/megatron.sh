@@ -46,6 +46,7 @@ torchrun --nproc-per-node 8 --nnodes 128 --node-rank "${NODE_RANK:-0}" --master-
   --overlap-moe-expert-parallel-comm \
   --moe-token-dispatcher-type alltoall \
   --bf16 \
+  --grad-reduce-in-bf16 \
   --fp8-format hybrid \
   --fp8-recipe tensorwise \
   --attention-backend flash \

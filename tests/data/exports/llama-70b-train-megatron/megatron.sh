@@ -31,6 +31,7 @@ torchrun --nproc-per-node 8 --nnodes 8 --node-rank "${NODE_RANK:-0}" --master-ad
   --overlap-grad-reduce \
   --overlap-param-gather \
   --bf16 \
+  --grad-reduce-in-bf16 \
   --attention-backend flash \
   --tokenizer-type HuggingFaceTokenizer \
   --tokenizer-model "$TOKENIZER" \

@@ -36,6 +36,7 @@ torchrun --nproc-per-node 8 --nnodes 8 --node-rank "${NODE_RANK:-0}" --master-ad
   --overlap-grad-reduce \
   --overlap-param-gather \
   --bf16 \
+  --grad-reduce-in-bf16 \
   --fp8-format hybrid \
   --fp8-recipe tensorwise \
   --attention-backend flash \
