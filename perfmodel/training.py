@@ -616,8 +616,8 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     """What each transfer leaves exposed, with every compute window spent once.
 
     Framework (Megatron-LM / DeepSpeed schedules): TP all-reduces block compute unless TP-comm
-    overlap pipelines them with the layer's GEMMs (with sequence parallelism); the CP ring passes K
-    and V under the attention it feeds (Liu et al., Ring Attention, 2023); EP dispatch and combine
+    overlap pipelines all but one chunk of them with the layer's GEMMs (with sequence
+    parallelism); the CP ring passes K and V under the attention it feeds (Liu et al., Ring Attention, 2023); EP dispatch and combine
     block (Megatron's default); ZeRO-3 gathers and parameter streaming prefetch the next layer
     under the whole compute, each on its own link, except the first layer's; the pipeline's
     point-to-point messages block, except in an interleaved schedule, where only the warm-up's and
@@ -640,7 +640,11 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     attention = comp.forward.seconds["attention core"] + comp.forward.backward["attention core"]
     others = compute - attention
     tp_overlapped = c["tp_overlap"].astype(bool) & c["sp"].astype(bool) & (sh.layout.tp > 1)
-    tp_hidden = np.where(tp_overlapped, comm.tp, 0.0)
+    # The overlap splits each all-gather and reduce-scatter into tp chunks around the GEMM it feeds
+    # (Transformer Engine's userbuffers ring exchange; Wang et al., "Overlap Communication with
+    # Dependent Computation via Decomposition", ASPLOS 2023, Sec. 3): the first chunk's gather and
+    # the last chunk's scatter have no GEMM to hide under, 1 / tp of the transfer stays exposed.
+    tp_hidden = np.where(tp_overlapped, comm.tp * (1.0 - 1.0 / np.maximum(sh.layout.tp, 1.0)), 0.0)
     first = comm.zero3 / np.maximum(comp.layers, 1.0)              # the first layer's gather is not prefetched
     # ZeRO-3's reduce-scatters share the gathers' link; when the reduction does not overlap the
     # backward (--no-dp-overlap) they also block compute.
