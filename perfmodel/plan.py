@@ -63,7 +63,8 @@ class Storage(IntEnum):
     DEEPSEEK: DeepSeek-V3's low-precision storage (DeepSeek-V3 report, Sec. 3.3.3): BF16 Adam
     moments with fp32 master weights and fp32 gradients for accumulation (2 + 4 + 8 bytes), one
     E5M6 copy of the attention output (it feeds both the attention's backward and the output
-    projection), and the MoE SwiGLU inputs cached in FP8 with its output recomputed; with fp8 GEMMs."""
+    projection), and the MoE SwiGLU inputs cached in FP8 with its output recomputed; with fp8 GEMMs.
+    The gradient reduction is priced in bf16 under both (the report does not give its format)."""
 
     MIXED = 0
     DEEPSEEK = 1
