@@ -171,7 +171,9 @@ def hardware_show(db, name: str, nodes: int | None, json_out: bool) -> None:
                 if p in value:
                     table.add_row(f"{p} dense peak", f"{fmt(value[p], 1e12)} TFLOP/s")
             continue
-        table.add_row(key, _pretty_si(key, value))
+        # HBM capacity is binary (hardware_db.schema): the datasheet's "80 GB" is 80 GiB.
+        text = f"{fmt(value, 2 ** 30)} GiB ({_pretty_si(key, value)})" if key == "hbm_bytes" else _pretty_si(key, value)
+        table.add_row(key, text)
     console.print(table)
     if "levels" in data:
         levels = Table(title="topology levels (per device, one direction)", title_justify="left")
