@@ -81,7 +81,7 @@ class GemmKernel:
             kernel = replace(self, **dict(zip(per_plan, values))) if per_plan else self
             return kernel._time(m, n, k, x, w, y, g)
 
-        return _on_distinct(rows, m, n, k, in_bytes, weight_bytes, out_bytes, groups,
+        return on_distinct(rows, m, n, k, in_bytes, weight_bytes, out_bytes, groups,
                             *(getattr(self, f) for f in per_plan))
 
     def times(self, shapes: list[tuple]) -> list:
@@ -252,11 +252,15 @@ def distinct_rows(*args, least: int = 1024):
     return first, inverse
 
 
-def _on_distinct(fn, *args):
-    """``fn(*args)`` evaluated once per distinct row of the broadcast arguments."""
+def on_distinct(fn, *args):
+    """``fn(*args)`` evaluated once per distinct row of the broadcast arguments (``fn`` returns an
+    array, or a list of arrays)."""
     rows = distinct_rows(*args)
     if rows is None:
         return fn(*args)
     first, inverse = rows
     picked = [np.broadcast_to(a, inverse.shape)[first] if np.ndim(a) else a for a in args]
-    return np.broadcast_to(fn(*picked), first.shape)[inverse]
+    out = fn(*picked)
+    if isinstance(out, list):
+        return [np.broadcast_to(o, first.shape)[inverse] for o in out]
+    return np.broadcast_to(out, first.shape)[inverse]

@@ -48,7 +48,7 @@ from .model import TransformerSpec
 from .plan import (INTERLEAVED, OVERLAP, PLACES, RECOMPUTE, SCHEDULES, STORAGES, TIERS, Overlap, Place, Recompute,
                    Schedule, Storage)
 from .power import device_power_w, run_cost
-from .kernels import distinct_rows
+from .kernels import distinct_rows, on_distinct
 from .roofline import OpTimes, layer_ops, lm_head_ops, merge, mtp_ops, ops_time
 from .sharding import QGZ_BYTES, Sharding
 
@@ -215,21 +215,22 @@ def step_time_floor(spec: TransformerSpec, machine: Machine, plan: TrainPlan, wo
     the step (exposed transfers, the tail, the optimizer) adds a non-negative time, and the
     exposed microbatch is never shorter than its compute (_overlap), so no plan is faster.
     The plans of a search share few compute shapes (COMPUTE_FIELDS): each is evaluated once."""
-    def floor(c: dict) -> np.ndarray:
+    defaults = TrainPlan().columns()
+
+    def floor(*values) -> np.ndarray:
+        # Only the compute fields reach the formulas; the rest keep their defaults, so the floor
+        # depends on nothing else and each distinct compute row is evaluated once.
+        c = {**defaults, **dict(zip(COMPUTE_FIELDS, values))}
         sh = _shape(spec, machine, c, work)
         comp = _compute(spec, machine, c, sh, work, False)
         v = np.maximum(c["interleave"], 1)
         bubble = np.where(c["schedule"] == Schedule.DUALPIPE, _dualpipe_bubble(sh.layout.pp, comp),
                           (sh.layout.pp - 1) / v * comp.per_micro_s)
-        return np.broadcast_to(sh.num_micro * comp.per_micro_s + bubble, np.shape(sh.num_micro))
+        return sh.num_micro * comp.per_micro_s + bubble
 
     columns = plan.columns()
-    rows = distinct_rows(*(columns[f] for f in COMPUTE_FIELDS))
-    if rows is None:
-        return floor(columns)
-    first, inverse = rows
-    n = len(inverse)
-    return floor({k: np.broadcast_to(v, (n,))[first] for k, v in columns.items()})[inverse]
+    shape = np.broadcast(*columns.values()).shape
+    return np.broadcast_to(on_distinct(floor, *(columns[f] for f in COMPUTE_FIELDS)), shape)
 
 
 # The plan fields the compute of a microbatch and the bubble depend on (_shape's workload terms,
@@ -617,12 +618,13 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
 
     Framework (Megatron-LM / DeepSpeed schedules): TP all-reduces block compute unless TP-comm
     overlap pipelines all but one chunk of them with the layer's GEMMs (with sequence
-    parallelism); the CP ring passes K and V under the attention it feeds (Liu et al., Ring Attention, 2023); EP dispatch and combine
-    block (Megatron's default); ZeRO-3 gathers and parameter streaming prefetch the next layer
-    under the whole compute, each on its own link, except the first layer's; the pipeline's
-    point-to-point messages block, except in an interleaved schedule, where only the warm-up's and
-    the flush's do (Megatron's overlap_p2p_comm). Once per step, the gradient reduction hides under the last
-    backward on the network while offload transfers use the host path. Transfers hiding under one
+    parallelism); the CP ring passes K and V under the attention it feeds (Liu et al., Ring
+    Attention, 2023); EP dispatch and combine block (Megatron's default); ZeRO-3 gathers and
+    parameter streaming prefetch the next layer under the whole compute, each on its own link,
+    except the first layer's; the pipeline's point-to-point messages block, except in an
+    interleaved schedule, where only the warm-up's and the flush's do (Megatron's
+    overlap_p2p_comm). Once per step, the gradient reduction hides under the last backward on the
+    network while offload transfers use the host path. Transfers hiding under one
     window add up on it, so a faster device or format never makes a step slower. None: every
     transfer exposed. Ideal: every transfer under the whole compute (T_lower = max, as the
     scaling book writes it; T_upper = sum is ``none``).
@@ -791,15 +793,7 @@ def _stage_candidates(spec: TransformerSpec, lay: Layout, num_micro, interleave,
             out += [stage, flight, *layout.params_per_device(spec, layers, stage == 0, stage == last)]
         return out
 
-    keys = (lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.etp, num_micro, interleave, ends, dualpipe)
-    rows = distinct_rows(*keys)
-    if rows is None:
-        values = terms(*keys)
-    else:
-        first, inverse = rows
-        n = len(inverse)
-        values = [np.broadcast_to(v, first.shape)[inverse]
-                  for v in terms(*(np.broadcast_to(k, (n,))[first] for k in keys))]
+    values = on_distinct(terms, lay.tp, lay.cp, lay.dp, lay.pp, lay.ep, lay.etp, num_micro, interleave, ends, dualpipe)
     return [tuple(values[i:i + 4]) for i in range(0, len(values), 4)]
 
 
