@@ -172,6 +172,21 @@ def split_layers(num_layers: int, pp, ends=False, mtp_slots=0):
     return on(0.0), np.where(p > 1, headless, 0.0), on(p - 1.0)
 
 
+def dualpipe_rank_layers(num_layers: int, pp, ends=False, mtp_slots=0):
+    """Transformer layers of (rank 0's two stages, the fullest other rank's two stages) when rank i
+    holds pipeline stages i and PP - 1 - i, as DualPipe places them (DeepSeek-AI 2024, 'DeepSeek-V3
+    Technical Report', Sec. 3.2.1, Fig. 5: the two directions of microbatches run the stages in
+    opposite orders; Sec. 3.2.3: the shallowest layers, with the embedding, and the deepest, with
+    the output head, on one rank), each stage split as ``stage_layers`` splits it. The second is 0
+    with two stages or fewer (rank 0's pair is every rank's)."""
+    p = np.maximum(np.asarray(pp, dtype=float), 1.0)
+    on = lambda stage: layers_on_stage(num_layers, p, stage, ends, mtp_slots)  # noqa: E731
+    others = np.zeros(np.shape(p))
+    for i in range(1, int(np.max(p)) // 2):
+        others = np.where(i < p / 2.0, np.maximum(others, on(float(i)) + on(p - 1.0 - i)), others)
+    return on(0.0) + on(p - 1.0), others
+
+
 def in_flight_layers(layers, stage, pp, num_micro, interleave, embedding_slot=False):
     """Layer-microbatches of activations stage ``stage`` holds at its peak.
 

@@ -42,8 +42,8 @@ from perfmodel.hardware_db.schema import PRECISIONS
 
 from .layout import Layout
 from .machine import Machine
-from .memory import (GRAD_BYTES, WEIGHT_BYTES, activation_bytes_per_layer, in_flight_layers, layers_on_stage,
-                     model_state_bytes, split_layers, stage_layers, state_bytes_per_param)
+from .memory import (GRAD_BYTES, WEIGHT_BYTES, activation_bytes_per_layer, dualpipe_rank_layers, in_flight_layers,
+                     layers_on_stage, model_state_bytes, split_layers, stage_layers, state_bytes_per_param)
 from .model import TransformerSpec
 from .plan import (INTERLEAVED, OVERLAP, PLACES, RECOMPUTE, SCHEDULES, STORAGES, TIERS, Overlap, Place, Recompute,
                    Schedule, Storage)
@@ -439,15 +439,24 @@ def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: 
                            recompute == Recompute.MODULES], [sum(p.total for p in parts), core, lean], 0.0)
         return forward, again
 
-    forward, recompute_s = stage(sh.layers, (head, *([mtp] if mtp else [])))
+    ends = (head, *([mtp] if mtp else []))
+    forward, recompute_s = stage(sh.layers, ends)
     layers, last = sh.layers, np.ones(np.shape(sh.layers), dtype=bool)
     if np.any(sh.headless_layers > sh.layers):
         # With the ends in the split a stage without the head may hold more layers and set the pace.
-        headless, again = stage(sh.headless_layers, ())
-        last = (forward.total + forward.backward_total + recompute_s
-                >= headless.total + headless.backward_total + again)
-        forward, recompute_s = forward.where(last, headless), np.where(last, recompute_s, again)
-        layers = np.where(last, sh.layers, sh.headless_layers)
+        forward, recompute_s, layers, last = _pace(forward, recompute_s, sh.layers, stage(sh.headless_layers, ()),
+                                                   sh.headless_layers)
+    dualpipe = c["schedule"] == Schedule.DUALPIPE
+    if np.any(dualpipe):
+        # A DualPipe rank runs half the microbatches through each of its two stages, so its
+        # microbatch costs their mean: the head's stage beside the embedding's on rank 0.
+        paired, others = dualpipe_rank_layers(spec.num_layers, sh.layout.pp, sh.ends, spec.mtp_layers)
+        first, first_again = stage(paired - sh.layers, ())
+        last_forward, last_again = stage(sh.layers, ends)
+        rank0 = (merge(first.scaled(0.5), last_forward.scaled(0.5)), 0.5 * (first_again + last_again))
+        paced = _pace(*rank0, paired / 2.0, stage(others / 2.0, ()), others / 2.0)
+        forward = paced[0].where(dualpipe, forward)
+        recompute_s, layers, last = (np.where(dualpipe, a, b) for a, b in zip(paced[1:], (recompute_s, layers, last)))
     # Summed over devices: each stage's tp x cp x dp devices, every layer once over the stages.
     layer_flops = dense.mean_flops * spec.dense_layers + (moe.mean_flops * spec.moe_layers if moe else 0.0)
     attention_flops = dense.flops["attention core"] * spec.num_layers
@@ -458,6 +467,28 @@ def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: 
                       [layer_flops, attention_flops, attention_flops + up_flops], 0.0)
     return Compute(forward, layers, last, recompute_s, forward.total + forward.backward_total + recompute_s,
                    model_flops, model_flops + per_micro * again)
+
+
+def _held(spec: TransformerSpec, lay: Layout, c: dict, comp: Compute, busiest: tuple) -> tuple:
+    """(dense, routed-expert) parameters the pacing rank reduces and updates once per step: its
+    stage's, or with DualPipe both of its stages' (comp.layers is their mean; rank 0's pair holds
+    the embedding and the head), the two copies of Table 2 of the DeepSeek-V3 report."""
+    dualpipe = c["schedule"] == Schedule.DUALPIPE
+    if not np.any(dualpipe):
+        return busiest
+    both = lay.params_per_device(spec, np.where(dualpipe, 2.0, 1.0) * comp.layers,
+                                 (lay.pp == 1) | (dualpipe & comp.last), comp.last)
+    return tuple(np.where(dualpipe, b, a) for a, b in zip(busiest, both))
+
+
+def _pace(forward: OpTimes, again, layers, other: tuple[OpTimes, np.ndarray], other_layers):
+    """(forward, recompute, layers, whether the first) of whichever of two stages takes longer per
+    microbatch (forward, backward and recompute): the one that paces the pipeline."""
+    other_forward, other_again = other
+    first = forward.total + forward.backward_total + again >= other_forward.total + other_forward.backward_total \
+        + other_again
+    return (forward.where(first, other_forward), np.where(first, again, other_again),
+            np.where(first, layers, other_layers), first)
 
 
 def _dualpipe_bubble(pp, comp: Compute):
@@ -916,7 +947,7 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     comp = _compute(spec, machine, c, sh, work, breakdown)
     busiest = lay.params_per_device(spec, comp.layers, lay.pp == 1, comp.last)
     comm = _communication(spec, machine, c, sh, comp, busiest)
-    tail = _step_tail(spec, machine, c, sh, comp, busiest)
+    tail = _step_tail(spec, machine, c, sh, comp, _held(spec, lay, c, comp, busiest))
     mem = _memory(spec, machine, c, sh, work)
     code, shortfall, names = _feasibility(spec, machine, c, sh, mem, work)
 

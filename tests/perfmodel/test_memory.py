@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from perfmodel.memory import (activation_bytes_per_layer, in_flight_layers, kv_cache_bytes_per_device,
-                              layers_on_stage, model_state_bytes, split_layers, stage_layers, state_bytes_per_param)
+from perfmodel.memory import (activation_bytes_per_layer, dualpipe_rank_layers, in_flight_layers,
+                              kv_cache_bytes_per_device, layers_on_stage, model_state_bytes, split_layers, stage_layers,
+                              state_bytes_per_param)
 from perfmodel.model import TransformerSpec
 from perfmodel.catalog import find_model
 from perfmodel.machine import build_machine
@@ -74,6 +75,22 @@ def test_the_embedding_and_the_loss_as_layers_of_the_split():
     assert sum(float(layers_on_stage(126, 16, i, ends=True)) for i in range(16)) == 126
     # One stage: nothing to split, the flag changes nothing.
     assert tuple(float(x) for x in split_layers(126, 1, ends=True)) == tuple(float(x) for x in split_layers(126, 1))
+
+
+def test_dualpipe_pairs_stage_i_with_stage_pp_minus_1_minus_i():
+    # DeepSeek-V3 (61 layers, one MTP depth) on 16 stages with the ends as layers: 64 slots, 4 each;
+    # stage 0 holds 3 layers (and the embedding), stage 15 two (and the loss and the MTP depth), the
+    # rest 4. Rank 0 holds stages 0 and 15; every other rank i stages i and 15 - i.
+    paired, others = dualpipe_rank_layers(61, 16, ends=True, mtp_slots=1)
+    assert (float(paired), float(others)) == (5.0, 8.0)
+    # Uneven: 126 layers on 16 stages, 7 on stages 0-1 and 8 on 2-15; rank 1 holds 7 + 8, rank 2 8 + 8.
+    layers = [float(layers_on_stage(126, 16, i)) for i in range(16)]
+    paired, others = dualpipe_rank_layers(126, 16)
+    assert float(paired) == layers[0] + layers[15] and float(others) == max(layers[i] + layers[15 - i]
+                                                                            for i in range(1, 8))
+    # Two stages: one pair, no other rank; vectorized over pp.
+    paired, others = dualpipe_rank_layers(126, np.array([2, 4]))
+    assert paired.tolist() == [126.0, 63.0] and others.tolist() == [0.0, 63.0]
 
 
 def test_the_embedding_slot_holds_no_activations():

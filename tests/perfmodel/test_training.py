@@ -145,20 +145,40 @@ def test_a_state_interleaved_over_ddr_and_cxl(db):
 @pytest.mark.parametrize("pp", [2, 4, 8, 16])
 def test_dualpipe_trades_parameter_copies_for_a_smaller_bubble(db, pp):
     """DualPipe (DeepSeek-V3 report, Table 2): a bubble of (PP/2 - 1) chunk forwards, never more than
-    1F1B's (PP - 1) stage steps; two copies of the parameters and their gradients; PP + 1 microbatches
-    of activations; an odd pp or microbatch count is refused by name."""
+    1F1B's (PP - 1) stage steps, so its pipeline (compute and bubble) is never longer; two copies of
+    the parameters and their gradients (whose reduction may cost more than the bubble saves); PP + 1
+    microbatches of activations; an odd pp or microbatch count is refused by name."""
     spec, machine = find_model("mixtral-8x7b"), build_machine(db, "dgx-h100", 64)
     plan = dict(tp=2, pp=pp, dp=64 // (2 * pp), ep=8, etp=1, sp=True, zero=1, precision="bf16")
     work = TrainWorkload(64 // (2 * pp) * 2 * pp, 4096)
     one, dual = (estimate_training(spec, machine, TrainPlan(**plan, schedule=s), work) for s in ("1f1b", "dualpipe"))
     assert float(dual.components["pipeline bubble"]) <= float(one.components["pipeline bubble"])
-    assert float(dual.step_time_s) <= float(one.step_time_s)
+    pipeline = lambda r: float(r.components["compute (fwd+bwd+recompute)"] + r.components["pipeline bubble"])  # noqa: E731
+    assert pipeline(dual) <= pipeline(one)
     # (the fullest stage may differ between the two, with or without the embedding)
     assert float(dual.memory["weights"]) == pytest.approx(2 * float(one.memory["weights"]), rel=0.05)
     if pp == 2:
         assert float(dual.components["pipeline bubble"]) == 0.0      # (2 / 2 - 1) chunks
     odd = estimate_training(spec, machine, TrainPlan(**{**plan, "pp": 1, "dp": 32}, schedule="dualpipe"), work)
     assert str(odd.binding).startswith("DualPipe needs an even pp")
+
+
+def test_a_dualpipe_rank_pays_the_mean_of_its_two_stages(db):
+    """DualPipe places stages i and PP - 1 - i on rank i and runs half the microbatches through each
+    (DeepSeek-V3 report, Sec. 3.2.1-3.2.3): with even stages rank 0 paces, its microbatch costs its
+    layers and half the head (the embedding's stage beside the head's), where 1F1B's last stage pays
+    the whole head; and it reduces both stages' gradients once per step."""
+    spec, machine = find_model("llama-3.1-70b"), build_machine(db, "dgx-h100", 64)
+    plan = dict(tp=8, pp=4, dp=2, sp=True, zero=1, precision="bf16")
+    work = TrainWorkload(64, 4096)
+    one, dual = (estimate_training(spec, machine, TrainPlan(**plan, schedule=s), work) for s in ("1f1b", "dualpipe"))
+    ops_one, ops_dual = one.operator_times, dual.operator_times
+    assert float(ops_dual["lm head"]) == pytest.approx(0.5 * float(ops_one["lm head"]))
+    assert float(ops_dual["cross entropy"]) == pytest.approx(0.5 * float(ops_one["cross entropy"]))
+    assert float(ops_dual["mlp"]) == pytest.approx(float(ops_one["mlp"]))     # 20 layers a stage either way
+    assert float(dual.components["compute (fwd+bwd+recompute)"]) < float(one.components["compute (fwd+bwd+recompute)"])
+    # Two stages' gradients (every layer's, once, on the two ranks of a pair) against one stage's.
+    assert float(dual.components["dp gradient reduction"]) >= float(one.components["dp gradient reduction"])
 
 
 def test_routed_rows_pay_their_permute_passes(db):
