@@ -343,8 +343,11 @@ def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight
         f_tokens = n * spec.ffn_hidden_size / t
     # Elementwise: two norms and two residual adds (read + write h each) and the activation
     # function (gated: read gate and up, write product; plain: read and write) - memory bound.
+    # Only what feeds a GEMM takes the GEMMs' input format (the norms' outputs, the activation's
+    # product); the residual stream and the GEMM outputs the others read keep 16 bits
+    # (Transformer Engine's LayerNormLinear and LayerNormMLP write fp8 only into the next GEMM).
     per_f = 3.0 if spec.mlp == "gated" else 2.0
-    elementwise = (n * h * 8.0 / norm_shard + f_tokens * per_f) * act_bytes
+    elementwise = n * h / norm_shard * (12.0 + 2.0 * act_bytes) + f_tokens * (2.0 * (per_f - 1.0) + act_bytes)
     # FLOPs: two RMS/LayerNorms (~4 per element each) and two residual adds (1 each) on h, and the
     # activation (~4 per hidden unit: SiLU/GeLU and the gate product). Memory bound either way.
     ops.append(Op("norms and activations", 10.0 * n * h / norm_shard + 4.0 * f_tokens, elementwise, "vector"))
@@ -404,5 +407,5 @@ def mtp_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, act_byte
               gemms=(Gemm(n, h / t, 2 * h),), element_bytes=(act_bytes, 2.0, act_bytes))]
     ops += layer_ops(spec, n, context, layout, sp, act_bytes=act_bytes, moe_layer=spec.moe is not None,
                      imbalance=imbalance, flash=flash)
-    ops += lm_head_ops(spec, n, t, act_bytes=act_bytes)
+    ops += lm_head_ops(spec, n, t)          # the output head keeps 16 bits (training._layer_times)
     return [replace(op, name=f"mtp {op.name}") for op in ops]

@@ -401,11 +401,28 @@ def _layer_times(spec: TransformerSpec, machine: Machine, precision, sp, flash, 
     dense = ops_time(layer_ops(spec, tokens, context, lay, **kw), rates, bw, *kernels, **kb)
     moe = ops_time(layer_ops(spec, tokens, context, lay, moe_layer=True, imbalance=imbalance, **kw),
                    rates, bw, *kernels, **kb) if spec.moe else None
-    head = ops_time(lm_head_ops(spec, tokens, lay.tp, act_bytes=gemm_input_bytes), rates, bw, *kernels, **kb)
-    # The last stage also runs the multi-token-prediction depths (DeepSeek-V3 Sec. 2.2).
-    mtp = ops_time(mtp_ops(spec, tokens, context, lay, sp, gemm_input_bytes, imbalance, flash),
-                   rates, bw, *kernels, **kb).scaled(spec.mtp_layers) if spec.mtp_layers else None
+    # The output head keeps 16 bits in fp8 training: Megatron-Core's output layer is a plain
+    # ColumnParallelLinear, outside Transformer Engine's fp8 autocast (models/gpt/gpt_model.py), and
+    # DeepSeek-V3 keeps 'the embedding module, the output head' in BF16 (Sec. 3.3.1).
+    wide = _sixteen_bit(machine, precision)
+    head_kernels, head_rates = (machine.gemm_kernel(wide), kernels[1]), _rates(machine, wide)
+    head = ops_time(lm_head_ops(spec, tokens, lay.tp), head_rates, bw, *head_kernels, **kb)
+    mtp = None
+    if spec.mtp_layers:   # the last stage also runs the multi-token-prediction depths (DeepSeek-V3 Sec. 2.2)
+        ops = mtp_ops(spec, tokens, context, lay, sp, gemm_input_bytes, imbalance, flash)
+        head_op = [op.name in ("mtp lm head", "mtp cross entropy") for op in ops]
+        mtp = merge(ops_time([op for op, h in zip(ops, head_op) if not h], rates, bw, *kernels, **kb),
+                    ops_time([op for op, h in zip(ops, head_op) if h], head_rates, bw, *head_kernels, **kb)
+                    ).scaled(spec.mtp_layers)
     return dense, moe, head, mtp
+
+
+def _sixteen_bit(machine: Machine, precision):
+    """PRECISIONS codes of the 16-bit format an 8-bit (or narrower) plan keeps where it does not
+    quantize (bf16, or fp16 on a device without it); wider plans keep their own."""
+    sixteen = PRECISIONS.index("bf16" if machine.supports("bf16") else "fp16")
+    narrow = np.isin(precision, [PRECISIONS.index(p) for p in ("fp8", "int8", "fp4", "int4")])
+    return np.where(narrow, sixteen, precision)
 
 
 def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: TrainWorkload,

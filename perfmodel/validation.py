@@ -115,7 +115,8 @@ def train_request(case: Case) -> TrainRequest:
         dp=p.get("dp", 1), cp=p.get("cp", 1), ep=p.get("ep", 1), interleave=p.get("interleave", 1),
         ends_as_layers=bool(p.get("ends_as_layers", False)),
         micro_batch=p.get("microbatch", 1), zero=p.get("zero", 0), recompute=p.get("recompute", "selective"),
-        sp=bool(p.get("sequence_parallel", True)), precision=p.get("precision", "bf16"),
+        sp=bool(p.get("sequence_parallel", True)), tp_overlap=bool(p.get("tp_overlap", False)),
+        precision=p.get("precision", "bf16"),
         attention=p.get("attention", "flash"), dp_overlap=p.get("dp_overlap", True),
         global_batch=p["global_batch"], seq_len=p["seq_len"])
 

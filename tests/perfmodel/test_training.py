@@ -181,6 +181,26 @@ def test_a_dualpipe_rank_pays_the_mean_of_its_two_stages(db):
     assert float(dual.components["dp gradient reduction"]) >= float(one.components["dp gradient reduction"])
 
 
+def test_fp8_training_keeps_the_head_and_the_residual_stream_in_16_bits(db, h100x64):
+    """The output head runs in bf16 in an fp8 plan (Megatron-Core's output layer is outside
+    Transformer Engine; DeepSeek-V3 Sec. 3.3.1), and of the elementwise traffic only the norms'
+    outputs and the activation's product (what feeds a GEMM) shrink to 8 bits: per token, gated,
+    12h + 2h x 1 + 4f + f bytes against bf16's 16h + 6f."""
+    spec = find_model("llama-3.1-70b")
+    plan = dict(tp=8, pp=2, dp=4, sp=True, zero=1)
+    work = TrainWorkload(64, 4096)
+    bf16, fp8 = (estimate_training(spec, h100x64, TrainPlan(**plan, precision=p), work) for p in ("bf16", "fp8"))
+    for op in ("lm head", "cross entropy"):
+        assert float(fp8.operator_times[op]) == pytest.approx(float(bf16.operator_times[op]))
+    assert float(fp8.operator_times["mlp"]) < float(bf16.operator_times["mlp"])
+    lay = Layout(tp=8, dp=8)
+    n, h, f = 4096.0, spec.hidden_size, spec.ffn_hidden_size / 8
+    moved = {b: next(float(op.bytes) for op in layer_ops(spec, n, n / 2, lay, sp=True, act_bytes=b)
+                     if op.name == "norms and activations") for b in (1.0, 2.0)}
+    assert moved[2.0] == pytest.approx(n * (16 * h / 8 + 6 * f))
+    assert moved[1.0] == pytest.approx(n * (14 * h / 8 + 5 * f))
+
+
 def test_routed_rows_pay_their_permute_passes(db):
     """The token permute and unpermute around the routed experts move 3 passes of the routed rows and
     one of the tokens (roofline.PERMUTE_*_PASSES) in training and prefill; decode's low-latency
