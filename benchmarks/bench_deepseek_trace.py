@@ -35,7 +35,8 @@ FAMILIES = (("exchange (DeepEP)", r"dpsk::ep::"), ("GEMM", r"gemm|Gemm"), ("atte
             ("other elementwise", r"."))
 # The model's operators in the same families.
 MODEL_FAMILIES = {"qkv projection": "GEMM", "output projection": "GEMM", "router": "GEMM", "experts": "GEMM",
-                  "attention core": "attention", "norms and activations": "norms", "expert permute": "other elementwise"}
+                  "attention core": "attention", "norms and activations": "norms",
+                  "expert permute": "other elementwise"}
 
 
 def measured(path: str) -> dict[str, float]:

@@ -153,7 +153,8 @@ def test_dualpipe_trades_parameter_copies_for_a_smaller_bubble(db, pp):
     work = TrainWorkload(64 // (2 * pp) * 2 * pp, 4096)
     one, dual = (estimate_training(spec, machine, TrainPlan(**plan, schedule=s), work) for s in ("1f1b", "dualpipe"))
     assert float(dual.components["pipeline bubble"]) <= float(one.components["pipeline bubble"])
-    pipeline = lambda r: float(r.components["compute (fwd+bwd+recompute)"] + r.components["pipeline bubble"])  # noqa: E731
+    def pipeline(r):
+        return float(r.components["compute (fwd+bwd+recompute)"] + r.components["pipeline bubble"])
     assert pipeline(dual) <= pipeline(one)
     # (the fullest stage may differ between the two, with or without the embedding)
     assert float(dual.memory["weights"]) == pytest.approx(2 * float(one.memory["weights"]), rel=0.05)
