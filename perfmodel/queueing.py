@@ -33,13 +33,17 @@ def erlang_c(servers, load):
 
 
 def wait_quantile(servers, service_s, rate, q):
-    """The q-quantile of the wait in an M/M/c queue: max(0, ln(C / (1 - q)) / (c mu - lambda))."""
+    """The q-quantile of the wait in an M/M/c queue: max(0, ln(C / (1 - q)) / (c mu - lambda)).
+    ``q`` may be a tuple of quantiles: then a dict by quantile, Erlang C evaluated once for all."""
     servers = np.asarray(servers, dtype=float)
     mu = 1.0 / np.asarray(service_s, dtype=float)
     slack = servers * mu - rate
     c = erlang_c(servers, rate / mu)
-    t = np.log(np.maximum(c / (1.0 - q), 1e-300)) / np.where(slack > 0, slack, 1.0)
-    return np.where(slack > 0, np.maximum(t, 0.0), np.inf)
+    waits = {}
+    for p in (q if isinstance(q, tuple) else (q,)):
+        t = np.log(np.maximum(c / (1.0 - p), 1e-300)) / np.where(slack > 0, slack, 1.0)
+        waits[p] = np.where(slack > 0, np.maximum(t, 0.0), np.inf)
+    return waits if isinstance(q, tuple) else waits[q]
 
 
 def pool_latencies(role: str, instances, rate: float, output_mean: float, batch, servers_per_instance,
@@ -57,8 +61,11 @@ def pool_latencies(role: str, instances, rate: float, output_mean: float, batch,
     servers = n * servers_per_instance
     # The prompt's service at the quantile's length: known at p50 and p90 (a higher quantile takes p90's).
     service = {q: (prefill_s90 if q >= 0.9 else prefill_s50) * stretch_prefill for q in quantiles}
-    ttft = {q: service[q] + wait_quantile(servers, prefill_s50 * stretch_prefill, rate, q) if role != "decode"
-            else np.zeros_like(np.asarray(prefill_s50, dtype=float)) for q in quantiles}
+    if role != "decode":
+        waits = wait_quantile(servers, prefill_s50 * stretch_prefill, rate, tuple(quantiles))
+        ttft = {q: service[q] + waits[q] for q in quantiles}
+    else:
+        ttft = {q: np.zeros_like(np.asarray(prefill_s50, dtype=float)) for q in quantiles}
     in_flight = per_instance * output_mean * tpot50 * stretch_decode
     return ttft, tpot50 * stretch_decode, tpot90 * stretch_decode, decode_share + prefill_share, in_flight
 
