@@ -28,7 +28,7 @@ from perfmodel.machine import Machine, build_machine
 from perfmodel.model import TransformerSpec
 from perfmodel.plan import QuantScheme
 from perfmodel.queueing import pool_latencies
-from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving, kv_transfer_time
+from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving, estimate_serving_placed, kv_transfer_time
 
 from . import fleet
 from .fleet import FleetInstance, FleetSolution, single_pool_solutions
@@ -285,23 +285,25 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
         # does not change it; the weights' does).
         n_in = stacked((demand.input_len.p50, demand.input_len.p90), n_lay)
         both = np.tile(lay, (2, 1))
-        prefill = {w_place: estimate_serving(spec, machine, ServePlan(
+        # The phases' times do not depend on where the KV cache and weights live: one evaluation
+        # per phase for every place (estimate_serving_placed).
+        prefill = dict(zip(weight_places, estimate_serving_placed(spec, machine, ServePlan(
             tp=both[:, 0], pp=both[:, 1], dp_attention=both[:, 2], ep=both[:, 3], batch=both[:, 2], weight_precision=wp,
-            activation_precision=ap, kv_precision=kvp, moe_imbalance=np.tile(skew, 2), weight_place=w_place,
+            activation_precision=ap, kv_precision=kvp, moe_imbalance=np.tile(skew, 2),
             mtp_draft_tokens=options.mtp_draft_tokens, mtp_acceptance=options.mtp_acceptance,
             power_cap_w=options.device_power_cap_w), ServeWorkload(n_in, 1, demand.cached_share * n_in),
-            phases=("prefill",))
-            for w_place in weight_places}
-        for place, w_place in itertools.product(places, weight_places):
-            pre, both = prefill[w_place], np.tile(grid, (2, 1))
-            plan = ServePlan(tp=both[:, 0], pp=both[:, 1], dp_attention=both[:, 2], ep=both[:, 3],
-                             batch=both[:, 4], weight_precision=wp, activation_precision=ap, kv_precision=kvp,
-                             kv_place=place, weight_place=w_place, moe_imbalance=np.tile(skew[pre_i], 2),
-                             power_cap_w=options.device_power_cap_w, mtp_draft_tokens=options.mtp_draft_tokens,
-                             mtp_acceptance=options.mtp_acceptance)
-            dec = estimate_serving(spec, machine, plan, ServeWorkload(
-                stacked((demand.input_len.p50, demand.input_len.p90), n_grid),
-                stacked((2 * demand.output_len.p50, 2 * demand.output_len.p90), n_grid)), phases=("decode",))
+            [("hbm", w_place) for w_place in weight_places], phases=("prefill",))))
+        both = np.tile(grid, (2, 1))
+        plan = ServePlan(tp=both[:, 0], pp=both[:, 1], dp_attention=both[:, 2], ep=both[:, 3],
+                         batch=both[:, 4], weight_precision=wp, activation_precision=ap, kv_precision=kvp,
+                         moe_imbalance=np.tile(skew[pre_i], 2), power_cap_w=options.device_power_cap_w,
+                         mtp_draft_tokens=options.mtp_draft_tokens, mtp_acceptance=options.mtp_acceptance)
+        placed = list(itertools.product(places, weight_places))
+        decodes = estimate_serving_placed(spec, machine, plan, ServeWorkload(
+            stacked((demand.input_len.p50, demand.input_len.p90), n_grid),
+            stacked((2 * demand.output_len.p50, 2 * demand.output_len.p90), n_grid)), placed, phases=("decode",))
+        for (place, w_place), dec in zip(placed, decodes):
+            pre = prefill[w_place]
             d50, d90 = np.arange(n_grid), n_grid + np.arange(n_grid)
             for name, values in (("tp", grid[:, 0]), ("pp", grid[:, 1]), ("dpa", grid[:, 2]), ("ep", grid[:, 3]),
                                  ("batch", grid[:, 4]), ("devices", grid[:, 0] * grid[:, 1] * grid[:, 2]),
