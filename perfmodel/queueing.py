@@ -19,14 +19,7 @@ import numpy as np
 # 6 panels x 10 nodes meet 2e-11 relative against a 30-digit reference for integer 1 <= c <= 1e8
 # (tests/perfmodel/test_queueing.py); 4.5-width panels of 12 nodes (48 in all) reach only 7e-10.
 _PANEL_EDGES = (0.0, 2.5, 5.0, 9.5)
-_NODES = 10
-_GAUSS_LEGENDRE: list = []
-
-
-def _legendre():
-    if not _GAUSS_LEGENDRE:
-        _GAUSS_LEGENDRE.extend(np.polynomial.legendre.leggauss(_NODES))
-    return _GAUSS_LEGENDRE
+_NODES, _WEIGHTS = np.polynomial.legendre.leggauss(10)
 
 
 def _log_peak(servers, load):
@@ -38,9 +31,10 @@ def _erlang_b_integral(servers, load):
     """I = exp(-g*) / B(c, a) = int_{a-c}^inf exp(-h(x)) dx for stable rows (a < c), x the offset
     from the integrand's peak (see erlang_c), by Gauss-Legendre on panels whose edges sit at w peak
     widths: x = -w sqrt(c) on the left (h(x) >= x^2 / (2c) there, so 9.5 widths leave e^-45), and
-    x = w sqrt(c) + w^2 / 2 on the right (h ~ w^2 / 2 + w^3 / (6 sqrt(c)) for large c, and the
-    exponential tail x - c ln(x / c) for small c: at least w^2 / 2 in both)."""
-    nodes, weights = _legendre()
+    x = w sqrt(c) + w^2 / 2 on the right, where h is about w^2 / 2 + w^3 / (6 sqrt(c)) for large c
+    and grows like the exponential tail x - c ln(x / c) for small c (at least w^2 / 2 on the tests'
+    grid, 1 to 1e8 servers)."""
+    nodes, weights = _NODES, _WEIGHTS
     c, a = servers[:, None], load[:, None]
     width = np.sqrt(c)
     edges = np.asarray(_PANEL_EDGES)[None, :]
@@ -66,9 +60,7 @@ def erlang_c(servers, load):
     integrand is g* - h(x), h(x) = x - c ln(1 + x / c) >= 0, peaked at x = 0 (s* = c - a) with
     width sqrt(c), and g* = c ln(c / a) - (c - a). So B = exp(-g*) / I with
     I = int_{a-c}^inf exp(-h(x)) dx, by fixed-node Gauss-Legendre quadrature on panels in widths
-    of the peak (h(x) >= x^2 / (2c) left of it, so the window ends 9.5 widths out; on the right
-    h grows at least like x^2 / (2 (c + x)), and the edges are placed by it): the cost does not
-    grow with c. Rows with g* > 700 have B < e^-700 / I (I >= sqrt(pi c / 2)): C = 0 there.
+    of the peak, 9.5 widths each way (_erlang_b_integral): the cost does not grow with c. Rows with g* > 700 have B < e^-700 / I (I >= sqrt(pi c / 2)): C = 0 there.
     Servers are counts (instances x attention ranks): for integer c the integrand left of the peak
     is a polynomial times exp(-s) and the panels meet 2e-11 relative against a 30-digit reference
     from 1 to 1e8 servers, and the incomplete-gamma form (SciPy) to 1e-9 where C > 1e-12 and that
