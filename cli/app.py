@@ -303,7 +303,15 @@ def one_line(text: str) -> str:
 
 
 def run() -> None:  # console-script entry point
-    sys.exit(main())
+    code = main()
+    # The process ends here: keep the interpreter's exit from running full garbage collections over
+    # every module, class and function the command imported (they are all freed with the process;
+    # 0.08-0.1 s of a 0.8 s ``plan serve``, measured against os._exit). Files are closed where they
+    # are written; reference counting still finalizes everything that is not in a cycle.
+    import gc
+
+    gc.freeze()
+    sys.exit(code)
 
 
 # --- calibrate ---------------------------------------------------------------------------------

@@ -334,8 +334,18 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
     serving search prices the prefill of one set of plans and the decode of another); a phase
     left out takes 0 s, and whatever is derived from its time reads 0.
     """
+    return estimate_serving_placed(spec, machine, plan, work, ((plan.kv_place, plan.weight_place),), phases)[0]
+
+
+def estimate_serving_placed(spec: TransformerSpec, machine: Machine, plan: ServePlan, work: ServeWorkload,
+                            places, phases: tuple[str, ...] = ("prefill", "decode")) -> list[ServeResult]:
+    """``estimate_serving`` of ``plan`` with its KV cache and weights at each (kv_place,
+    weight_place) of ``places``, in that order (the plan's own places are ignored). The phases'
+    operator and communication times (and their power-capped clocks) do not depend on where the KV
+    cache and the weights live, only the streams from a tier, the memory and the feasibility do:
+    the phases are evaluated once for all places."""
     inst = _instance(spec, machine, plan)
-    lay, pp = inst.layout, inst.layout.pp
+    pp = inst.layout.pp
     s_in, s_out = (np.asarray(x, dtype=float) for x in (work.input_len, work.output_len))
     overlap = bool(plan.overlap_comm)
     # With a cached prefix (prefix caching; Zheng et al. 2024, SGLang RadixAttention, Sec. 3) only the new
@@ -360,8 +370,40 @@ def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, w
     (pre_capped, _, pre_clock), (dec_capped, _, dec_clock) = (capped_phase(machine, works[n], cap)
                                                               for n in ("prefill", "decode"))
     pre_stage, dec_stage = prefill.total + pre_capped, decode.total + dec_capped
+    phased = _Phased(inst, prefill, decode, works, pre_capped, pre_clock, dec_capped, dec_clock, pre_stage, dec_stage,
+                     per_step, context)
+    return [_placed(spec, machine, work, phased, str(kv_place), str(weight_place)) for kv_place, weight_place in places]
+
+
+@dataclass(frozen=True)
+class _Phased:
+    """What estimate_serving computes before it knows where the KV cache and the weights live."""
+
+    inst: Instance
+    prefill: Phase
+    decode: Phase
+    works: dict
+    pre_capped: object
+    pre_clock: object
+    dec_capped: object
+    dec_clock: object
+    pre_stage: object
+    dec_stage: object
+    per_step: object
+    context: object
+
+
+def _placed(spec: TransformerSpec, machine: Machine, work: ServeWorkload, phased: _Phased, kv_place: str,
+            weight_place: str) -> ServeResult:
+    """The estimate of evaluated phases with the KV cache in ``kv_place`` and the weights in
+    ``weight_place``: tier streams, memory, feasibility, throughput, power and cost."""
+    f = phased
+    inst, prefill, decode, works, per_step, context = f.inst, f.prefill, f.decode, f.works, f.per_step, f.context
+    pre_capped, pre_clock, dec_capped, dec_clock = f.pre_capped, f.pre_clock, f.dec_capped, f.dec_clock
+    pre_stage, dec_stage = f.pre_stage, f.dec_stage
+    lay, pp = inst.layout, inst.layout.pp
+    s_in = np.asarray(work.input_len, dtype=float)
     ttft, step_time = pp * pre_stage, pp * dec_stage
-    kv_place, weight_place = str(plan.kv_place), str(plan.weight_place)
     kv_tier = None if kv_place == "hbm" else machine.tier(kv_place)
     weight_tier = None if weight_place == "hbm" else machine.tier(weight_place)
     mem = _memory(spec, machine, inst, work, kv_tier, weight_tier)

@@ -660,7 +660,7 @@ def imbalance_for_ep(stats: RoutingStats, ep: int) -> float:
 def imbalance_table(stats: RoutingStats | None, eps) -> dict[int, float]:
     """Imbalance factor for each EP degree (1.0 for every degree when there are no statistics)."""
     return {int(e): (imbalance_for_ep(stats, int(e)) if stats is not None and e > 1 else 1.0)
-            for e in np.unique(np.asarray(eps))}
+            for e in sorted(set(np.asarray(eps).ravel().tolist()))}   # not np.unique: it imports numpy.ma
 
 
 def layer_time(spec, machine, placement: Placement, devices: int) -> float:

@@ -28,7 +28,7 @@ from perfmodel.machine import Machine, build_machine
 from perfmodel.model import TransformerSpec
 from perfmodel.plan import QuantScheme
 from perfmodel.queueing import pool_latencies
-from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving, kv_transfer_time
+from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving, estimate_serving_placed, kv_transfer_time
 
 from . import fleet
 from .fleet import FleetInstance, FleetSolution, single_pool_solutions
@@ -285,23 +285,25 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
         # does not change it; the weights' does).
         n_in = stacked((demand.input_len.p50, demand.input_len.p90), n_lay)
         both = np.tile(lay, (2, 1))
-        prefill = {w_place: estimate_serving(spec, machine, ServePlan(
+        # The phases' times do not depend on where the KV cache and weights live: one evaluation
+        # per phase for every place (estimate_serving_placed).
+        prefill = dict(zip(weight_places, estimate_serving_placed(spec, machine, ServePlan(
             tp=both[:, 0], pp=both[:, 1], dp_attention=both[:, 2], ep=both[:, 3], batch=both[:, 2], weight_precision=wp,
-            activation_precision=ap, kv_precision=kvp, moe_imbalance=np.tile(skew, 2), weight_place=w_place,
+            activation_precision=ap, kv_precision=kvp, moe_imbalance=np.tile(skew, 2),
             mtp_draft_tokens=options.mtp_draft_tokens, mtp_acceptance=options.mtp_acceptance,
             power_cap_w=options.device_power_cap_w), ServeWorkload(n_in, 1, demand.cached_share * n_in),
-            phases=("prefill",))
-            for w_place in weight_places}
-        for place, w_place in itertools.product(places, weight_places):
-            pre, both = prefill[w_place], np.tile(grid, (2, 1))
-            plan = ServePlan(tp=both[:, 0], pp=both[:, 1], dp_attention=both[:, 2], ep=both[:, 3],
-                             batch=both[:, 4], weight_precision=wp, activation_precision=ap, kv_precision=kvp,
-                             kv_place=place, weight_place=w_place, moe_imbalance=np.tile(skew[pre_i], 2),
-                             power_cap_w=options.device_power_cap_w, mtp_draft_tokens=options.mtp_draft_tokens,
-                             mtp_acceptance=options.mtp_acceptance)
-            dec = estimate_serving(spec, machine, plan, ServeWorkload(
-                stacked((demand.input_len.p50, demand.input_len.p90), n_grid),
-                stacked((2 * demand.output_len.p50, 2 * demand.output_len.p90), n_grid)), phases=("decode",))
+            [("hbm", w_place) for w_place in weight_places], phases=("prefill",))))
+        both = np.tile(grid, (2, 1))
+        plan = ServePlan(tp=both[:, 0], pp=both[:, 1], dp_attention=both[:, 2], ep=both[:, 3],
+                         batch=both[:, 4], weight_precision=wp, activation_precision=ap, kv_precision=kvp,
+                         moe_imbalance=np.tile(skew[pre_i], 2), power_cap_w=options.device_power_cap_w,
+                         mtp_draft_tokens=options.mtp_draft_tokens, mtp_acceptance=options.mtp_acceptance)
+        placed = list(itertools.product(places, weight_places))
+        decodes = estimate_serving_placed(spec, machine, plan, ServeWorkload(
+            stacked((demand.input_len.p50, demand.input_len.p90), n_grid),
+            stacked((2 * demand.output_len.p50, 2 * demand.output_len.p90), n_grid)), placed, phases=("decode",))
+        for (place, w_place), dec in zip(placed, decodes):
+            pre = prefill[w_place]
             d50, d90 = np.arange(n_grid), n_grid + np.arange(n_grid)
             for name, values in (("tp", grid[:, 0]), ("pp", grid[:, 1]), ("dpa", grid[:, 2]), ("ep", grid[:, 3]),
                                  ("batch", grid[:, 4]), ("devices", grid[:, 0] * grid[:, 1] * grid[:, 2]),
@@ -324,31 +326,58 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
 
 # --- pool sizing --------------------------------------------------------------------------------
 
-def _fewest(ok, rows: int, upper: int) -> np.ndarray:
-    """Smallest count in [1, upper] for which ``ok(count)`` holds, per row (monotone in the count,
-    so bisection); 0 where even ``upper`` fails."""
-    lo, hi = np.ones(rows, dtype=np.int64), np.full(rows, upper, dtype=np.int64)
-    feasible = ok(hi)
-    for _ in range(int(math.ceil(math.log2(max(upper, 2)))) + 1):
-        mid = (lo + hi) // 2
-        good = ok(mid)
-        hi, lo = np.where(good, mid, hi), np.where(good, lo, mid + 1)
+def _fewest(ok, rows: int, upper: int, lower=None) -> np.ndarray:
+    """Smallest count in [1, upper] for which ``ok(count, rows)`` holds, per row; 0 where even
+    ``upper`` fails. ``ok(n, idx)`` says, for the rows ``idx``, whether ``n[i]`` instances meet the
+    targets.
+
+    Assumes ``ok`` is monotone in the count (more instances never break a target: the load K / n
+    falls, and the M/M/c wait falls with the servers); the answer is then the same as bisecting
+    [1, upper]. ``lower`` (optional, per row) is a count below which ``ok`` is known to fail (the
+    stability bound), where the search starts: it gallops upward from there, probing lower,
+    lower + 1, lower + 3, lower + 7, ... (exponential search; Bentley and Yao, "An almost optimal
+    algorithm for unbounded searching", Inf. Proc. Lett. 5(3), 1976) until a probe holds, then
+    bisects inside the bracket, each step only on the rows still open. Rows near their bound
+    settle in a few probes instead of log2(upper) full passes."""
+    all_rows = np.arange(rows)
+    feasible = ok(np.full(rows, upper, dtype=np.int64), all_rows)
+    lo = np.ones(rows, dtype=np.int64) if lower is None else \
+        np.clip(np.asarray(lower, dtype=np.int64), 1, upper)
+    hi = np.full(rows, upper, dtype=np.int64)      # ok(hi) holds wherever feasible
+    # Galloping: ok fails below lo; probe lo + step - 1 with the step doubling.
+    open_ = all_rows[feasible & (lo < hi)]
+    step = 1
+    while len(open_):
+        probe = np.minimum(lo[open_] + (step - 1), hi[open_])
+        good = ok(probe, open_)
+        hi[open_[good]] = probe[good]
+        lo[open_[~good]] = probe[~good] + 1
+        open_ = open_[~good & (lo[open_] < hi[open_])]
+        step *= 2
+    # Bisection inside [lo, hi]: ok fails below lo and holds at hi.
+    open_ = all_rows[feasible & (lo < hi)]
+    while len(open_):
+        mid = (lo[open_] + hi[open_]) // 2
+        good = ok(mid, open_)
+        hi[open_[good]] = mid[good]
+        lo[open_[~good]] = mid[~good] + 1
+        open_ = open_[lo[open_] < hi[open_]]
     return np.where(feasible, hi, 0)
 
 
 def _sizes(cols, demand: Demand, role: str, slo: dict, max_instances: int):
     """Fewest instances per configuration meeting the SLOs in ``role``, with the pool's latencies."""
     lam, out_mean = demand.rate, demand.output_len.mean
+    keys = ("batch", "dpa", "prefill_s50", "prefill_s90", "tpot50", "tpot90")
 
-    def latencies(n, quantiles=(0.5, 0.9)):
-        return pool_latencies(role, n, lam, out_mean, cols["batch"], cols["dpa"], cols["prefill_s50"],
-                              cols["prefill_s90"], cols["tpot50"], cols["tpot90"], quantiles)
+    def latencies(n, quantiles=(0.5, 0.9), rows=slice(None)):
+        return pool_latencies(role, n, lam, out_mean, *(cols[k][rows] for k in keys), quantiles)
 
     # The quantiles the targets ask for (p90 always: it also decides whether the queue is stable).
     asked = (0.9,) + ((0.5,) if slo["ttft_p50"] is not None else ())
 
-    def ok(n):
-        ttft, tpot50, tpot90, load, in_flight = latencies(n, asked)
+    def ok(n, rows):
+        ttft, tpot50, tpot90, load, in_flight = latencies(n, asked, rows)
         good = load < 1.0
         if role != "decode":
             good &= np.isfinite(ttft[0.9])
@@ -357,16 +386,32 @@ def _sizes(cols, demand: Demand, role: str, slo: dict, max_instances: int):
             if slo["ttft_p90"] is not None:
                 good &= ttft[0.9] <= slo["ttft_p90"]
         if role != "prefill":
-            good &= in_flight <= cols["batch"]      # a slot for every sequence in flight
+            good &= in_flight <= cols["batch"][rows]      # a slot for every sequence in flight
             if slo["tpot_p50"] is not None:
                 good &= tpot50 <= slo["tpot_p50"]
             if slo["tpot_p90"] is not None:
                 good &= tpot90 <= slo["tpot_p90"]
         return good
 
-    n = _fewest(ok, len(cols["batch"]), max_instances)
+    n = _fewest(ok, len(cols["batch"]), max_instances, _stability_bound(cols, lam, out_mean, role))
     ttft, tpot50, tpot90, _, _ = latencies(np.maximum(n, 1))
     return n, ttft[0.5], ttft[0.9], tpot50, tpot90
+
+
+def _stability_bound(cols, rate: float, output_mean: float, role: str) -> np.ndarray:
+    """A count below which no pool is stable: a pool of n instances runs at load K / n (its decode
+    share rate x output / (batch / TPOT p50) and its prefill share rate x prefill p50 / ranks,
+    both per instance, perfmodel.queueing.pool_latencies), and needs load < 1, so n > K. Rounded
+    down with a relative margin of 1e-9 so that float rounding of the load never puts the bound
+    above the true smallest count (``_fewest`` only starts its search there)."""
+    k = np.zeros(len(cols["batch"]))
+    with np.errstate(all="ignore"):
+        if role != "prefill":
+            k = k + rate * output_mean * np.maximum(cols["tpot50"], 1e-12) / cols["batch"]
+        if role != "decode":
+            k = k + rate * cols["prefill_s50"] / cols["dpa"]
+        k = np.where(np.isfinite(k), k * (1.0 - 1e-9), 1.0)
+    return np.floor(np.clip(k, 1.0, float(MAX_INSTANCES))).astype(np.int64)
 
 
 # --- the deployment -----------------------------------------------------------------------------
@@ -658,7 +703,7 @@ def _pool_options(role, system, cols, price, demand, slo, options, max_devices):
             measures.append(devices * 1.0)   # owned devices discount the larger option more
     kept = []
     group = np.char.add(np.char.add(sub["kvp"].astype(str), "|"), sub["devices"].astype(int).astype(str))
-    for g in np.unique(group[fits]):
+    for g in sorted(set(group[fits].tolist())):     # not np.unique: it imports numpy.ma (10-30 ms)
         members = np.flatnonzero(fits & (group == g))
         kept += members[pareto_front(np.stack([m[members] for m in measures], axis=1))].tolist()
     out = []

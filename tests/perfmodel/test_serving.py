@@ -145,3 +145,33 @@ def test_one_phase_alone_equals_its_share_of_the_whole(db, model, system, overla
         for values in (r.energy_per_token_j, r.cost_per_million_tokens_usd, r.prefill_tokens_per_s_per_device,
                        r.decode_tokens_per_s_per_device):
             assert np.all(np.isfinite(values))
+
+
+def test_one_evaluation_for_every_place_equals_one_estimate_per_place(db):
+    """estimate_serving_placed evaluates the phases once for every (KV place, weight place): each
+    result is exactly (every field, bit for bit) the estimate with the plan at that place."""
+    from dataclasses import fields, replace
+
+    from perfmodel.serving import estimate_serving_placed
+
+    machine = build_machine(db, "fenghuang-h200", 8)
+    spec = find_model("llama-3.1-70b")
+    plan = ServePlan(tp=np.array([4.0, 8.0, 8.0]), batch=np.array([8.0, 32.0, 128.0]), weight_precision="fp8",
+                     power_cap_w=500.0)
+    work = ServeWorkload(np.array([1024.0, 2048.0, 4096.0]), 512)
+    places = [("hbm", "hbm"), ("pooled", "hbm"), ("hbm", "pooled"), ("pooled", "pooled")]
+    for phases in (("prefill", "decode"), ("decode",), ("prefill",)):
+        together = estimate_serving_placed(spec, machine, plan, work, places, phases=phases)
+        for (kv, w), got in zip(places, together):
+            alone = estimate_serving(spec, machine, replace(plan, kv_place=kv, weight_place=w), work, phases=phases)
+            for f in fields(alone):
+                a, b = getattr(alone, f.name), getattr(got, f.name)
+                if isinstance(a, dict):
+                    assert a.keys() == b.keys()
+                    for k in a:
+                        np.testing.assert_array_equal(np.asarray(a[k], dtype=object), np.asarray(b[k], dtype=object))
+                elif isinstance(a, tuple):
+                    for x, y in zip(a, b):
+                        np.testing.assert_array_equal(x, y)
+                elif f.name != "quant":
+                    np.testing.assert_array_equal(a, b)

@@ -236,3 +236,37 @@ def test_owned_devices_and_kind_limits_match_brute_force(db, owned, limits):
     assert fleet.totals(instance, best).usd_per_hour <= fleet.totals(plain, fleet.solve(plain)).usd_per_hour + 1e-9
     for name, most in limits:
         assert fleet.devices_by_system(instance, best).get(name, 0) <= most
+
+
+@settings(max_examples=40, deadline=None)
+@given(thresholds=st.lists(st.integers(1, 1 << 12), min_size=1, max_size=30),
+       upper=st.sampled_from([1, 2, 7, 1 << 10, 1 << 12]), slack=st.integers(0, 50))
+def test_fewest_gallops_to_the_same_count_as_brute_force(thresholds, upper, slack):
+    """Galloping from a valid lower bound, then bisecting, finds the smallest count a monotone
+    test passes (0 where ``upper`` fails), as a scan over every count does."""
+    from perfmodel.search.serve import _fewest
+
+    t = np.array(thresholds, dtype=np.int64)
+    def ok(n, rows):
+        return n >= t[rows]
+
+    expected = np.where(t <= upper, t, 0)
+    assert (_fewest(ok, len(t), upper) == expected).all()
+    lower = np.maximum(t - slack, 1)             # any bound at or below the answer
+    assert (_fewest(ok, len(t), upper, lower) == expected).all()
+
+
+def test_stability_bound_never_exceeds_the_fewest_count(db):
+    """The load K / n needs n > K: the bound the search starts from is below every answer."""
+    from perfmodel.search.serve import MAX_INSTANCES, _sizes, _stability_bound
+
+    spec = find_model("llama-3.1-8b")
+    demand = Demand(rate=40.0, input_len=Lengths.of(1024), output_len=Lengths.of(256), ttft_p90=1.0, tpot_p90=0.05)
+    pools = pool_options(spec, db, ["dgx-h100"], demand, SMALL)
+    assert pools.options
+    for o in pools.options:
+        q = o["queue"]
+        cols = {k: np.array([float(v)]) for k, v in q.items() if k != "output"}
+        n = _sizes(cols, demand, o["role"], slo_of(demand), MAX_INSTANCES)[0]
+        assert n[0] == o["instances"]
+        assert _stability_bound(cols, demand.rate, demand.output_len.mean, o["role"])[0] <= n[0]
