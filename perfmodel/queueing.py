@@ -116,6 +116,19 @@ def wait_quantile(servers, service_s, rate, q):
     return waits if isinstance(q, tuple) else waits[q]
 
 
+def pool_shares(role: str, instances, rate: float, output_mean: float, batch, servers_per_instance, prefill_s50,
+                tpot50):
+    """(decode share, prefill share) of each instance's time when ``instances`` instances in
+    ``role`` carry ``rate`` requests/s: its decode steps at full batch and its prompts, one per
+    attention rank at a time. Both fall as 1 / instances, so a pool's load is K / n, K its load
+    on one instance (a pool needs n > K to be stable)."""
+    per_instance = rate / np.asarray(instances, dtype=float)
+    decode_tokens_per_s = batch / np.maximum(tpot50, 1e-12)
+    decode_share = per_instance * output_mean / decode_tokens_per_s if role != "prefill" else 0.0
+    prefill_share = per_instance * prefill_s50 / servers_per_instance if role != "decode" else 0.0
+    return decode_share, prefill_share
+
+
 def pool_latencies(role: str, instances, rate: float, output_mean: float, batch, servers_per_instance,
                    prefill_s50, prefill_s90, tpot50, tpot90, quantiles=(0.5, 0.9)):
     """(TTFT by quantile, TPOT p50, TPOT p90, utilization, sequences in flight per instance) of
@@ -123,9 +136,8 @@ def pool_latencies(role: str, instances, rate: float, output_mean: float, batch,
     requests/s. Vectorized over configurations and counts."""
     n = np.asarray(instances, dtype=float)
     per_instance = rate / n
-    decode_tokens_per_s = batch / np.maximum(tpot50, 1e-12)
-    decode_share = per_instance * output_mean / decode_tokens_per_s if role != "prefill" else 0.0
-    prefill_share = per_instance * prefill_s50 / servers_per_instance if role != "decode" else 0.0
+    decode_share, prefill_share = pool_shares(role, n, rate, output_mean, batch, servers_per_instance, prefill_s50,
+                                              tpot50)
     stretch_prefill = 1.0 / np.maximum(1.0 - decode_share, 1e-9) if role == "colocated" else 1.0
     stretch_decode = 1.0 / np.maximum(1.0 - prefill_share, 1e-9) if role == "colocated" else 1.0
     servers = n * servers_per_instance

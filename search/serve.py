@@ -27,7 +27,7 @@ from perfmodel.hardware_db.loader import Database
 from perfmodel.machine import Machine, build_machine
 from perfmodel.model import TransformerSpec
 from perfmodel.plan import QuantScheme
-from perfmodel.queueing import pool_latencies
+from perfmodel.queueing import pool_latencies, pool_shares
 from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving, estimate_serving_placed, kv_transfer_time
 
 from . import fleet
@@ -399,17 +399,13 @@ def _sizes(cols, demand: Demand, role: str, slo: dict, max_instances: int):
 
 
 def _stability_bound(cols, rate: float, output_mean: float, role: str) -> np.ndarray:
-    """A count below which no pool is stable: a pool of n instances runs at load K / n (its decode
-    share rate x output / (batch / TPOT p50) and its prefill share rate x prefill p50 / ranks,
-    both per instance, perfmodel.queueing.pool_latencies), and needs load < 1, so n > K. Rounded
-    down with a relative margin of 1e-9 so that float rounding of the load never puts the bound
-    above the true smallest count (``_fewest`` only starts its search there)."""
-    k = np.zeros(len(cols["batch"]))
+    """A count below which no pool is stable: a pool of n instances runs at load K / n
+    (perfmodel.queueing.pool_shares) and needs load < 1, so n > K. Rounded down with a relative
+    margin of 1e-9 so that float rounding of the load never puts the bound above the true smallest
+    count (``_fewest`` only starts its search there)."""
     with np.errstate(all="ignore"):
-        if role != "prefill":
-            k = k + rate * output_mean * np.maximum(cols["tpot50"], 1e-12) / cols["batch"]
-        if role != "decode":
-            k = k + rate * cols["prefill_s50"] / cols["dpa"]
+        k = np.add(*pool_shares(role, 1.0, rate, output_mean, cols["batch"], cols["dpa"], cols["prefill_s50"],
+                                cols["tpot50"])) * np.ones(len(cols["batch"]))
         k = np.where(np.isfinite(k), k * (1.0 - 1e-9), 1.0)
     return np.floor(np.clip(k, 1.0, float(MAX_INSTANCES))).astype(np.int64)
 
