@@ -143,8 +143,17 @@ PERMUTE_TOKEN_PASSES = 1.0
 FLASH_BACKWARD_OVER_FORWARD = 2.5
 
 
+def flash_backward_over_forward(keys, slowdown: tuple = (1.0, 0.0)):
+    """Backward over forward time of a FlashAttention core whose queries attend ``keys`` keys
+    (mean): FLASH_BACKWARD_OVER_FORWARD times the FLOPs, each run slower by
+    slowdown[0] + slowdown[1] x 1024 / keys (the constants attention-backward-slowdown and
+    attention-backward-slowdown-1k, fitted on measured kernels; (1, 0): at the forward's rate)."""
+    return FLASH_BACKWARD_OVER_FORWARD * (slowdown[0] + slowdown[1] * 1024.0 / np.maximum(keys, 1.0))
+
+
 def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel | None = None,
-             attention: AttentionKernel | None = None, keep_bytes: bool = True, with_backward: bool = True) -> OpTimes:
+             attention: AttentionKernel | None = None, keep_bytes: bool = True, with_backward: bool = True,
+             attention_backward: tuple = (1.0, 0.0)) -> OpTimes:
     """Each operator's time on one device, and their sum (one op after another).
 
     ``rates`` maps an operator's unit ("gemm", "attention", "vector") to achievable FLOP/s. With a
@@ -152,8 +161,8 @@ def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel 
     (perfmodel.kernels), and their backward pass that of the data-gradient (m x n by n x k) and
     weight-gradient (k x m by m x n) GEMMs. With an ``attention`` kernel, a FlashAttention core
     takes that model's time (an MLA core only from a kernel fitted on MLA, except in prefill,
-    where the FlashAttention fit also serves); its backward is FLASH_BACKWARD_OVER_FORWARD times
-    its forward. Every other operator is a roofline, and its backward twice its forward
+    where the FlashAttention fit also serves); its backward is flash_backward_over_forward times
+    its forward (``attention_backward``: the slowdown constants). Every other operator is a roofline, and its backward twice its forward
     (Narayanan et al. 2021 Sec. 5.1). ``keep_bytes``: also carry each operator's HBM bytes (for
     the roofline report; a search leaves them out). ``with_backward`` False: a forward pass only
     (serving), every backward time 0.
@@ -171,7 +180,8 @@ def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel 
             a = op.attention
             if attention is not None and (attention.latent == a.latent or not (a.decode or attention.latent)):
                 t = np.where(a.flash, core_seconds(attention, op), t)
-            b = np.where(a.flash, FLASH_BACKWARD_OVER_FORWARD, 2.0) * t
+            keys = a.context / np.maximum(np.asarray(a.steps, dtype=float), 1.0)   # per ring step
+            b = np.where(a.flash, flash_backward_over_forward(keys, attention_backward), 2.0) * t
         b = b if with_backward else 0.0
         seconds[op.name], bound[op.name], flops[op.name], backward[op.name] = t, cb, op.flops, b
         if keep_bytes:

@@ -397,7 +397,8 @@ def _layer_times(spec: TransformerSpec, machine: Machine, precision, sp, flash, 
     rates, bw = _rates(machine, precision), machine.hbm_bytes_per_s
     kernels = (machine.gemm_kernel(precision), machine.attention_kernel("bf16" if machine.supports("bf16") else "fp16"))
     kw = dict(sp=sp, act_bytes=gemm_input_bytes, flash=flash)
-    kb = dict(keep_bytes=keep_bytes)
+    kb = dict(keep_bytes=keep_bytes, attention_backward=(machine.constants.get("attention-backward-slowdown", 1.0),
+                                                         machine.constants.get("attention-backward-slowdown-1k", 0.0)))
     dense = ops_time(layer_ops(spec, tokens, context, lay, **kw), rates, bw, *kernels, **kb)
     moe = ops_time(layer_ops(spec, tokens, context, lay, moe_layer=True, imbalance=imbalance, **kw),
                    rates, bw, *kernels, **kb) if spec.moe else None

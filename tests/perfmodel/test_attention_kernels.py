@@ -67,6 +67,23 @@ def test_a_context_parallel_ring_runs_one_kernel_per_step():
     assert eight > single + 7 * 8e-6 * (1 - 1e-9)
 
 
+def test_flash_backward_runs_slower_per_flop_at_the_fitted_rate(db):
+    """The backward's 2.5x FLOPs run at forward-over-backward throughput s + s_1k x 1024 / keys
+    (constants fitted on FlashAttention-3's measured cuDNN kernels, H100): 1.40x at 1,024 keys,
+    about 1.17x at 16k; keys are per ring step under context parallelism."""
+    from perfmodel.roofline import flash_backward_over_forward
+
+    constants = build_machine(db, "dgx-h100", 8).constants
+    slow = (constants["attention-backward-slowdown"], constants["attention-backward-slowdown-1k"])
+    assert flash_backward_over_forward(1024.0, slow) == pytest.approx(2.5 * 1.400, rel=1e-3)
+    assert flash_backward_over_forward(16384.0, slow) == pytest.approx(2.5 * 1.171, rel=1e-3)
+    k = AttentionKernel(**H100)
+    ring = attention_core(8192.0, 4096.0, 4096.0, 4096.0, 4096.0, 2048.0, 32.0, 8.0, steps=8.0)
+    times = ops_time([ring], {"attention": 600e12}, 3.35e12, attention=k, attention_backward=slow)
+    assert float(times.backward["attention core"]) == pytest.approx(
+        flash_backward_over_forward(4096.0 / 8, slow) * float(times.seconds["attention core"]))
+
+
 def test_flash_backward_is_two_and_a_half_forwards_and_unfused_attention_stays_a_roofline():
     k = AttentionKernel(**H100)
     flash = _gqa(2.0, 4096.0, 2048.0, False)
