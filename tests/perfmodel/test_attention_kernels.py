@@ -84,6 +84,27 @@ def test_flash_backward_runs_slower_per_flop_at_the_fitted_rate(db):
         flash_backward_over_forward(4096.0 / 8, slow) * float(times.seconds["attention core"]))
 
 
+def test_attention_backward_slowdown_is_the_fit_of_its_measured_kernels(db):
+    """The two constants are the least-squares fit of forward over backward throughput on the
+    measured cuDNN kernels (tests/data/attention_backward_h100_fa3.csv), and the held-out
+    FlashAttention-2 and -3 kernels stay within the error their source states (4.5%, 4.3%)."""
+    import csv
+
+    path = Path(__file__).parents[1] / "data" / "attention_backward_h100_fa3.csv"
+    rows = list(csv.DictReader(line for line in path.read_text().splitlines() if not line.startswith("#")))
+    data = {k: np.array([[float(r["seq"]), float(r["forward_tflops"]) / float(r["backward_tflops"])]
+                         for r in rows if r["kernel"] == k]) for k in ("cudnn", "flash2", "flash3")}
+    seq, ratio = data["cudnn"].T
+    fit, *_ = np.linalg.lstsq(np.stack([np.ones_like(seq), 1024.0 / seq], axis=1), ratio, rcond=None)
+    constants = build_machine(db, "dgx-h100", 8).constants
+    assert (constants["attention-backward-slowdown"], constants["attention-backward-slowdown-1k"]) == \
+        pytest.approx(tuple(fit), abs=1e-3)
+    for kernel, stated in (("flash2", 0.045), ("flash3", 0.043)):
+        seq, ratio = data[kernel].T
+        error = np.mean(np.abs((fit[0] + fit[1] * 1024.0 / seq) / ratio - 1.0))
+        assert error == pytest.approx(stated, abs=0.001)
+
+
 def test_flash_backward_is_two_and_a_half_forwards_and_unfused_attention_stays_a_roofline():
     k = AttentionKernel(**H100)
     flash = _gqa(2.0, 4096.0, 2048.0, False)
