@@ -60,7 +60,8 @@ def erlang_c(servers, load):
     integrand is g* - h(x), h(x) = x - c ln(1 + x / c) >= 0, peaked at x = 0 (s* = c - a) with
     width sqrt(c), and g* = c ln(c / a) - (c - a). So B = exp(-g*) / I with
     I = int_{a-c}^inf exp(-h(x)) dx, by fixed-node Gauss-Legendre quadrature on panels in widths
-    of the peak, 9.5 widths each way (_erlang_b_integral): the cost does not grow with c. Rows with g* > 700 have B < e^-700 / I (I >= sqrt(pi c / 2)): C = 0 there.
+    of the peak, 9.5 widths each way (_erlang_b_integral): the cost does not grow with c. Rows
+    with g* > 700 have B < e^-700 / I (I >= sqrt(pi c / 2)): C = 0 there.
     Servers are counts (instances x attention ranks): for integer c the integrand left of the peak
     is a polynomial times exp(-s) and the panels meet 2e-11 relative against a 30-digit reference
     from 1 to 1e8 servers, and the incomplete-gamma form (SciPy) to 1e-9 where C > 1e-12 and that

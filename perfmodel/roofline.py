@@ -162,10 +162,10 @@ def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel 
     weight-gradient (k x m by m x n) GEMMs. With an ``attention`` kernel, a FlashAttention core
     takes that model's time (an MLA core only from a kernel fitted on MLA, except in prefill,
     where the FlashAttention fit also serves); its backward is flash_backward_over_forward times
-    its forward (``attention_backward``: the slowdown constants). Every other operator is a roofline, and its backward twice its forward
-    (Narayanan et al. 2021 Sec. 5.1). ``keep_bytes``: also carry each operator's HBM bytes (for
-    the roofline report; a search leaves them out). ``with_backward`` False: a forward pass only
-    (serving), every backward time 0.
+    its forward (``attention_backward``: the slowdown constants). Every other operator is a
+    roofline, and its backward twice its forward (Narayanan et al. 2021 Sec. 5.1). ``keep_bytes``:
+    also carry each operator's HBM bytes (for the roofline report; a search leaves them out).
+    ``with_backward`` False: a forward pass only (serving), every backward time 0.
     """
     seconds, bound, flops, backward, traffic = {}, {}, {}, {}, {}
     total, mean, back = 0.0, 0.0, 0.0
