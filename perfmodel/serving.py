@@ -369,9 +369,7 @@ def estimate_serving_placed(spec: TransformerSpec, machine: Machine, plan: Serve
              for name, phase in (("prefill", prefill), ("decode", decode))}
     (pre_capped, _, pre_clock), (dec_capped, _, dec_clock) = (capped_phase(machine, works[n], cap)
                                                               for n in ("prefill", "decode"))
-    pre_stage, dec_stage = prefill.total + pre_capped, decode.total + dec_capped
-    phased = _Phased(inst, prefill, decode, works, pre_capped, pre_clock, dec_capped, dec_clock, pre_stage, dec_stage,
-                     per_step, context)
+    phased = _Phased(inst, prefill, decode, works, pre_capped, pre_clock, dec_capped, dec_clock, per_step, context)
     return [_placed(spec, machine, work, phased, str(kv_place), str(weight_place)) for kv_place, weight_place in places]
 
 
@@ -387,8 +385,6 @@ class _Phased:
     pre_clock: object
     dec_capped: object
     dec_clock: object
-    pre_stage: object
-    dec_stage: object
     per_step: object
     context: object
 
@@ -400,7 +396,7 @@ def _placed(spec: TransformerSpec, machine: Machine, work: ServeWorkload, phased
     f = phased
     inst, prefill, decode, works, per_step, context = f.inst, f.prefill, f.decode, f.works, f.per_step, f.context
     pre_capped, pre_clock, dec_capped, dec_clock = f.pre_capped, f.pre_clock, f.dec_capped, f.dec_clock
-    pre_stage, dec_stage = f.pre_stage, f.dec_stage
+    pre_stage, dec_stage = prefill.total + pre_capped, decode.total + dec_capped
     lay, pp = inst.layout, inst.layout.pp
     s_in = np.asarray(work.input_len, dtype=float)
     ttft, step_time = pp * pre_stage, pp * dec_stage
