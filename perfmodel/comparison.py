@@ -42,6 +42,7 @@ def metrics() -> tuple[Metric, ...]:
         Metric("devices", "devices", "", 1.0, True),
         Metric("gemm_constants", "GEMM constants from", "", 1.0, True),
         Metric("compute_error", "compute time error (+-)", "%", 0.01, False),
+        Metric("step_error", "step time error beyond the kernels (+-)", "%", 0.01, False),
     ]
     return tuple(rows)
 
@@ -105,6 +106,9 @@ def profile(name: str, db: Database) -> dict[str, float | str | None]:
     bf16 = acc.peak_flops.get("bf16")
     out["bf16_flops_per_usd"] = bf16 / out["price_usd"] if bf16 and out["price_usd"] else None
     out["gemm_constants"], out["compute_error"] = gemm_provenance(acc, db)
+    # The whole-step error measured for the device's kind of constants (perfmodel.machine.Machine.interval).
+    out["step_error"] = db.constant("framework-fit-error" if db.calibration(acc.name).gemm
+                                    else "unmeasured-kernels-error")
     return out
 
 

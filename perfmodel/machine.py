@@ -52,14 +52,21 @@ class Machine:
     weight_only_kernels: dict[str, GemmKernel] | None = None   # int8 / int4 weights in bf16 GEMMs (fitted only)
     gemm_error: float = 0.0               # relative error of compute time: the GEMM fit's held-out MAPE
     collective_error: float = 0.0         # relative error of a collective's time: its fit's held-out MAPE
+    step_error: float = 0.0               # relative error of the whole step left after the parts' errors
 
     def interval(self, total, compute, communication):
         """(low, high) of a predicted time ``total`` (s) of which ``compute`` and ``communication``
-        are parts: each part +- its family's held-out error, and the whole +- the framework fit's
-        error, added (errors taken as fully correlated: a conservative range)."""
-        half = compute * self.gemm_error + communication * self.collective_error \
-            + total * self.constants.get("framework-fit-error", 0.0)
+        are parts: each part +- its family's held-out error, and the whole +- the step error measured
+        for the device's kind of constants (framework-fit-error with kernel fits,
+        unmeasured-kernels-error without), added (errors taken as fully correlated: a conservative
+        range)."""
+        half = compute * self.gemm_error + communication * self.collective_error + total * self.step_error
         return np.maximum(total - half, 0.0), total + half
+
+    @property
+    def kernels_measured(self) -> bool:
+        """Whether the device's GEMMs are priced by a fit on its own measured kernels."""
+        return any(k.source == "fitted" for k in (self.gemm_kernels or {}).values())
 
     def gemm_kernel(self, precision) -> GemmKernel:
         """The GEMM kernel model at ``precision``, a name or an array of PRECISIONS codes (one per
@@ -233,6 +240,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
         scale_up_domain=domain, gemm_kernels=kernels, attention_kernels=prefill, decode_attention=decode,
         mla_attention=mla, weight_only_kernels=weight_only,
         gemm_error=max([f.held_out_mape for f in cal.gemm.values()] or [constants.get("unfitted-gemm-error", 0.0)]),
+        step_error=constants.get("framework-fit-error" if cal.gemm else "unmeasured-kernels-error", 0.0),
         # Communication is +- the larger of the NCCL fit's and the expert-exchange fit's error.
         collective_error=max([constants.get("unfitted-collective-error", 0.0)]
                              + ([float(np.mean(list(fit.held_out_mape.values())))] if fit and fit.held_out_mape else [])

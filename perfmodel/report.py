@@ -177,4 +177,25 @@ def constants_from(machine: Machine, spec=None, serving: bool = False) -> dict:
              "collectives": "fitted" if machine.topology.fitted else "datasheet"}
     if spec is not None and spec.moe:
         found["expert_exchange"] = "fitted (DeepEP)" if machine.topology.dispatch else "link model"
+    caveat = unmeasured_caveat(machine)
+    if caveat:
+        found["caveat"] = caveat
     return found
+
+
+def unmeasured_caveat(machine: Machine) -> str | None:
+    """For a device without measured GEMM kernels, one sentence of what its numbers rest on and
+    what its range does not cover; None for a device with a fit."""
+    if machine.kernels_measured:
+        return None
+    kernels = machine.gemm_kernels or {}
+    precision = "bf16" if "bf16" in kernels else "fp16" if "fp16" in kernels else next(iter(kernels), None)
+    measured = precision is not None and kernels[precision].source == "datasheet"
+    gemm = (f"GEMMs run at {float(kernels[precision].compute_fraction):.0%} of the {precision} peak "
+            f"({'one large-GEMM measurement' if measured else 'the cross-device default fraction'} times the "
+            "framework efficiency fitted on NVIDIA A100 runs, no shape-aware fit)") if precision else "GEMMs by roofline"
+    attention = "attention by roofline" if not machine.attention_kernels else "attention fitted"
+    collectives = "collectives by the link model" if machine.topology.fitted is None else "collectives fitted"
+    return (f"{machine.accelerator.name} has no measured kernels: {gemm}, {attention}, {collectives}; the range "
+            f"adds +-{machine.step_error:.1%} of the step (the error measured with the fits removed on NVIDIA "
+            "devices) and does not cover another vendor's software stack")

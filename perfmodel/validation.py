@@ -244,6 +244,27 @@ def summarize(outcomes: list[Outcome]) -> dict[str, Any]:
 CALIBRATED_CONSTANT = "framework-gemm-efficiency"
 
 
+def without_kernel_fits(db: Database) -> Database:
+    """The same database with every device's measured kernels removed (GEMM, attention, collective
+    and expert-exchange fits), its measured fractions kept: every device priced as one without
+    kernel measurements is (its large-GEMM fraction, roofline attention, the link model)."""
+    from dataclasses import replace
+
+    stripped = {name: c.model_copy(update={"gemm": {}, "weight_only": {}, "attention": None, "collectives": None,
+                                           "dispatch": None})
+                for name, c in db.calibrations.items()}
+    return replace(db, calibrations=stripped)
+
+
+def unmeasured_kernels_error(db: Database, cases: list[Case] | None = None) -> float:
+    """Held-out training error (MAPE) of the model on devices priced without their kernel fits
+    (without_kernel_fits): the step-level error a device without kernel measurements carries, as
+    measured where the measurements exist to check it."""
+    stripped = without_kernel_fits(db)
+    cases = [c for c in (load_cases() if cases is None else cases) if c.kind == "training" and not c.calibration]
+    return summarize([predict(c, stripped) for c in cases])["held_out_by_kind"]["training"]["mape"]
+
+
 def with_constant(db: Database, name: str, value: float) -> Database:
     """The same database with one named constant set to ``value``."""
     from dataclasses import replace

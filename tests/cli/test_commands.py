@@ -80,6 +80,7 @@ def test_compare_says_where_each_devices_constants_come_from(capsys):
     for name in ("mi250x", "v100-sxm2-32gb", "ascend-910b", "mi300x"):
         assert "fitted" not in by[name]["gemm_constants"], name
         assert by[name]["compute_error"] > by["h100-sxm"]["compute_error"], name
+        assert by[name]["step_error"] > by["h100-sxm"]["step_error"], name
     code, out, err = run(capsys, "compare", "mi300x", "ascend-910b")
     assert code == 0 and "GEMM constants from" in out and "not measured" in out, err
 
@@ -388,3 +389,21 @@ def test_version_is_the_installed_package_version(capsys):
 
     code, out, _ = run(capsys, "--version")
     assert code == 0 and out.strip() == f"perfmodel {version('perfmodel')}"
+
+
+def test_a_device_without_measured_kernels_says_so_and_widens_its_range(capsys):
+    """The same plan on a device with kernel fits and on one without: only the second carries the
+    caveat, and its range is wider relative to its prediction."""
+    args = ("estimate", "train", "--model", "llama-3.1-8b", "--devices", "8", "--tp", "1", "--pp", "1", "--dp", "8",
+            "--global-batch", "64", "--seq-len", "4096")
+    fitted = run_json(capsys, *args, "--system", "dgx-h100")["result"]
+    unfitted = run_json(capsys, *args, "--system", "mi300x-8x")["result"]
+    assert "caveat" not in fitted["constants_from"]
+    assert "has no measured kernels" in unfitted["constants_from"]["caveat"]
+
+    def width(r):
+        low, high = r["step_time_range_s"]
+        return (high - low) / r["step_time_s"]
+    assert width(unfitted) > width(fitted)
+    code, out, err = run(capsys, *args, "--system", "mi300x-8x")
+    assert code == 0 and "mi300x has no measured kernels" in " ".join(out.split()), err

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from perfmodel.validation import CALIBRATED_CONSTANT, EXACT_KINDS, calibrate, load_cases, summarize, validate
+from perfmodel.validation import (CALIBRATED_CONSTANT, EXACT_KINDS, calibrate, load_cases, summarize,
+                                  unmeasured_kernels_error, validate, without_kernel_fits)
 
 
 @pytest.fixture(scope="module")
@@ -47,3 +48,15 @@ def test_the_calibrated_constant_is_the_fit_of_its_set(db):
     assert fit["mape_after"] < fit["mape_before"]
     # The prediction intervals carry the fit's remaining error.
     assert db.constant("framework-fit-error") == pytest.approx(fit["mape_after"], abs=0.005)
+
+
+def test_the_unmeasured_device_error_is_measured_with_the_fits_removed(db):
+    """A device without kernel measurements carries the step error the model makes where the kernel
+    fits are removed on purpose: measured, larger than with them, and what its range adds."""
+    measured = unmeasured_kernels_error(db)
+    assert db.constant("unmeasured-kernels-error") == pytest.approx(measured, abs=0.005)
+    assert measured > summarize(validate(db, [c for c in load_cases() if c.kind == "training"]))[
+        "held_out_by_kind"]["training"]["mape"]
+    stripped = without_kernel_fits(db)
+    assert all(not c.gemm and c.attention is None and c.collectives is None for c in stripped.calibrations.values())
+    assert any(c.matmul_fraction for c in stripped.calibrations.values())   # measured fractions stay
