@@ -35,7 +35,8 @@ def _label(plan: dict) -> str:
         + (" ds-storage" if plan.get("storage") == "deepseek" else "")
     overlap = "+o" if plan.get("tp_overlap") else ""
     ep_overlap = "+o" if plan.get("ep_overlap") else ""
-    return (f"tp{plan['tp']}{overlap} pp{plan['pp']}x{plan['interleave']}{ends} dp{plan['dp']} cp{plan['cp']} "
+    cp = f"cp{plan['cp']}" + (f"/{plan['cp_comm']}" if plan.get("cp_comm", "p2p") != "p2p" else "")
+    return (f"tp{plan['tp']}{overlap} pp{plan['pp']}x{plan['interleave']}{ends} dp{plan['dp']} {cp} "
             f"ep{plan['ep']}{ep_overlap} mb{plan['micro_batch']} z{plan['zero']} {plan['recompute']} {plan['precision']}")
 
 

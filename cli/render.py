@@ -449,7 +449,8 @@ def _estimate_train_tables(spec, machine, plan, work, report, db=None) -> None:
     console.print(_header(spec, machine, db), style="bold")
     console.print(f"plan: tp {plan.tp}, pp {plan.pp} (interleave {plan.interleave}"
                   f"{', embedding and loss as layers' if plan.ends_as_layers else ''}"
-                  f"{', DualPipe' if str(plan.schedule) == 'dualpipe' else ''}), dp {plan.dp}, cp {plan.cp}, "
+                  f"{', DualPipe' if str(plan.schedule) == 'dualpipe' else ''}), dp {plan.dp}, cp {plan.cp}"
+                  f"{f' ({plan.cp_comm})' if plan.cp > 1 and str(plan.cp_comm) != 'p2p' else ''}, "
                   f"ep {plan.ep}, micro-batch {plan.micro_batch}, zero {plan.zero}{_sharding_text(vars(plan))}, "
                   f"recompute {plan.recompute}, sp {'on' if plan.sp else 'off'}"
                   f"{', TP overlap' if plan.tp_overlap and plan.sp else ''}"
@@ -735,7 +736,8 @@ def _plan_text(q: dict) -> str:
     ends = "+ends" if q.get("ends_as_layers") else ""
     sp = ("sp+overlap " if q.get("tp_overlap") else "sp ") if q["sp"] else ""
     expert_tp += "+overlap" if q.get("ep_overlap") else ""
-    text = (f"tp{q['tp']} pp{q['pp']}x{q['interleave']}{ends} dp{q['dp']} cp{q['cp']} ep{q['ep']}{expert_tp} "
+    cp = f"cp{q['cp']}" + (f" {q['cp_comm']}" if q.get("cp_comm", "p2p") != "p2p" else "")
+    text = (f"tp{q['tp']} pp{q['pp']}x{q['interleave']}{ends} dp{q['dp']} {cp} ep{q['ep']}{expert_tp} "
             f"mb{q['micro_batch']} zero{q['zero']}{_sharding_text(q)} {q['recompute']} {sp}{q['precision']}")
     places = [f"{name}:{q[key]}" for key, name in (("optimizer_place", "opt"), ("grad_place", "grad"),
                                                     ("param_place", "param")) if q[key] != "hbm"]

@@ -72,6 +72,24 @@ class Storage(IntEnum):
 
 RECOMPUTE = tuple(r.name.lower() for r in Recompute)
 SCHEDULES = ("1f1b", "dualpipe")
+
+
+class CpComm(IntEnum):
+    """How context parallelism moves K and V (Megatron-Core's cp_comm_type; Megatron-Bridge
+    performance guide, 'Context-parallel (CP) communication'). P2P: K and V chunks pass around a
+    ring of cp ranks under the attention of the previous chunk (Liu et al. 2023, Ring Attention),
+    one attention kernel per step. ALL_GATHER: K and V all-gathered before one attention over the
+    local queries, exposed (Llama 3, Dubey et al. 2024, Sec. 3.3.2, its 128K runs: small with GQA's
+    few KV heads); their gradients reduce-scattered in the backward. A2A: DeepSpeed-Ulysses
+    (Jacobs et al. 2023): all-to-alls before and after attention trade the sequence split for a
+    head split, exposed; the KV heads of a TP rank must divide by cp."""
+
+    P2P = 0
+    ALL_GATHER = 1
+    A2A = 2
+
+
+CP_COMMS = tuple(c.name.lower() for c in CpComm)
 STORAGES = tuple(s.name.lower() for s in Storage)
 OVERLAP = tuple(o.name.lower() for o in Overlap)
 PLACES = tuple(p.name.lower().replace("_", "+") for p in Place)

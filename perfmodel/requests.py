@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, fields
 from perfmodel.hardware_db.errors import SpecError, UnknownNameError
 
 from .defaults import SERVE_DEFAULTS, TRAIN_DEFAULTS
-from .plan import (ACTIVATION_PRECISIONS, ATTENTION, INTERLEAVED, KV_PRECISIONS, OVERLAP, PLACES, RECOMPUTE,
-                   SCHEDULES, STORAGES, WEIGHT_PRECISIONS, QuantScheme)
+from .plan import (ACTIVATION_PRECISIONS, ATTENTION, CP_COMMS, INTERLEAVED, KV_PRECISIONS, OVERLAP, PLACES,
+                   RECOMPUTE, SCHEDULES, STORAGES, WEIGHT_PRECISIONS, QuantScheme)
 
 PRICING = ("cloud", "owned")
 KV_PLACES = ("hbm", "ddr", "cxl", "pooled")
@@ -132,6 +132,9 @@ class TrainRequest:
     schedule: str = option("1f1b", "Pipeline schedule: 1f1b (interleaved with --interleave) or dualpipe "
                                    "(DeepSeek's bidirectional schedule: a smaller bubble, two copies of the "
                                    "parameters).", choices=SCHEDULES)
+    cp_comm: str = option("p2p", "How context parallelism moves K and V (Megatron's --cp-comm-type): p2p (a ring "
+                                 "under the attention), all_gather (gathered before it, exposed: Llama 3's 128K "
+                                 "runs) or a2a (DeepSpeed-Ulysses head split, exposed).", choices=CP_COMMS)
     ep_overlap: bool = option(False, "The MoE dispatch and combine under another microbatch's compute (Megatron's "
                                      "--overlap-moe-expert-parallel-comm, DeepSeek's DualPipe; needs --ep 2 or more).")
     storage: str = option("mixed", "How states and cached activations are stored: mixed (mixed-precision Adam, 2 + 2 "
@@ -174,7 +177,8 @@ class TrainRequest:
                 for kind in INTERLEAVED.get(getattr(self, name), (getattr(self, name),)):
                     machine.tier(kind)      # a tier the system lacks: one clear error
         dp = self.dp or max(machine.devices // (self.tp * self.pp * self.cp), 1)
-        plan = TrainPlan(tp=self.tp, pp=self.pp, dp=dp, cp=self.cp, ep=self.ep, etp=self.etp or 0,
+        plan = TrainPlan(tp=self.tp, pp=self.pp, dp=dp, cp=self.cp, cp_comm=self.cp_comm, ep=self.ep,
+                         etp=self.etp or 0,
                          interleave=self.interleave, ends_as_layers=self.ends_as_layers and self.pp > 1,
                          micro_batch=self.micro_batch, zero=self.zero,
                          recompute=self.recompute, sp=self.sp and self.tp > 1, precision=self.precision,
@@ -216,7 +220,7 @@ class TrainRequest:
         """The request that evaluates a searched plan (``search.train`` row) on its own."""
         return TrainRequest(
             model=model, system=system, devices=devices, tp=plan["tp"], pp=plan["pp"], dp=plan["dp"], cp=plan["cp"],
-            ep=plan["ep"], etp=plan["etp"] or None, interleave=plan["interleave"],
+            cp_comm=plan.get("cp_comm", "p2p"), ep=plan["ep"], etp=plan["etp"] or None, interleave=plan["interleave"],
             ends_as_layers=bool(plan.get("ends_as_layers", False)), micro_batch=plan["micro_batch"],
             zero=plan["zero"], recompute=plan["recompute"], sp=plan["sp"] or plan["tp"] == 1,
             tp_overlap=bool(plan.get("tp_overlap", False)), ep_overlap=bool(plan.get("ep_overlap", False)),

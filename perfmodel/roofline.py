@@ -256,7 +256,7 @@ def kv_width_per_device(spec: TransformerSpec, tp):
 
 
 def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight_bytes=2.0, act_bytes=2.0,
-              moe_layer=False, imbalance=1.0, flash=True, experts_read=None, decode=False, kv_bytes=2.0):
+              moe_layer=False, imbalance=1.0, flash=True, experts_read=None, decode=False, kv_bytes=2.0, cp_steps=None):
     """Forward operators of one layer on one device.
 
     ``tokens`` are the tokens this device's TP group processes (b * s / cp in training, the batch
@@ -266,7 +266,8 @@ def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight
     element) and MLA runs in its absorbed form (DeepSeek-V2, Sec. 2.1.2: scores and values over
     the latent, kv_lora_rank wide). ``experts_read`` is the number of routed experts whose
     weights this device reads (default: all it holds); ``imbalance`` multiplies the routed rows
-    of the busiest device (its load over the mean).
+    of the busiest device (its load over the mean); ``cp_steps`` the attention kernels a
+    context-parallel layer runs (a ring's cp steps, the default; one when K and V are gathered).
     """
     h = spec.hidden_size
     t = layout.tp
@@ -310,7 +311,7 @@ def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight
     heads = spec.num_heads / t
     kv_heads = 1.0 if spec.mla else np.maximum(spec.kv_heads / t, 1.0)   # MLA: one latent all heads share
     ops.append(attention_core(n, ctx, width / t, q_w / t, out_w / t, kv_w, heads, kv_heads, act_bytes, kv_bytes,
-                              decode, flash, latent=bool(spec.mla), steps=layout.cp))
+                              decode, flash, latent=bool(spec.mla), steps=layout.cp if cp_steps is None else cp_steps))
     if spec.mla and decode:   # one block per sequence and MLA_QUERY_BLOCK query heads
         blocks = np.ceil(heads / MLA_QUERY_BLOCK)
         ops[-1] = replace(ops[-1], attention=replace(ops[-1].attention, tiles=n * blocks,

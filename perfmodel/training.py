@@ -45,8 +45,8 @@ from .machine import Machine
 from .memory import (GRAD_BYTES, WEIGHT_BYTES, activation_bytes_per_layer, dualpipe_rank_layers, in_flight_layers,
                      layers_on_stage, model_state_bytes, split_layers, stage_layers, state_bytes_per_param)
 from .model import TransformerSpec
-from .plan import (INTERLEAVED, OVERLAP, PLACES, RECOMPUTE, SCHEDULES, STORAGES, TIERS, Overlap, Place, Recompute,
-                   Schedule, Storage)
+from .plan import (CP_COMMS, INTERLEAVED, OVERLAP, PLACES, RECOMPUTE, SCHEDULES, STORAGES, TIERS, CpComm, Overlap,
+                   Place, Recompute, Schedule, Storage)
 from .power import device_power_w, run_cost
 from .kernels import distinct_rows, on_distinct
 from .roofline import OpTimes, layer_ops, lm_head_ops, merge, mtp_ops, ops_time
@@ -62,6 +62,7 @@ class TrainPlan:
     pp: object = 1
     dp: object = 1
     cp: object = 1
+    cp_comm: object = "p2p"           # plan.CpComm: how context parallelism moves K and V
     ep: object = 1
     etp: object = 0                   # expert tensor parallelism; 0: the same as tp
     interleave: object = 1
@@ -96,7 +97,7 @@ class TrainPlan:
             value = np.asarray(getattr(self, name))
             codes = {"recompute": RECOMPUTE, "precision": PRECISIONS, "optimizer_place": PLACES,
                      "grad_place": PLACES, "param_place": PLACES, "overlap": OVERLAP,
-                     "schedule": SCHEDULES, "storage": STORAGES}.get(name)
+                     "schedule": SCHEDULES, "storage": STORAGES, "cp_comm": CP_COMMS}.get(name)
             if codes is not None and value.dtype.kind in "USO":
                 lookup = {c: i for i, c in enumerate(codes)}
                 value = np.vectorize(lambda v: lookup[v] if isinstance(v, str) else int(v), otypes=[int])(value)
@@ -235,8 +236,8 @@ def step_time_floor(spec: TransformerSpec, machine: Machine, plan: TrainPlan, wo
 
 # The plan fields the compute of a microbatch and the bubble depend on (_shape's workload terms,
 # _compute, the schedule); sharding, offload and overlap only add transfers and memory.
-COMPUTE_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "interleave", "ends_as_layers", "micro_batch", "recompute",
-                  "sp", "flash", "precision", "schedule", "moe_imbalance")
+COMPUTE_FIELDS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "interleave", "ends_as_layers", "micro_batch",
+                  "recompute", "sp", "flash", "precision", "schedule", "moe_imbalance")
 
 
 def _in_blocks(evaluate: Callable[[dict], object], plan: TrainPlan):
@@ -390,13 +391,14 @@ def _rates(machine: Machine, precision_code) -> dict:
 
 
 def _layer_times(spec: TransformerSpec, machine: Machine, precision, sp, flash, tokens, context, gemm_input_bytes,
-                 imbalance, tp, cp, dp, ep, etp, keep_bytes: bool = True) -> tuple:
+                 imbalance, tp, cp, dp, ep, etp, cp_steps=None, keep_bytes: bool = True) -> tuple:
     """Forward and backward times of one dense layer, one MoE layer, the head and the MTP depths
-    (None where the model has none) for one microbatch on one device."""
+    (None where the model has none) for one microbatch on one device; ``cp_steps`` attention
+    kernels per layer (a context-parallel ring's steps; default cp)."""
     lay = Layout(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp)
     rates, bw = _rates(machine, precision), machine.hbm_bytes_per_s
     kernels = (machine.gemm_kernel(precision), machine.attention_kernel("bf16" if machine.supports("bf16") else "fp16"))
-    kw = dict(sp=sp, act_bytes=gemm_input_bytes, flash=flash)
+    kw = dict(sp=sp, act_bytes=gemm_input_bytes, flash=flash, cp_steps=cp_steps)
     kb = dict(keep_bytes=keep_bytes, attention_backward=(machine.constants.get("attention-backward-slowdown", 1.0),
                                                          machine.constants.get("attention-backward-slowdown-1k", 0.0)))
     dense = ops_time(layer_ops(spec, tokens, context, lay, **kw), rates, bw, *kernels, **kb)
@@ -432,8 +434,10 @@ def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: 
     forward; Narayanan et al. 2021 Sec. 5.1) and recompute of one microbatch on the busiest
     stage, and the step's FLOPs summed over every device."""
     lay, sp, flash = sh.layout, c["sp"].astype(bool), c["flash"].astype(bool)
+    # A ring runs one attention kernel per step; a gathered or head-split sequence runs one.
+    steps = np.where(c["cp_comm"] == CpComm.P2P, lay.cp, 1)
     inputs = (c["precision"], sp, flash, sh.tokens, sh.context, sh.gemm_input_bytes, sh.imbalance,
-              lay.tp, lay.cp, lay.dp, lay.ep, lay.etp)
+              lay.tp, lay.cp, lay.dp, lay.ep, lay.etp, steps)
     rows = distinct_rows(*inputs)
     if rows is None:
         dense, moe, head, mtp = _layer_times(spec, machine, *inputs, keep_bytes=breakdown)
@@ -546,10 +550,7 @@ def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, 
         token_bytes = lay.expert_rows(sh.tokens, 1) * h * 2.0 * sh.imbalance
         ep = comp.layers * sh.moe_frac * passes * topo.moe_all_to_all(token_bytes, spec.moe.top_k,
                                                                     lay.ep_group.stride, lay.ep_group.size)
-    kv_w = 2.0 * (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim if spec.mla else spec.kv_heads * spec.dim_head)
-    cp_step = topo.p2p(sh.tokens * kv_w / lay.tp * 2.0, lay.cp_group.stride)
-    # K, V forward; K, V and their gradients backward: (cp - 1) ring steps each, every layer.
-    cp = comp.layers * (lay.cp - 1) * cp_step * 3.0 * (lay.cp > 1)
+    cp = comp.layers * _cp_exchange(spec, topo, c["cp_comm"], sh.tokens, lay) * (lay.cp > 1)
     # Scatter-gather: each TP rank sends 1/t, then an all-gather (Narayanan et al. Sec. 4.1).
     pp = 2.0 * np.maximum(c["interleave"], 1) * topo.p2p(act / lay.tp, lay.pp_neighbour_stride) * (lay.pp > 1)
 
@@ -565,6 +566,25 @@ def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, 
     fetch_bytes = (dense / sh.sharding.weights + expert / np.where(zero3, lay.edp, 1.0)) * WEIGHT_BYTES * (2.0 + full)
     fetch = np.where(c["param_place"] > 0, fetch_bytes / _tier_bandwidth(machine, c["param_place"], "read"), 0.0)
     return Communication(tp, ep, cp, pp, gathers, scatters, fetch)
+
+
+def _cp_exchange(spec: TransformerSpec, topo, cp_comm, tokens, lay: Layout):
+    """One layer's context-parallel traffic for one microbatch, forward and backward, bf16
+    (plan.CpComm). The ring passes the local K and V (cp - 1) steps forward and K, V and their
+    gradients backward; the all-gather variant gathers K and V in the forward and again in the
+    backward and reduce-scatters their gradients; Ulysses all-to-alls Q, K, V and the output in
+    the forward and their gradients in the backward."""
+    kv_w = 2.0 * (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim if spec.mla else spec.kv_heads * spec.dim_head)
+    kv = tokens * kv_w / lay.tp * 2.0                        # this rank's K and V, bytes
+    group = lay.cp_group
+    ring = (lay.cp - 1) * topo.p2p(kv, group.stride) * 3.0
+    gathered = 2.0 * topo.all_gather(kv * lay.cp, group.stride, group.size) \
+        + topo.reduce_scatter(kv * lay.cp, group.stride, group.size)
+    q_w = spec.num_heads * (spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim if spec.mla else spec.dim_head)
+    out_w = spec.num_heads * (spec.mla.v_head_dim if spec.mla else spec.dim_head)
+    heads = 2.0 * (topo.all_to_all(tokens * q_w / lay.tp * 2.0 + kv, group.stride, group.size)
+                   + topo.all_to_all(tokens * out_w / lay.tp * 2.0, group.stride, group.size))
+    return np.select([cp_comm == CpComm.ALL_GATHER, cp_comm == CpComm.A2A], [gathered, heads], ring)
 
 
 def _dense_gathers(machine: Machine, lay: Layout, s: Sharding, dense, full):
@@ -701,7 +721,10 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     # backward (--no-dp-overlap) they also block compute.
     reduce_hidden = comm.zero3_reduce * tail.dp_overlap
     network = comm.zero3 - first + comm.zero3_reduce
-    rest = np.maximum(others, tp_hidden) + np.maximum(attention, comm.cp) + (comm.tp - tp_hidden) \
+    # Only the ring's messages run under the attention; the all-gather and the all-to-alls block it.
+    ring = c["cp_comm"] == CpComm.P2P
+    cp_part = np.where(ring, np.maximum(attention, comm.cp), attention + comm.cp)
+    rest = np.maximum(others, tp_hidden) + cp_part + (comm.tp - tp_hidden) \
         + (comm.zero3_reduce - reduce_hidden)
     ep_exposed = _exposed_exchange(c, sh, comm.ep, rest, held)
     main = rest + ep_exposed
@@ -712,8 +735,8 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     ideal = np.maximum(compute, np.maximum.reduce(np.broadcast_arrays(*transfers.values())))
     per_micro = np.select([mode == Overlap.NONE, mode == Overlap.IDEAL], [none, ideal], framework)
 
-    micro = _attribution(mode, compute, attention, others, comm, tp_hidden, first, reduce_hidden, main, network,
-                         transfers, ideal, ep_exposed) if breakdown else {}
+    micro = _attribution(mode, compute, cp_part - attention, others, comm, tp_hidden, first, reduce_hidden, main,
+                         network, transfers, ideal, ep_exposed) if breakdown else {}
     # Interleaved schedules overlap each chunk's pipeline messages with the next chunk's compute
     # (Megatron-LM's overlap_p2p_comm, on by default with a virtual pipeline; Megatron-Bridge sets it
     # whenever vp > 1): only the warm-up's and the flush's messages stay exposed.
@@ -746,13 +769,13 @@ def _exposed_exchange(c: dict, sh: Shape, exchange, rest, held: float):
     return exchange - share * (exchange - paired)
 
 
-def _attribution(mode, compute, attention, others, comm, tp_hidden, first, reduce_hidden, main, network,
+def _attribution(mode, compute, cp_exposed, others, comm, tp_hidden, first, reduce_hidden, main, network,
                  transfers, ideal, ep_exposed) -> dict[str, np.ndarray]:
     """Which transfer each exposed second belongs to, for the breakdown (the totals are _overlap's)."""
     prefetch = np.maximum(main, np.maximum(network, comm.param_fetch)) - main
     gathers_lead = network >= comm.param_fetch
     framework = {"tp": (comm.tp - tp_hidden) + np.maximum(tp_hidden - others, 0.0),
-                 "cp": np.maximum(comm.cp - attention, 0.0), "ep": ep_exposed,
+                 "cp": cp_exposed, "ep": ep_exposed,
                  "zero3": first + (comm.zero3_reduce - reduce_hidden) + np.where(gathers_lead, prefetch, 0.0),
                  "param": np.where(gathers_lead, 0.0, prefetch)}
     largest = np.argmax(np.stack(np.broadcast_arrays(*transfers.values())), axis=0)
@@ -888,6 +911,11 @@ def _feasibility(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, me
         violate(spec.moe.expert_ffn_hidden_size % lay.etp != 0, "etp divides the expert hidden size", lay.etp)
         violate(~lay.folds, "ep x etp divides tp x cp x dp", lay.ep * lay.etp)
     violate(s % lay.cp != 0, "cp divides sequence", lay.cp)
+    # Ulysses hands each cp rank whole heads of its TP rank's share (MLA trains as full heads).
+    kv_heads = spec.num_heads if spec.mla else spec.kv_heads
+    violate((c["cp_comm"] == CpComm.A2A) & (lay.cp > 1) & (((spec.num_heads // lay.tp) % lay.cp != 0)
+                                                           | (np.maximum(kv_heads // lay.tp, 1) % lay.cp != 0)),
+            "cp a2a (Ulysses) needs cp to divide the query and KV heads of a TP rank", lay.cp)
     # Uneven splits are allowed (the longest stage holds ceil(L / pp) layers and sets the pace).
     violate(lay.pp * v > spec.num_layers + (2 + spec.mtp_layers) * sh.ends,
             "pp x interleave at most the pipeline's slots (the layers; with the ends as layers 2 and the MTP depths "
@@ -930,7 +958,7 @@ def _breakdown(m, bubble, comp: Compute, comm: Communication, tail: StepTail, ex
         "pipeline bubble": bubble,
         "tp communication": m * exposed.micro["tp"],
         "ep all-to-all": m * exposed.micro["ep"],
-        "cp ring exchange": m * exposed.micro["cp"],
+        "cp exchange": m * exposed.micro["cp"],
         "pp point-to-point": m * exposed.pp,
         "zero-3 gathers and scatters": m * exposed.micro["zero3"],
         "parameter offload": m * exposed.micro["param"],
@@ -940,7 +968,7 @@ def _breakdown(m, bubble, comp: Compute, comm: Communication, tail: StepTail, ex
         "updated weights back": tail.weights_back,
     }
     # Each transfer's time on its link over the step, before any overlap (what `--overlap none` exposes).
-    links = {"tp communication": m * comm.tp, "ep all-to-all": m * comm.ep, "cp ring exchange": m * comm.cp,
+    links = {"tp communication": m * comm.tp, "ep all-to-all": m * comm.ep, "cp exchange": m * comm.cp,
              "pp point-to-point": m * comm.pp, "zero-3 gathers and scatters": m * (comm.zero3 + comm.zero3_reduce),
              "parameter offload": m * comm.param_fetch, "dp gradient reduction": tail.dp,
              "offload transfers": tail.host + tail.weights_back}

@@ -15,9 +15,8 @@ import numpy as np
 from perfmodel.hardware_db.schema import PRECISIONS
 from perfmodel.machine import Machine
 from perfmodel.memory import layers_on_stage
-from perfmodel.plan import RECOMPUTE
 from perfmodel.model import TransformerSpec
-from perfmodel.plan import PLACES
+from perfmodel.plan import CP_COMMS, PLACES, RECOMPUTE, CpComm
 from perfmodel.training import TrainWorkload
 
 RULES = (
@@ -47,7 +46,8 @@ LEFT_OUT = (
     "warm-up; estimate train --schedule dualpipe evaluates DualPipe)",
     "storage other than mixed-precision Adam with 16-bit gradients (fp32 gradients, BF16 Adam moments, DeepSeek-V3's "
     "FP8-cached activations; estimate train --storage deepseek evaluates the last)",
-    "context parallelism other than the load-balanced ring (all-gather KV, Ulysses all-to-all)",
+    "context parallelism other than the ring (the all-gather and Ulysses: estimate train --cp-comm prices them; "
+    "Megatron's hierarchical a2a+p2p)",
     "recomputation of other module sets and activation offload",
     "expert tensor parallelism other than tp or 1, and uneven expert placement",
     "micro-batches above 8 and interleaving above 8",
@@ -87,6 +87,10 @@ class SpaceOptions:
     zeropp_with_groups: bool = True                # ZeRO++ also with sub-group sharding (DeepSpeed: flat ZeRO-3 only)
     tp_overlap: bool = True                        # TP communication overlapped wherever sp and tp > 1 allow it
     ep_overlap: bool = True                        # the MoE exchange overlapped wherever Megatron-Core allows it
+    # Context-parallel exchanges searched (plan.CpComm): the ring by default. The all-gather and
+    # Ulysses variants would more than double the lattice of a large model (the Megatron 1T plan:
+    # 203k -> 517k plans) for a few percent at long sequences; estimate train --cp-comm prices them.
+    cp_comms: tuple[str, ...] = ("p2p",)
     dimensions: dict = field(default_factory=dict)  # filled by build_space for the report
 
 
@@ -159,6 +163,7 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
                   for stage in options.zero_stages), default=1)
     declared = {"tp": len(tps), "pp": len(pps), "cp": len(cps), "ep": len(eps), "etp": len(etps),
                 "interleave": len(options.interleaves), "ends as layers": 2,
+                "cp communication": len(options.cp_comms),
                 "micro_batch": len(options.micro_batches), "zero": len(options.zero_stages),
                 "sharding (groups, hpZ, quantized collectives)": max(widest, 1),
                 "recompute": len(recomputes), "sp": 2, "precision": len(precisions),
@@ -177,10 +182,10 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
                         or (ends and spec.mtp_layers and layers_on_stage(spec.num_layers, pp, pp - 1, ends,
                                                                          spec.mtp_layers) < 0):
                     continue
-                for ep, etp in itertools.product(eps, etps):
+                for ep, etp, comm in itertools.product(eps, etps, _cp_comms(spec, tp, cp, options.cp_comms)):
                     if (etp == 0 and (dp * cp) % ep) or (etp == 1 and (tp == 1 or (tp * dp * cp) % ep)):
                         continue
-                    rows.append((tp, pp, dp, cp, ep, etp, v, mb, ends))
+                    rows.append((tp, pp, dp, cp, ep, etp, v, mb, ends, comm))
     if not rows or not precisions:
         return {}, declared
     base = np.array(rows, dtype=np.int64)
@@ -198,7 +203,7 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     rep_base = np.repeat(base, counts, axis=0)
     rep_cheap = np.concatenate(per_row) if per_row else np.zeros((0, 10), dtype=np.int64)
     cols = {name: rep_base[:, i] for i, name in enumerate(("tp", "pp", "dp", "cp", "ep", "etp", "interleave",
-                                                             "micro_batch", "ends_as_layers"))}
+                                                             "micro_batch", "ends_as_layers", "cp_comm"))}
     cols["ends_as_layers"] = cols["ends_as_layers"].astype(bool)
     cols.update(zero=rep_cheap[:, 0], shard=rep_cheap[:, 1], shard_grads=rep_cheap[:, 2],
                 shard_weights=rep_cheap[:, 3], hpz=rep_cheap[:, 4], qwz=rep_cheap[:, 5].astype(bool),
@@ -210,6 +215,18 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     zeros = np.zeros(len(cols["tp"]), dtype=np.int64)
     cols.update(optimizer_place=zeros, grad_place=zeros, param_place=zeros, moe_imbalance=np.zeros(len(zeros)))
     return cols, declared
+
+
+def _cp_comms(spec: TransformerSpec, tp: int, cp: int, allowed: tuple[str, ...] = CP_COMMS) -> list[int]:
+    """CpComm codes a layout may use, of those ``allowed``: the ring alone without context
+    parallelism; with it also the all-gather, and Ulysses where cp divides the query and KV heads
+    of a TP rank."""
+    if cp == 1:
+        return [CpComm.P2P]
+    kv = spec.num_heads if spec.mla else spec.kv_heads
+    ulysses = (spec.num_heads // tp) % cp == 0 and max(kv // tp, 1) % cp == 0
+    usable = [CpComm.P2P, CpComm.ALL_GATHER] + ([CpComm.A2A] if ulysses else [])
+    return [c for c in usable if CP_COMMS[c] in allowed] or [CpComm.P2P]
 
 
 def ep_overlap_allowed(cols: dict):

@@ -30,9 +30,8 @@ from perfmodel.hardware_db.errors import InfeasibleError, SpecError
 from perfmodel.hardware_db.loader import Database
 from perfmodel.hardware_db.schema import PRECISIONS
 from perfmodel.machine import Machine, build_machine
-from perfmodel.plan import RECOMPUTE
 from perfmodel.model import TransformerSpec
-from perfmodel.plan import INTERLEAVED, PLACES, TIERS
+from perfmodel.plan import CP_COMMS, INTERLEAVED, PLACES, RECOMPUTE, TIERS
 from perfmodel.training import TrainPlan, TrainWorkload, estimate_training, screen_training, step_time_floor
 
 from .pareto import pareto_front
@@ -112,8 +111,8 @@ class SearchResult:
     limits: dict | None = None          # when plans fit but the budget or power cap excludes all
 
 
-PLAN_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "interleave", "ends_as_layers", "micro_batch", "zero", "recompute",
-               "sp", "tp_overlap", "ep_overlap", "precision",
+PLAN_FIELDS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "interleave", "ends_as_layers", "micro_batch", "zero",
+               "recompute", "sp", "tp_overlap", "ep_overlap", "precision",
                "optimizer_place", "grad_place", "param_place", "moe_imbalance", "shard", "shard_grads", "shard_weights",
                "hpz", "qwz", "qgz")
 
@@ -588,6 +587,7 @@ def _describe(row: dict, candidates) -> dict:
     plan = {k: row[k] for k in PLAN_FIELDS}
     plan["recompute"] = RECOMPUTE[int(plan["recompute"])]
     plan["precision"] = PRECISIONS[int(plan["precision"])]
+    plan["cp_comm"] = CP_COMMS[int(plan["cp_comm"])]
     for key in ("sp", "tp_overlap", "ep_overlap", "ends_as_layers"):
         plan[key] = bool(plan[key])
     plan["qwz"], plan["qgz"] = bool(plan["qwz"]), bool(plan["qgz"])

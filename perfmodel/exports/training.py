@@ -78,7 +78,8 @@ class TrainJob:
         sharding = self.sharding()
         return (f"{self.spec.name} on {self.devices:,} devices of {self.system} ({self.nodes} node"
                 f"{'s' if self.nodes > 1 else ''} of {self.gpus_per_node}): tp {p.tp}, pp {p.pp} x {p.interleave}, "
-                f"dp {p.dp}, cp {p.cp}, ep {p.ep}, micro-batch {p.micro_batch}, ZeRO {p.zero}"
+                f"dp {p.dp}, cp {p.cp}{f' ({_cp_comm(p)})' if p.cp > 1 and _cp_comm(p) != 'p2p' else ''}, "
+                f"ep {p.ep}, micro-batch {p.micro_batch}, ZeRO {p.zero}"
                 + (f" ({sharding})" if sharding else "") + f", recompute "
                 f"{p.recompute}, {p.precision}; {self.work.global_batch:,} x {self.work.seq_len:,} tokens per step")
 
@@ -237,6 +238,11 @@ def pipeline_layout(job: TrainJob) -> str | None:
     return "|".join(["E" + "t" * first, *middle, "t" * last + "m" * spec.mtp_layers + "L"])
 
 
+def _cp_comm(plan) -> str:
+    """The plan's context-parallel communication as Megatron-Core names it (cp_comm_type)."""
+    return str(getattr(plan, "cp_comm", "p2p"))
+
+
 def _megatron_parallel(job: TrainJob) -> dict[str, object]:
     p = job.plan
     items: dict[str, object] = {"--tensor-model-parallel-size": int(p.tp), "--pipeline-model-parallel-size": int(p.pp),
@@ -250,6 +256,8 @@ def _megatron_parallel(job: TrainJob) -> dict[str, object]:
         items.update({"--account-for-embedding-in-pipeline-split": True, "--account-for-loss-in-pipeline-split": True})
     if p.sp and p.tp > 1:
         items["--sequence-parallel"] = True
+    if p.cp > 1 and _cp_comm(p) != "p2p":
+        items["--cp-comm-type"] = [_cp_comm(p)]     # one type for every layer
     if job.spec.moe:
         items.update({"--expert-model-parallel-size": int(p.ep), "--expert-tensor-parallel-size": job.etp})
     items.update({"--micro-batch-size": int(p.micro_batch), "--global-batch-size": int(job.work.global_batch),
@@ -371,6 +379,7 @@ def nemo(job: TrainJob) -> dict[str, str]:
         "model.tensor_model_parallel_size": int(p.tp), "model.pipeline_model_parallel_size": int(p.pp),
         "model.virtual_pipeline_model_parallel_size": int(p.interleave) if p.interleave > 1 else None,
         "model.context_parallel_size": int(p.cp), "model.sequence_parallel": bool(p.sp and p.tp > 1),
+        "model.cp_comm_type": _cp_comm(p) if p.cp > 1 and _cp_comm(p) != "p2p" else None,
         "model.seq_length": int(job.work.seq_len), "dataset.seq_length": int(job.work.seq_len),
         "train.micro_batch_size": int(p.micro_batch), "train.global_batch_size": int(job.work.global_batch),
         "train.train_iters": job.steps, "mixed_precision": BRIDGE_PRECISION[p.precision],
@@ -472,6 +481,9 @@ def torchtitan(job: TrainJob) -> dict[str, str]:
     if p.ep_overlap and p.ep > 1:
         raise ExportError("the torchtitan export does not write the MoE exchange overlap (the plan overlaps the "
                           "expert dispatch and combine with compute); use --export megatron or nemo")
+    if p.cp > 1 and _cp_comm(p) != "p2p":
+        raise ExportError(f"torchtitan's context parallelism is PyTorch's ring attention, not --cp-comm {_cp_comm(p)}; "
+                          "use --export megatron or nemo")
     offloaded = {p.optimizer_place, p.grad_place, p.param_place} - {"hbm"}
     if offloaded and (offloaded != {"ddr"} or "hbm" in (p.optimizer_place, p.grad_place, p.param_place)):
         raise ExportError("torchtitan offloads weights, gradients and optimizer states together to host DDR "

@@ -231,3 +231,28 @@ def test_zero3_holds_the_gathered_layers(db):
     assert float(one.memory["gathered layers (ZeRO-3)"]) == 0.0
     alone = estimate_training(spec, build_machine(db, "dgx-h100", 8), TrainPlan(tp=8, dp=1, zero=3, sp=True), work)
     assert float(alone.memory["gathered layers (ZeRO-3)"]) == 0.0
+
+
+def test_context_parallel_exchanges_as_megatron_runs_them(db):
+    """The ring hides under the attention; the all-gather and Ulysses block it (Megatron-Bridge's
+    cp_comm_type table). The same FLOPs either way, each exposed exchange no faster than its link,
+    and Ulysses refused where cp does not divide a TP rank's KV heads."""
+    spec = find_model("llama-3.1-8b")          # 32 heads, 8 KV heads
+    machine = build_machine(db, "dgx-h100", 8)
+    work = TrainWorkload(64, 32768)
+    results = {c: estimate_training(spec, machine, TrainPlan(dp=2, cp=4, cp_comm=c, recompute="full", zero=1), work)
+               for c in ("p2p", "all_gather", "a2a")}
+    flops = {c: float(r.executed_flops_per_step) for c, r in results.items()}
+    assert flops["all_gather"] == pytest.approx(flops["p2p"]) == pytest.approx(flops["a2a"])
+    ring = results["p2p"]
+    assert float(ring.components["cp exchange"]) < float(ring.link_times["cp exchange"])   # hidden, at least in part
+    for c in ("all_gather", "a2a"):
+        r = results[c]
+        assert str(r.binding) == ""
+        assert float(r.components["cp exchange"]) == pytest.approx(float(r.link_times["cp exchange"]))
+        assert float(r.link_times["cp exchange"]) > 0
+    # K and V only (all-gather) move less than Q, K, V and the output (Ulysses) with GQA.
+    assert float(results["all_gather"].link_times["cp exchange"]) < 2 * float(results["a2a"].link_times["cp exchange"])
+    refused = estimate_training(spec, build_machine(db, "dgx-h100", 16),
+                                TrainPlan(tp=4, dp=1, cp=4, cp_comm="a2a", sp=True), TrainWorkload(16, 32768))
+    assert "Ulysses" in str(refused.binding)
