@@ -166,7 +166,8 @@ class Layout:
             held = np.asarray(mtp, dtype=float) * np.asarray(last, dtype=float)
             m = spec.mtp_layers * held
             ends = ends + m * spec.mtp_layer_params["dense"] + held * np.where(self.pp > 1, table, 0.0)
-        dense = (layers * dense_layer + ends) / self.tp
+        # MLA's down-projections are whole on every TP rank (TransformerSpec.tp_replicated_params).
+        dense = (layers * dense_layer + ends) / self.tp + layers * spec.tp_replicated_params * (1.0 - 1.0 / self.tp)
         expert = layers * moe_frac * slots * spec.expert_params / self.etp
         if spec.mtp_layers and spec.moe:
             expert = expert + m * slots * spec.expert_params / self.etp

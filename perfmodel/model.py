@@ -159,6 +159,19 @@ class TransformerSpec(_Frozen):
         return self.hidden_size * (2 if self.norm == "layernorm" else 1)
 
     @cached_property
+    def tp_replicated_params(self) -> int:
+        """Weights of one attention block every tensor-parallel rank holds and runs whole: MLA's
+        down-projections of q and of the KV latent with its RoPE key (Megatron-Core's MLA spec
+        builds linear_q_down_proj and linear_kv_down_proj as duplicated TELinear; SGLang's
+        fused_qkv_a_proj_with_mqa is a ReplicatedLinear, as TensorRT-LLM's and vLLM's are) and
+        their norms; 0 without MLA."""
+        if not self.mla:
+            return 0
+        m = self.mla
+        down = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim
+        return self.hidden_size * down + (m.q_lora_rank or 0) + m.kv_lora_rank
+
+    @cached_property
     def attention_params(self) -> int:
         """Weights of one attention block (projections, biases, q/k norms, sinks)."""
         h, nh = self.hidden_size, self.num_heads

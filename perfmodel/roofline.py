@@ -278,31 +278,34 @@ def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight
 
     sizes = (act_bytes, weight_bytes, act_bytes)
 
-    def gemm(name, params, tokens_in, width_in, width_out, kernels=None):
+    def gemm(name, params, tokens_in, width_in, width_out, kernels=None, redundant=0.0):
         # 2 FLOP per multiply-add; bytes: weights once, input and output activations once.
-        # ``kernels``: (k, n[, groups]) of each GEMM the operator launches (default: one, width_in deep).
+        # ``kernels``: (k, n[, groups]) of each GEMM the operator launches (default: one, width_in deep);
+        # ``redundant``: weights of ``params`` every TP rank also runs (not the model's FLOPs).
         flops = 2.0 * tokens_in * params
         moved = params * weight_bytes + tokens_in * (width_in + width_out) * act_bytes
         shapes = kernels or ((width_in, params / width_in),)
-        ops.append(Op(name, flops, moved, "gemm", gemms=tuple(Gemm(tokens_in, s[1], s[0], *s[2:]) for s in shapes),
-                      element_bytes=sizes))
+        useful = flops - 2.0 * tokens_in * redundant if np.any(redundant) else None
+        ops.append(Op(name, flops, moved, "gemm", useful,
+                      gemms=tuple(Gemm(tokens_in, s[1], s[0], *s[2:]) for s in shapes), element_bytes=sizes))
 
     attn_params = spec.attention_params / t
     q_w = spec.num_heads * (spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim if spec.mla else spec.dim_head)
     out_w = spec.num_heads * (spec.mla.v_head_dim if spec.mla else spec.dim_head)
     kv_w = kv_width_per_device(spec, t)
     proj_params = out_w * h / t
-    qkv_kernels = None
-    if spec.mla:  # down-projections of q and kv (one fused GEMM), then the up-projections
+    qkv_kernels, redundant = None, 0.0
+    if spec.mla:  # down-projections of q and kv (one fused GEMM, whole on every TP rank), then the up-projections
         m = spec.mla
         down = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim
         up = ((m.kv_lora_rank, spec.num_heads * (m.qk_nope_head_dim + m.v_head_dim) / t),)
         if decode:  # absorbed (DeepSeek-V2 Sec. 2.1.2): per head, q_nope into the latent and the latent out to v
             up = ((m.qk_nope_head_dim, m.kv_lora_rank, spec.num_heads / t), (m.kv_lora_rank, m.v_head_dim, spec.num_heads / t))
-        qkv_kernels = ((h, down / t),) + up
+        qkv_kernels = ((h, down),) + up
+        redundant = h * down * (1.0 - 1.0 / t)
         if m.q_lora_rank:
             qkv_kernels += ((m.q_lora_rank, q_w / t),)
-    gemm("qkv projection", attn_params - proj_params, n, h, q_w / t + kv_w, qkv_kernels)
+    gemm("qkv projection", attn_params - proj_params + redundant, n, h, q_w / t + kv_w, qkv_kernels, redundant)
     # Attention core: Q K^T and scores x V, 2 x 2 x context x width FLOPs per token (PaLM App. B).
     width = spec.attention_width
     if spec.mla and decode:

@@ -256,3 +256,19 @@ def test_context_parallel_exchanges_as_megatron_runs_them(db):
     refused = estimate_training(spec, build_machine(db, "dgx-h100", 16),
                                 TrainPlan(tp=4, dp=1, cp=4, cp_comm="a2a", sp=True), TrainWorkload(16, 32768))
     assert "Ulysses" in str(refused.binding)
+
+
+def test_mla_down_projections_run_whole_on_every_tensor_parallel_rank():
+    """Megatron-Core, SGLang, TensorRT-LLM and vLLM replicate MLA's q and KV down-projections over
+    TP: each rank runs and holds them whole; the model's FLOPs (what MFU counts) stay the model's."""
+    spec = find_model("deepseek-v3")
+    m = spec.mla
+    down = spec.hidden_size * (m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim)
+    one, eight = (next(op for op in layer_ops(spec, 4096, 2048.0, Layout(tp=t), True) if op.name == "qkv projection")
+                  for t in (1, 8))
+    assert float(eight.flops) - float(one.flops) / 8 == pytest.approx(2 * 4096 * down * (1 - 1 / 8))
+    assert float(eight.mean_flops) == pytest.approx(float(one.flops) / 8)
+    assert eight.gemms[0].n == m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim     # the fused down-projection, whole
+    held = [Layout(tp=t).params_per_device(spec, 1.0, False, False)[0] for t in (1, 8)]
+    assert held[1] - held[0] / 8 == pytest.approx(spec.tp_replicated_params * (1 - 1 / 8))
+    assert find_model("llama-3.1-70b").tp_replicated_params == 0

@@ -112,7 +112,7 @@ def _check_training_laws(db, case):
     # (the multi-token-prediction depths train beside the model, not in its parameter count)
     assert weights >= (spec.total_params + spec.mtp_params) * WEIGHT_BYTES * (1 - REL)
     replicated = (plan.zero < 3 and float(lay.dense_replicas) > 1) or (spec.tied_embeddings and plan.pp > 1) \
-        or (spec.mtp_layers and plan.pp > 1) \
+        or (spec.mtp_layers and plan.pp > 1) or (spec.tp_replicated_params and plan.tp > 1) \
         or (spec.moe and (float(lay.expert_slots(spec)) * plan.ep != spec.moe.num_experts
                           or (plan.zero < 3 and float(lay.edp) > 1)))
     if not replicated:
