@@ -95,7 +95,8 @@ class ServeResult:
 
 
 def distinct_experts(num_experts: int, top_k: int, tokens):
-    """Expected distinct experts hit by ``tokens`` tokens each routed to top_k of num_experts."""
+    """Expected distinct experts hit by ``tokens`` tokens each routed to top_k of num_experts: each
+    token misses a given expert with ``collectives.expert_miss`` of a one-expert bin, 1 - k/E."""
     tokens = np.asarray(tokens, dtype=float)
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
 

@@ -1,0 +1,96 @@
+"""MoE dispatch and combine as prefill runs them (DeepEP normal kernels): the copies a token makes,
+the fit on measured kernels, its held-out error, the link bounds, and its use in serving."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from perfmodel.collectives import (FittedDispatch, Topology, expert_miss, normal_exchange_copies,
+                                   normal_exchange_time)
+from perfmodel.serving import distinct_experts
+
+
+def brute_force_copies(num_experts: int, top_k: int, ranks: int, per_node: int) -> tuple[float, float]:
+    """(NVLink, RDMA) copies of one token from rank 0, averaged over every set of top_k experts:
+    the token goes once to each other node holding one of its experts (to rank 0's peer there), and
+    each node it reaches, its own included, forwards it once to each of its other ranks holding one."""
+    held = num_experts // ranks
+    nvlink = rdma = 0
+    sets = list(itertools.combinations(range(num_experts), top_k))
+    for chosen in sets:
+        ranks_hit = {e // held for e in chosen}
+        nodes_hit = {r // per_node for r in ranks_hit} | {0}
+        rdma += len(nodes_hit) - 1
+        # The forwarder of node j is rank 0's peer there, j * per_node; it sends to the others.
+        nvlink += sum(1 for r in ranks_hit if r != (r // per_node) * per_node)
+    return nvlink / len(sets), rdma / len(sets)
+
+
+@pytest.mark.parametrize("experts, top_k, ranks, per_node", [(8, 2, 4, 2), (8, 2, 8, 8), (12, 3, 6, 3),
+                                                              (16, 4, 8, 4), (16, 1, 8, 2), (16, 6, 4, 4)])
+def test_copies_match_an_enumeration_of_every_expert_choice(experts, top_k, ranks, per_node):
+    nvlink, rdma = normal_exchange_copies(top_k, experts, ranks, per_node)
+    assert (float(nvlink), float(rdma)) == pytest.approx(brute_force_copies(experts, top_k, ranks, per_node))
+
+
+def test_the_miss_probability_is_the_hypergeometric_and_one_expert_gives_distinct_experts():
+    for e, k, b in [(256, 8, 32), (256, 8, 4), (16, 1, 2), (8, 2, 1), (512, 22, 64)]:
+        assert float(expert_miss(e, k, b)) == pytest.approx(math.comb(e - b, k) / math.comb(e, k))
+    assert float(expert_miss(256, 8, 250)) == 0.0                   # a bin of more than E - k experts never misses
+    assert float(expert_miss(256, 8, 1)) == pytest.approx(1 - 8 / 256)
+    assert distinct_experts(256, 8, 7) == pytest.approx(256 * (1 - float(expert_miss(256, 8, 1)) ** 7))
+    # Ranks beyond the expert count hold replicas; a token goes to one replica of each expert: k / n a rank.
+    nvlink, rdma = normal_exchange_copies(8, 256, 288, 8)
+    assert float(nvlink) == pytest.approx((288 - 36) * 8 / 288)
+
+
+@settings(max_examples=80, deadline=None)
+@given(experts=st.integers(8, 512), top_k=st.integers(1, 22), ranks=st.sampled_from([2, 4, 8, 16, 32, 64, 72, 288]),
+       per_node=st.sampled_from([2, 4, 8, 72]))
+@example(experts=256, top_k=8, ranks=8, per_node=8)
+@example(experts=256, top_k=8, ranks=288, per_node=8)      # more ranks than experts: replicas
+def test_a_token_meets_each_rank_and_each_node_at_most_once(experts, top_k, ranks, per_node):
+    top_k = min(top_k, experts)
+    nvlink, rdma = (float(x) for x in normal_exchange_copies(top_k, experts, ranks, per_node))
+    inside = min(per_node, ranks)
+    nodes = ranks / inside
+    assert 0.0 <= nvlink <= (ranks - nodes) + 1e-9 and 0.0 <= rdma <= nodes - 1 + 1e-9
+    # Never more copies than experts it goes to: RDMA bytes never exceed top_k copies.
+    assert rdma <= top_k + 1e-9
+    if nodes == 1:
+        # One node: a token reaches at most min(k, ranks - 1) other ranks.
+        assert rdma == 0.0 and nvlink <= min(top_k, ranks - 1) + 1e-9
+
+
+def _topology(per_node: int, n: int, fast: float, slow: float, fit: FittedDispatch | None) -> Topology:
+    return Topology(("fast", "slow"), np.array([per_node, max(n, per_node)], dtype=float),
+                    np.array([fast * 0.8, slow * 0.9]), np.array([1e-6, 2e-6]), link_bw=np.array([fast, slow]),
+                    kinds=("scale-up", "scale-out"), dispatch_normal=fit)
+
+
+@settings(max_examples=60, deadline=None)
+@given(tokens=st.floats(1, 2e5), size=st.floats(64, 65536), n=st.integers(2, 512), per_node=st.sampled_from([4, 8, 16]),
+       top_k=st.integers(1, 16), fast=st.floats(50e9, 1000e9), slow=st.floats(5e9, 100e9), fitted=st.booleans(),
+       out=st.booleans())
+def test_no_normal_exchange_is_faster_than_its_links(tokens, size, n, per_node, top_k, fast, slow, fitted, out):
+    """Every byte that leaves a device crosses its link at no more than the link's bandwidth, with
+    or without a fit (and with a fit measured in one node only), and more tokens never take less."""
+    fit = FittedDispatch(launch={"dispatch": 2e-5, "combine": 3e-5}, remote=5e-5,
+                         up_fraction={"dispatch": 0.55, "combine": 0.6},
+                         out_fraction={"dispatch": 0.8, "combine": 0.7} if out else None)
+    topo = _topology(per_node, n, fast, slow, fit if fitted else None)
+    t = float(topo.normal_exchange("dispatch", tokens, size, top_k, 256, 1, n))
+    nvlink, rdma = normal_exchange_copies(top_k, 256, n, min(per_node, n))
+    assert np.isfinite(t) and t > 0
+    if fitted:
+        assert t >= tokens * size * float(nvlink) / fast * (1 - 1e-12)
+        assert t >= tokens * size * float(rdma) / slow * (1 - 1e-12)
+    assert float(topo.normal_exchange("dispatch", tokens * 2, size, top_k, 256, 1, n)) >= t
+
+
