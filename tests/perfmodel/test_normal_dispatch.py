@@ -4,16 +4,26 @@ the fit on measured kernels, its held-out error, the link bounds, and its use in
 from __future__ import annotations
 
 import itertools
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from perfmodel.calibrate import fit_normal_dispatch
+from perfmodel.cli.timings_io import read_normal_dispatch_timings
 from perfmodel.collectives import (FittedDispatch, Topology, expert_miss, normal_exchange_copies,
                                    normal_exchange_time)
+from perfmodel.hardware_db import load_database
+from perfmodel.hardware_db.errors import SpecError
+from perfmodel.machine import build_machine
 from perfmodel.serving import distinct_experts
+
+SAMPLE = Path(__file__).parents[1] / "data" / "deepep_normal_h100_sample.csv"
+OPS = ("dispatch", "combine")
 
 
 def brute_force_copies(num_experts: int, top_k: int, ranks: int, per_node: int) -> tuple[float, float]:
@@ -92,5 +102,94 @@ def test_no_normal_exchange_is_faster_than_its_links(tokens, size, n, per_node, 
         assert t >= tokens * size * float(nvlink) / fast * (1 - 1e-12)
         assert t >= tokens * size * float(rdma) / slow * (1 - 1e-12)
     assert float(topo.normal_exchange("dispatch", tokens * 2, size, top_k, 256, 1, n)) >= t
+
+
+def _synthetic_rows(truth: FittedDispatch, up: float, out: float):
+    """Rows (op, ranks, per node, tokens, top_k, experts, token bytes, seconds) of the normal
+    exchange ``truth`` over 1-8 nodes of 8 ranks, several shapes, with +-3% seeded noise."""
+    rng = np.random.default_rng(7)
+    rows = []
+    for nodes, tokens, (top_k, experts, hidden), op in itertools.product(
+            (1, 2, 4, 8), 2.0 ** np.arange(0, 17, 2), ((8, 256, 7168), (2, 8, 4096), (6, 128, 2048)), OPS):
+        size = hidden * 2.0 if op == "combine" else hidden * (1 + 4 / 128)
+        t = float(normal_exchange_time(tokens, size, top_k, experts, nodes * 8, 8, up * truth.up_fraction[op],
+                                       out * truth.out_fraction[op], truth.launch[op], truth.remote))
+        rows.append((op, nodes * 8, 8, tokens, top_k, experts, size, t * (1 + rng.uniform(-0.03, 0.03))))
+    return [list(c) for c in zip(*rows)]
+
+
+def test_a_fit_on_synthetic_rows_recovers_their_parameters():
+    truth = FittedDispatch(launch={"dispatch": 25e-6, "combine": 40e-6}, remote=50e-6,
+                           up_fraction={"dispatch": 0.55, "combine": 0.62},
+                           out_fraction={"dispatch": 0.8, "combine": 0.68})
+    result = fit_normal_dispatch(*_synthetic_rows(truth, 450e9, 50e9), 450e9, 50e9, seed=0)
+    f = result.fitted
+    for op in OPS:
+        assert f.launch[op] == pytest.approx(truth.launch[op], rel=0.1)
+        assert f.up_fraction[op] == pytest.approx(truth.up_fraction[op], rel=0.03)
+        assert f.out_fraction[op] == pytest.approx(truth.out_fraction[op], rel=0.03)
+    assert f.remote == pytest.approx(truth.remote, rel=0.2)
+    assert result.held_out_mape < 0.03 and set(result.domain_mape) == {1, 2, 4, 8}
+    # Rows inside one node leave the scale-out share and the remote latency unfitted.
+    rows = _synthetic_rows(truth, 450e9, 50e9)
+    inside = [i for i, r in enumerate(rows[1]) if r == 8]
+    one = fit_normal_dispatch(*([c[i] for i in inside] for c in rows), 450e9, 50e9, seed=0)
+    assert one.fitted.out_fraction is None and one.fitted.remote == 0.0 and list(one.domain_mape) == [1]
+
+
+def test_bad_normal_dispatch_timings_are_one_line_errors(tmp_path):
+    bad = tmp_path / "n.csv"
+    bad.write_text("op,ranks,ranks_per_node,tokens,top_k,experts,hidden,dtype,seconds\n"
+                   "dispatch,16,8,128,8,256,7168,fp8,soon\n")
+    with pytest.raises(SpecError, match="n.csv:2: 'seconds' needs a number, has 'soon'"):
+        read_normal_dispatch_timings([bad])
+    bad.write_text("op,ranks,ranks_per_node,tokens,top_k,hidden,dtype,seconds\n")
+    with pytest.raises(SpecError, match="needs a header with the columns op, ranks, ranks_per_node, tokens, top_k, "
+                                        "experts"):
+        read_normal_dispatch_timings([bad])
+    with pytest.raises(SpecError, match="top_k at most the number of experts"):
+        fit_normal_dispatch(["dispatch"] * 20, [16] * 20, [8] * 20, [64] * 20, [8] * 20, [4] * 20, [7392] * 20,
+                            [1e-4] * 20, 450e9, 50e9)
+
+
+def test_calibrate_cli_fits_the_normal_kernels_beside_the_low_latency_ones(tmp_path, capsys):
+    from perfmodel.cli.app import main
+
+    code = main(["calibrate", "dispatch", "--kernels", "normal", "--device", "h100-sxm", "--table", str(SAMPLE),
+                 "--out", str(tmp_path), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert set(json.loads(out)["held_out_mape_by_nodes"]) == {"1", "2", "4", "8"}
+    db = load_database([tmp_path])
+    cal = db.calibration("h100-sxm")
+    built_in = load_database().calibration("h100-sxm").dispatch
+    # The low-latency fit and its source stay; the normal one and its source are the refit's.
+    assert cal.dispatch.launch_us == built_in.launch_us and cal.dispatch.normal.samples == 414
+    assert sum(s.startswith("dispatch:") for s in cal.sources) == 1
+    assert [s for s in cal.sources if s.startswith("dispatch normal:")] == \
+        [s for s in cal.sources if "deepep_normal_h100_sample.csv" in s]
+    assert build_machine(db, "dgx-h100", 16).topology.dispatch_normal is not None
+    # Refitting the low-latency kernels over that entry keeps its normal fit and source.
+    ll = Path(__file__).parents[1] / "data" / "deepep_ll_h100_sample.csv"
+    assert main(["--hardware-db", str(tmp_path), "calibrate", "dispatch", "--device", "h100-sxm", "--table", str(ll),
+                 "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    again = load_database([tmp_path]).calibration("h100-sxm")
+    assert again.dispatch.normal == cal.dispatch.normal
+    assert [s for s in again.sources if s.startswith("dispatch normal:")] == \
+        [s for s in cal.sources if s.startswith("dispatch normal:")]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--kernels", "fast", "--from", "aiconfigurator"], "--kernels needs one of low-latency, normal, has 'fast'"),
+    (["--kernels", "normal", "--table", "/nonexistent.csv"], "no such file"),
+    (["--kernels", "normal", "--device", "mi300x", "--from", "aiconfigurator"], "aiconfigurator has no tables"),
+])
+def test_calibrate_dispatch_cli_errors(capsys, argv, message):
+    from perfmodel.cli.app import main
+
+    code = main(["calibrate", "dispatch", *argv])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
