@@ -382,21 +382,26 @@ def calibrate_attention(
 def calibrate_dispatch(
     ctx: typer.Context,
     device: MeasuredOn = "h100-sxm",
-    table: Annotated[Optional[Path], typer.Option(help="Measured DeepEP low-latency kernels: CSV (op,ranks,"
-                                                       "ranks_per_node,tokens,top_k,hidden,dtype,seconds).")] = None,
-    source: Annotated[Optional[str], typer.Option("--from", help="aiconfigurator: the SGLang DeepEP low-latency "
-                                                               "tables it ships (every version).")] = None,
+    kernels: Annotated[str, typer.Option(metavar="[low-latency|normal]", help="DeepEP's kernels: low-latency "
+                                         "(decode) or normal (prefill: NVLink, and RDMA once per node with NVLink "
+                                         "forwarding).")] = "low-latency",
+    table: Annotated[Optional[Path], typer.Option(help="Measured DeepEP kernels: CSV (op,ranks,ranks_per_node,tokens,"
+                                                       "top_k,hidden,dtype,seconds; normal kernels also experts "
+                                                       "before hidden).")] = None,
+    source: Annotated[Optional[str], typer.Option("--from", help="aiconfigurator: the SGLang DeepEP tables it ships "
+                                                               "for those kernels (every version).")] = None,
     system: Annotated[str, typer.Option(help="With --table: the system the measurements ran on (its scale-up and "
                                              "scale-out links scale the fitted shares).")] = "dgx-h100",
     out: CalibrationOut = None,
     seed: SplitSeed = 0,
     json_out: JsonFlag = False,
 ) -> None:
-    """Fit the MoE expert dispatch and combine of decode (DeepEP low-latency kernels: launch and
-    link shares) to measured timings; print the held-out error; write a calibration entry."""
+    """Fit the MoE expert dispatch and combine (DeepEP's low-latency kernels of decode, or with
+    --kernels normal those of prefill: launch, link shares and the latency of leaving the node) to
+    measured timings; print the held-out error; write a calibration entry."""
     from . import render
 
-    render.calibrate_dispatch(database(ctx), device, table, source, system, out, seed, json_out)
+    render.calibrate_dispatch(database(ctx), device, table, source, system, out, seed, json_out, kernels)
 
 
 @calibrate_app.command("collectives")

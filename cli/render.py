@@ -1370,8 +1370,14 @@ def write_calibration(db, acc, blocks: dict, notes: list[str], out):
     fit's source lines replacing the old ones of those blocks; None when ``out`` is None."""
     import yaml
 
+    from perfmodel.hardware_db.errors import SpecError
+
     if out is None:
         return None
+    refitted, blocks = list(blocks), dict(blocks)
+    # The normal kernels' fit ("dispatch normal") sits inside the dispatch block, beside the
+    # low-latency one; each keeps the other when only one is refitted.
+    normal = blocks.pop("dispatch normal", None)
     own = next((c for c in db.calibrations.values() if c.device == acc.name), None)
     entry = {"name": own.name if own else f"{acc.name}-measured",
              "display_name": own.display_name if own else f"{acc.display_name} measured costs",
@@ -1393,7 +1399,15 @@ def write_calibration(db, acc, blocks: dict, notes: list[str], out):
         if own.dispatch is not None and "dispatch" not in blocks:
             entry["dispatch"] = _file_units(own.dispatch.model_dump(exclude_none=True))
     entry.update(blocks)
-    entry["sources"] = [s for s in (own.sources if own else ()) if not any(s.startswith(f"{b}:") for b in blocks)] \
+    kept = own.dispatch.normal if own is not None and own.dispatch is not None else None
+    if normal is None and kept is not None and "normal" not in entry.get("dispatch", {}):
+        normal = _file_units(kept.model_dump(exclude_none=True))
+    if normal is not None:
+        if "dispatch" not in entry:
+            raise SpecError(f"{acc.name} has no low-latency dispatch fit for the normal kernels' fit to sit beside; "
+                            "fit it first: perfmodel calibrate dispatch --kernels low-latency")
+        entry["dispatch"] = {**entry["dispatch"], "normal": normal}
+    entry["sources"] = [s for s in (own.sources if own else ()) if not any(s.startswith(f"{b}:") for b in refitted)] \
         + notes
     out.mkdir(parents=True, exist_ok=True)
     written = out / f"calibration-{acc.name}.yaml"
@@ -1404,7 +1418,10 @@ def write_calibration(db, acc, blocks: dict, notes: list[str], out):
 def _file_units(block):
     """A block as loaded (SI) back in the units its YAML keys name (``_us``, ``_gb_per_s``)."""
     def scaled(value, factor):
-        return {k: x * factor for k, x in value.items()} if isinstance(value, dict) else value * factor
+        # 12 significant digits: the SI round trip leaves 11.254999999999999 for 11.255.
+        if isinstance(value, dict):
+            return {k: float(f"{x * factor:.12g}") for k, x in value.items()}
+        return float(f"{value * factor:.12g}")
 
     if isinstance(block, dict):
         return {k: (scaled(v, 1e6) if k.endswith("_us") else scaled(v, 1e-9) if k.endswith("_gb_per_s")
@@ -1540,16 +1557,23 @@ def _fit_mla(acc, gemm, decode_memory, seed):
     return results, provenance, note
 
 
-def _fit_dispatch(db, acc, table, source, seed, system_name):
-    """The low-latency dispatch / combine fit, its source and note: aiconfigurator's DeepEP tables
-    with the link bandwidths its system file gives, or a CSV with those of ``system_name``'s links."""
+KERNELS = ("low-latency", "normal")
+
+
+def _fit_dispatch(db, acc, table, source, seed, system_name, kernels: str = "low-latency"):
+    """The dispatch / combine fit of DeepEP's ``kernels`` (low-latency or normal), its source and
+    note: aiconfigurator's DeepEP tables with the link bandwidths its system file gives, or a CSV
+    with those of ``system_name``'s links. The normal kernels' rows are those on ``exchange-sms``
+    SMs, the share prefill's model gives them."""
     from perfmodel.hardware_db.errors import SpecError
-    from perfmodel.calibrate import fit_dispatch
+    from perfmodel.calibrate import fit_dispatch, fit_normal_dispatch
 
-    from .timings_io import aiconfigurator_dispatch_tables, read_dispatch_timings
+    from .timings_io import aiconfigurator_dispatch_tables, read_dispatch_timings, read_normal_dispatch_timings
 
+    if kernels not in KERNELS:
+        raise SpecError(f"--kernels needs one of {', '.join(KERNELS)}, has {kernels!r}")
     if source:
-        paths, per_node, up, out, provenance = aiconfigurator_dispatch_tables(acc.name)
+        paths, per_node, up, out, provenance = aiconfigurator_dispatch_tables(acc.name, kernels)
     else:
         system = db.system(system_name)
         links = {db.link(lv.link).kind: db.link(lv.link).bytes_per_s for lv in reversed(db.levels(system))}
@@ -1557,19 +1581,29 @@ def _fit_dispatch(db, acc, table, source, seed, system_name):
             raise SpecError(f"{system_name} needs a scale-up and a scale-out level to scale the measured bandwidths")
         paths, per_node, up, out = [table], system.devices_per_node, links["scale-up"], links["scale-out"]
         provenance = f"the measurements in {table.name} (links of {system_name})"
-    result = fit_dispatch(*read_dispatch_timings(paths, per_node), up, out, seed=seed)
+    if kernels == "normal":
+        sms = int(db.constants["exchange-sms"].value)
+        result = fit_normal_dispatch(*read_normal_dispatch_timings(paths, per_node, sms), up, out, seed=seed)
+        head = "dispatch normal: normal kernels "
+        provenance += f", the rows on {sms} SMs (exchange-sms)" if source else ""
+    else:
+        result = fit_dispatch(*read_dispatch_timings(paths, per_node), up, out, seed=seed)
+        head = "dispatch: "
     mape = ", ".join(f"{op} {v:.1%}" for op, v in result.op_mape.items())
-    note = (f"dispatch: fitted by perfmodel calibrate (seed {seed}) on {provenance}, link shares of "
+    spans = "; ".join(f"{d} " + ", ".join(f"{op} {v:.1%}" for op, v in m.items())
+                      for d, m in result.domain_mape.items())
+    note = (f"{head}fitted by perfmodel calibrate (seed {seed}) on {provenance}, link shares of "
             f"{up / 1e9:g} GB/s scale-up and {out / 1e9:g} GB/s scale-out per direction: {result.train_rows} rows "
             f"fitted, {result.test_rows} held out; held-out MAPE {mape}"
+            + (f" (by nodes of {per_node} GPUs spanned: {spans})" if len(result.domain_mape) > 1 else "")
             + ("" if result.fitted.out_fraction else "; one scale-up domain measured, so the scale-out level keeps "
                                                      "its link model"))
     return result, provenance, note
 
 
-def _dispatch_table(acc, provenance, result) -> None:
+def _dispatch_table(acc, provenance, result, kernels: str = "low-latency") -> None:
     f = result.fitted
-    t = Table(title=f"expert dispatch and combine (low-latency) on {acc.name}, fitted on {provenance}",
+    t = Table(title=f"expert dispatch and combine ({kernels} kernels) on {acc.name}, fitted on {provenance}",
               title_justify="left")
     for col in ("op", "launch", "scale-up share", "scale-out share", "held-out error"):
         t.add_column(col, justify="left" if col == "op" else "right")
@@ -1577,16 +1611,26 @@ def _dispatch_table(acc, provenance, result) -> None:
         t.add_row(op, f"{f.launch[op] * 1e6:.2f} us", f"{f.up_fraction[op]:.1%}",
                   f"{f.out_fraction[op]:.1%}" if f.out_fraction else "-", f"{result.op_mape[op]:.1%}")
     console.print(t)
+    if len(result.domain_mape) > 1:
+        t = Table(title="held-out error by the nodes (scale-up domains) the group spans", title_justify="left")
+        for col in ("nodes", "dispatch", "combine"):
+            t.add_column(col, justify="right")
+        for nodes, mape in result.domain_mape.items():
+            t.add_row(str(nodes), *(f"{mape[op]:.1%}" if op in mape else "-" for op in ("dispatch", "combine")))
+        console.print(t)
     if f.out_fraction:
         console.print(f"leaving the scale-up domain adds {f.remote * 1e6:.2f} us", style="dim")
 
 
 def calibrate_dispatch(db, device: str, table, source: str | None, system: str, out, seed: int,
-                       json_out: bool) -> None:
+                       json_out: bool, kernels: str = "low-latency") -> None:
     acc = _calibration_source(db, device, table, source, seed)
-    result, provenance, note = _fit_dispatch(db, acc, table, source, seed, system)
-    _report_fit(db, acc, {"dispatch": result.as_yaml()}, {"all": result.held_out_p90}, provenance, [note], out,
-                json_out, lambda: _dispatch_table(acc, provenance, result))
+    result, provenance, note = _fit_dispatch(db, acc, table, source, seed, system, kernels)
+    block = "dispatch normal" if kernels == "normal" else "dispatch"
+    details = {"held_out_mape": result.op_mape,
+               "held_out_mape_by_nodes": {str(nodes): mape for nodes, mape in result.domain_mape.items()}}
+    _report_fit(db, acc, {block: result.as_yaml()}, {"all": result.held_out_p90}, provenance, [note], out,
+                json_out, lambda: _dispatch_table(acc, provenance, result, kernels), details)
 
 
 def _attention_block(results, mla=None) -> dict:
@@ -1646,13 +1690,14 @@ def calibrate_attention(db, device: str, table, source: str | None, out, seed: i
 
 
 def _report_fit(db, acc, blocks: dict, p90: dict, provenance: str, notes: list[str], out, json_out: bool,
-                print_table) -> None:
-    """Write one refitted family's blocks (with ``--out``) and print or emit the fit."""
+                print_table, details: dict | None = None) -> None:
+    """Write one refitted family's blocks (with ``--out``) and print or emit the fit (with the
+    fit's further held-out ``details`` in the JSON)."""
     written = write_calibration(db, acc, blocks, notes, out)
     if json_out:
         block = blocks if len(blocks) > 1 else next(iter(blocks.values()))
         emit_json({"device": acc.name, "source": provenance, "fit": block, "held_out_p90": p90,
-                   "written": str(written) if written else None})
+                   "written": str(written) if written else None, **(details or {})})
         return
     print_table()
     if written:
@@ -1733,10 +1778,11 @@ def calibrate_all(db, device: str, source: str | None, out, seed: int, json_out:
     mla = _fit_mla(acc, gemm["fp8"].kernel.fused() if "fp8" in gemm else None, _decode_memory(attention), seed)
     coll, coll_from, coll_note = _fit_collectives(acc, None, source, seed)
     dispatch, dispatch_from, dispatch_note = _fit_dispatch(db, acc, None, source, seed, None)
+    normal, normal_from, normal_note = _fit_dispatch(db, acc, None, source, seed, None, "normal")
     moe = _score_moe(acc, gemm)
     blocks = _gemm_blocks(gemm) | {"attention": _attention_block(attention, mla), "collectives": coll.as_yaml(),
-                                   "dispatch": dispatch.as_yaml()}
-    notes = [gemm_note, attention_note] + ([mla[2]] if mla else []) + [coll_note, dispatch_note]
+                                   "dispatch": dispatch.as_yaml(), "dispatch normal": normal.as_yaml()}
+    notes = [gemm_note, attention_note] + ([mla[2]] if mla else []) + [coll_note, dispatch_note, normal_note]
     written = write_calibration(db, acc, blocks, notes, out)
     families = {f"gemm {p}": r.held_out_mape for p, r in gemm.items()}
     families.update({f"attention {ph} {p}": r.held_out_mape for (ph, p), r in attention.items()})
@@ -1745,16 +1791,18 @@ def calibrate_all(db, device: str, source: str | None, out, seed: int, json_out:
         families["moe fp8 (the fp8 GEMM fit, scored, not refitted)"] = moe[0]
     families.update({f"nccl {op}": v for op, v in coll.held_out_mape.items()})
     families.update({f"deepep low-latency {op}": v for op, v in dispatch.op_mape.items()})
+    families.update({f"deepep normal {op}": v for op, v in normal.op_mape.items()})
     if json_out:
         emit_json({"device": acc.name, "sources": {"gemm": gemm_from, "attention": attention_from,
                                                    "mla": mla[1] if mla else None,
                                                    "collectives": coll_from, "dispatch": dispatch_from,
-                                                   "moe": moe[1] if moe else None},
+                                                   "dispatch normal": normal_from, "moe": moe[1] if moe else None},
                    "held_out_mape": families, "fit": blocks, "written": str(written) if written else None})
         return
     _gemm_table(acc, gemm_from, gemm)
     _attention_table(acc, attention_from, attention, mla)
     _dispatch_table(acc, dispatch_from, dispatch)
+    _dispatch_table(acc, normal_from, normal, "normal")
     t = Table(title=f"held-out error per kernel family on {acc.name}", title_justify="left")
     t.add_column("family")
     t.add_column("held-out MAPE", justify="right")

@@ -14,13 +14,17 @@ Formats:
   ``op,ranks,ranks_per_node,tokens,top_k,hidden,dtype,seconds``: op dispatch or combine, ``tokens``
   each rank sends to its ``top_k`` experts over ``ranks`` ranks, ``ranks_per_node`` of them in one
   scale-up domain; dtype the payload's (fp8 adds one 4-byte scale per 128 values, as DeepEP sends it);
+- the same for DeepEP's normal kernels (prefill), CSV with a header
+  ``op,ranks,ranks_per_node,tokens,top_k,experts,hidden,dtype,seconds``: ``tokens`` each rank sends to
+  their ``top_k`` of ``experts`` experts (a token crosses to each rank and node holding one once);
 - the tables NVIDIA ships with aiconfigurator (``nccl_perf.parquet``: op_name, nccl_dtype,
   num_gpus, message_size in elements, latency in ms; ``gemm_perf.parquet``: gemm_dtype, m, n, k,
   latency in ms; ``context_attention_perf.parquet`` and ``generation_attention_perf.parquet``:
   batch_size, isl, step, num_heads, num_key_value_heads, head_dim, window_size, attn_dtype,
   kv_cache_dtype, latency in ms; ``wideep_deepep_ll_perf.parquet``: node_num, hidden_size, num_token,
-  num_topk, dispatch_avg_t_us and combine_avg_t_us, fp8 dispatch and bf16 combine); reading Parquet
-  needs pyarrow.
+  num_topk, dispatch_avg_t_us and combine_avg_t_us, fp8 dispatch and bf16 combine;
+  ``wideep_deepep_normal_perf.parquet``: the same shape columns and num_experts, and per op the SMs it
+  ran on and its transmit and notify times in us); reading Parquet needs pyarrow.
 """
 
 from __future__ import annotations
@@ -39,13 +43,16 @@ MAX_TABLE_BYTES = 64 << 20   # about 1.5 M rows; aiconfigurator's largest table 
 RANGES = {"seconds": (1e-9, 1e3), "bytes": (1.0, 1e13), "ranks": (1.0, 1e6), "ranks_per_node": (1.0, 1e4),
           "m": (1.0, 1e8), "n": (1.0, 1e8), "k": (1.0, 1e8), "batch": (1.0, 1e7), "seq_len": (1.0, 1e8),
           "heads": (1.0, 1e5), "kv_heads": (1.0, 1e5), "head_dim": (1.0, 1e5), "tokens": (1.0, 1e8),
-          "top_k": (1.0, 1e4), "hidden": (1.0, 1e7)}
+          "top_k": (1.0, 1e4), "experts": (1.0, 1e6), "hidden": (1.0, 1e7)}
 PARQUET_RANGES = {"latency": (1e-6, 1e6), "m": RANGES["m"], "n": RANGES["n"], "k": RANGES["k"],
                   "num_gpus": RANGES["ranks"], "message_size": (1.0, 1e13), "batch_size": RANGES["batch"],
                   "isl": RANGES["seq_len"], "num_heads": RANGES["heads"], "num_key_value_heads": RANGES["kv_heads"],
                   "head_dim": RANGES["head_dim"], "node_num": (1.0, 1e5), "hidden_size": RANGES["hidden"],
                   "num_token": RANGES["tokens"], "num_topk": RANGES["top_k"], "dispatch_avg_t_us": (1e-3, 1e9),
-                  "combine_avg_t_us": (1e-3, 1e9)}
+                  "combine_avg_t_us": (1e-3, 1e9), "num_experts": RANGES["experts"],
+                  "dispatch_sms": (1.0, 1e4), "combine_sms": (1.0, 1e4),
+                  "dispatch_transmit_us": (1e-3, 1e9), "combine_transmit_us": (1e-3, 1e9),
+                  "dispatch_notify_us": (0.0, 1e9), "combine_notify_us": (0.0, 1e9)}
 DTYPE_BYTES = {"half": 2, "float16": 2, "bfloat16": 2, "bf16": 2, "fp16": 2, "int8": 1, "fp8": 1, "float": 4}
 COLUMNS = ("op", "ranks", "bytes", "seconds")
 GEMM_COLUMNS = ("m", "n", "k", "dtype", "seconds")
@@ -226,9 +233,7 @@ def read_dispatch_timings(paths: list[Path], ranks_per_node: int = 8) -> tuple:
             column.append(value)
 
     for path in paths:
-        if not path.is_file():
-            raise SpecError(f"{path}: no such file")
-        if path.suffix.lower() == ".parquet":
+        if _is_parquet(path):
             t = _parquet(path, ("node_num", "hidden_size", "num_token", "num_topk", "dispatch_avg_t_us",
                                 "combine_avg_t_us"), "wideep_deepep_ll_perf")
             for nodes, h, tokens, k, disp, comb in zip(*(t[c] for c in ("node_num", "hidden_size", "num_token",
@@ -237,14 +242,64 @@ def read_dispatch_timings(paths: list[Path], ranks_per_node: int = 8) -> tuple:
                 add("dispatch", nodes * ranks_per_node, ranks_per_node, tokens, k, h, "fp8", disp * 1e-6)
                 add("combine", nodes * ranks_per_node, ranks_per_node, tokens, k, h, "bf16", comb * 1e-6)
             continue
-        for line, row in _csv_rows(path, DISPATCH_COLUMNS):
-            n, per, tokens, k, h, sec = _numbers(row, ("ranks", "ranks_per_node", "tokens", "top_k", "hidden",
-                                                       "seconds"), path, line)
-            op, dtype = str(row["op"]).strip().lower(), str(row["dtype"]).strip().lower()
-            if dtype not in DTYPE_BYTES:
-                raise SpecError(f"{path}:{line}: dtype needs one of {', '.join(sorted(DTYPE_BYTES))}")
+        for op, dtype, (n, per, tokens, k, h, sec) in _dispatch_csv_rows(path, DISPATCH_COLUMNS):
             add(op, n, per, tokens, k, h, dtype, sec)
     return cols
+
+
+NORMAL_DISPATCH_COLUMNS = ("op", "ranks", "ranks_per_node", "tokens", "top_k", "experts", "hidden", "dtype", "seconds")
+
+
+def read_normal_dispatch_timings(paths: list[Path], ranks_per_node: int = 8, sms: int = 20) -> tuple:
+    """(ops, ranks, ranks per domain, tokens, top_k, experts, token bytes, seconds) of DeepEP's normal
+    kernels from CSVs, or from aiconfigurator's tables (``wideep_deepep_normal_perf``: the rows run
+    on ``sms`` SMs, seconds = transmit + notify; fp8 dispatch, bf16 combine; ``ranks_per_node`` GPUs
+    a node, as its system file says)."""
+    cols = tuple([] for _ in range(8))
+
+    def add(op, ranks, per_node, tokens, top_k, experts, hidden, dtype, seconds):
+        for column, value in zip(cols, (op, ranks, min(per_node, ranks), tokens, top_k, experts,
+                                        copy_bytes(hidden, dtype), seconds)):
+            column.append(value)
+
+    for path in paths:
+        if _is_parquet(path):
+            names = ("node_num", "hidden_size", "num_token", "num_topk", "num_experts")
+            t = _parquet(path, names + tuple(f"{op}_{c}" for op in ("dispatch", "combine")
+                                             for c in ("sms", "transmit_us", "notify_us")),
+                         "wideep_deepep_normal_perf")
+            kept = 0
+            for i, (nodes, h, tokens, k, e) in enumerate(zip(*(t[c] for c in names))):
+                for op, dtype in (("dispatch", "fp8"), ("combine", "bf16")):
+                    if t[f"{op}_sms"][i] == sms:
+                        add(op, nodes * ranks_per_node, ranks_per_node, tokens, k, e, h, dtype,
+                            (t[f"{op}_transmit_us"][i] + t[f"{op}_notify_us"][i]) * 1e-6)
+                        kept += 1
+            if not kept:
+                measured = ", ".join(str(x) for x in sorted(set(t["dispatch_sms"])))
+                raise SpecError(f"{path}: no rows on {sms} SMs (exchange-sms); it measured {measured}")
+            continue
+        for op, dtype, (n, per, tokens, k, e, h, sec) in _dispatch_csv_rows(path, NORMAL_DISPATCH_COLUMNS):
+            add(op, n, per, tokens, k, e, h, dtype, sec)
+    return cols
+
+
+def _is_parquet(path: Path) -> bool:
+    if not path.is_file():
+        raise SpecError(f"{path}: no such file")
+    return path.suffix.lower() == ".parquet"
+
+
+def _dispatch_csv_rows(path: Path, columns: tuple):
+    """(op, dtype, numbers) of each row of a dispatch CSV: the numbers of its other columns in
+    order, ``seconds`` last."""
+    numeric = tuple(c for c in columns if c not in ("op", "dtype", "seconds")) + ("seconds",)
+    for line, row in _csv_rows(path, columns):
+        numbers = _numbers(row, numeric, path, line)
+        op, dtype = str(row["op"]).strip().lower(), str(row["dtype"]).strip().lower()
+        if dtype not in DTYPE_BYTES:
+            raise SpecError(f"{path}:{line}: dtype needs one of {', '.join(sorted(DTYPE_BYTES))}")
+        yield op, dtype, numbers
 
 
 def _csv_rows(path: Path, needed: tuple):
@@ -339,16 +394,21 @@ def aiconfigurator_table(device: str, family: str = "comm/nccl", name: str = "nc
     return tables[-1], f"aiconfigurator-core {version} (Apache-2.0), {where}"
 
 
-def aiconfigurator_dispatch_tables(device: str) -> tuple[list[Path], int, float, float, str]:
-    """Every low-latency DeepEP table aiconfigurator-core ships for ``device`` (its SGLang versions
-    measured different node counts), the GPUs per node and the per-direction intra- and
-    inter-node bandwidths (bytes/s) its system file gives for the machines measured, and their
-    provenance."""
+DISPATCH_TABLES = {"low-latency": "wideep_deepep_ll_perf.parquet", "normal": "wideep_deepep_normal_perf.parquet"}
+
+
+def aiconfigurator_dispatch_tables(device: str, kernels: str = "low-latency") -> tuple[list[Path], int, float, float,
+                                                                                      str]:
+    """Every DeepEP table of ``kernels`` (low-latency or normal) aiconfigurator-core ships for
+    ``device`` (its SGLang versions measured different node counts), the GPUs per node and the
+    per-direction intra- and inter-node bandwidths (bytes/s) its system file gives for the
+    machines measured, and their provenance."""
     from perfmodel.hardware_db.files import read_yaml
 
-    newest, provenance = aiconfigurator_table(device, "comm/sglang", "wideep_deepep_ll_perf.parquet")
+    name = DISPATCH_TABLES[kernels]
+    newest, provenance = aiconfigurator_table(device, "comm/sglang", name)
     root = newest.parents[1]
-    tables = sorted(root.glob("*/wideep_deepep_ll_perf.parquet"))
+    tables = sorted(root.glob(f"*/{name}"))
     system = root.parents[3] / f"{AICONFIGURATOR_DEVICES[device]}.yaml"
     try:
         node = read_yaml(system)["node"]

@@ -362,11 +362,11 @@ class AttentionFits(BaseModel):
 ExchangeOp = Literal["dispatch", "combine"]
 
 
-class DispatchFit(BaseModel):
-    """DeepEP low-latency expert dispatch and combine (perfmodel.collectives.expert_exchange_time),
-    fitted on measured kernels by ``perfmodel calibrate dispatch``: per op a launch and the share
-    of the scale-up and scale-out link bandwidth reached, and the latency of leaving the domain.
-    ``scale_out_fraction`` is absent when only one scale-up domain was measured."""
+class ExchangeFit(BaseModel):
+    """One of DeepEP's expert exchanges fitted on measured kernels by ``perfmodel calibrate
+    dispatch``: per op a launch and the share of the scale-up and scale-out link bandwidth
+    reached, and the latency of leaving the domain. ``scale_out_fraction`` is absent when only one
+    scale-up domain was measured."""
 
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
     launch_us: dict[ExchangeOp, LatencyUs]
@@ -375,6 +375,14 @@ class DispatchFit(BaseModel):
     scale_out_fraction: dict[ExchangeOp, Fraction] | None = None
     held_out_mape: Annotated[float, Field(ge=0, le=10)]
     samples: Annotated[int, Field(ge=1)]
+
+
+class DispatchFit(ExchangeFit):
+    """DeepEP low-latency expert dispatch and combine as decode runs them
+    (perfmodel.collectives.expert_exchange_time), and under ``normal`` the normal kernels prefill
+    runs (perfmodel.collectives.normal_exchange_time, ``--kernels normal``), each fitted alike."""
+
+    normal: ExchangeFit | None = None
 
 
 class Calibration(Entry):
@@ -396,7 +404,7 @@ class Calibration(Entry):
     gemm: dict[Precision, GemmFit] = {}        # measured GEMM kernel costs by precision
     weight_only: dict[Literal["int8", "int4"], GemmFit] = {}   # int8 / int4 weights in bf16 GEMMs
     attention: AttentionFits | None = None     # measured attention kernel costs
-    dispatch: DispatchFit | None = None        # measured MoE dispatch / combine (DeepEP low-latency)
+    dispatch: DispatchFit | None = None        # measured MoE dispatch / combine (DeepEP low-latency, normal)
 
 
 # The range each constant the model reads can take and stay meaningful (in the unit its entry states);

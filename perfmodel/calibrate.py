@@ -14,18 +14,25 @@ and a fraction of the link's bandwidth, and one hop latency shared by the ops; t
 faster protocol's launch + steps x hop + bytes x volume / (link x fraction). Fitted by least
 squares on the log of predicted over measured time (relative errors weigh every message size
 alike) on a seeded share of the rows; the rest are held out and their mean absolute percentage
-error is reported per op. Pure functions of arrays: file reading lives in the CLI.
+error is reported per op.
+
+MoE expert exchanges (DeepEP's low-latency kernels of decode, ``collectives.expert_exchange_time``,
+and its normal kernels of prefill, ``collectives.normal_exchange_time``): per op a launch and the
+shares of the scale-up and scale-out links, and one latency of leaving the domain, fitted by the
+GEMMs' robust least squares on a seeded share; held-out error per op and by the number of scale-up
+domains the group spans. Pure functions of arrays: file reading lives in the CLI.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from perfmodel.hardware_db.errors import SpecError
 
-from .collectives import COLLECTIVES, EXCHANGES, FittedCollectives, FittedDispatch, expert_exchange_time
+from .collectives import (COLLECTIVES, EXCHANGES, FittedCollectives, FittedDispatch, expert_exchange_time,
+                          normal_exchange_time)
 from .kernels import AttentionKernel, GemmKernel
 from .layout import Layout
 from .roofline import attention_core, layer_ops
@@ -308,7 +315,8 @@ def projection_seconds(gemms, gemm: GemmKernel) -> np.ndarray:
 
 @dataclass(frozen=True)
 class DispatchCalibration:
-    """The fitted dispatch and combine, their held-out error (all rows, and per op) and the rows."""
+    """A fitted expert exchange (DeepEP's low-latency or normal kernels), its held-out error (all
+    rows, per op, and per op by the scale-up domains the group spans) and the rows each way."""
 
     fitted: FittedDispatch
     held_out_mape: float
@@ -316,9 +324,11 @@ class DispatchCalibration:
     op_mape: dict[str, float]
     train_rows: int
     test_rows: int
+    domain_mape: dict[int, dict[str, float]] = field(default_factory=dict)
 
     def as_yaml(self) -> dict:
-        """The ``dispatch`` block of a calibration entry, in the database's units."""
+        """The ``dispatch`` block (or its ``normal`` sub-block) of a calibration entry, in the
+        database's units."""
         f = self.fitted
         block = {"launch_us": {op: round(f.launch[op] * 1e6, 3) for op in EXCHANGES},
                  "remote_us": round(f.remote * 1e6, 3),
@@ -335,13 +345,53 @@ def fit_dispatch(ops, ranks, ranks_per_domain, copies, copy_bytes, seconds, scal
     domain, moving ``copies`` token-expert pairs of ``copy_bytes`` from each rank. The link shares
     are of the per-direction bandwidths the measurements ran on; rows that all stay in one domain
     leave the scale-out share and the remote latency out of the fit."""
+    op, n, k, (c, b), t = _exchange_rows(ops, ranks, ranks_per_domain, (copies, copy_bytes), seconds)
+
+    def time(rows, *links):
+        return expert_exchange_time(c[rows], b[rows], n[rows], k[rows], *links)
+
+    return _fit_exchange(op, n, k, t, time, scale_up_bytes_per_s, scale_out_bytes_per_s, seed, held_out)
+
+
+def fit_normal_dispatch(ops, ranks, ranks_per_domain, tokens, top_k, num_experts, token_bytes, seconds,
+                        scale_up_bytes_per_s: float, scale_out_bytes_per_s: float, seed: int = 0,
+                        held_out: float = 0.5) -> DispatchCalibration:
+    """Fit the normal-mode dispatch and combine (``collectives.normal_exchange_time``) to measured
+    kernels: each row one op over ``ranks`` ranks, ``ranks_per_domain`` of them per scale-up
+    domain, moving ``tokens`` tokens of ``token_bytes`` from each rank to their ``top_k`` of
+    ``num_experts`` experts. Fitted like ``fit_dispatch``: per op a launch and the two link
+    shares, one remote latency; rows that all stay in one domain leave the scale-out share and the
+    remote latency out of the fit."""
+    op, n, k, (tok, top, e, b), t = _exchange_rows(ops, ranks, ranks_per_domain,
+                                                   (tokens, top_k, num_experts, token_bytes), seconds)
+    if np.any(top > e):
+        raise SpecError("normal dispatch timings need top_k at most the number of experts")
+
+    def time(rows, *links):
+        return normal_exchange_time(tok[rows], b[rows], top[rows], e[rows], n[rows], k[rows], *links)
+
+    return _fit_exchange(op, n, k, t, time, scale_up_bytes_per_s, scale_out_bytes_per_s, seed, held_out)
+
+
+def _exchange_rows(ops, ranks, ranks_per_domain, shape, seconds) -> tuple:
+    """(ops, ranks, ranks per domain, the rows' ``shape`` columns, seconds) as arrays, checked: at
+    least 20 rows, every value positive and finite, at least 2 ranks a row."""
     op = normalize_exchanges(ops)
-    n, k, c, b, t = (np.asarray(x, dtype=float) for x in (ranks, ranks_per_domain, copies, copy_bytes, seconds))
-    if not (len(op) == len(n) == len(k) == len(c) == len(b) == len(t)) or len(t) < 20:
+    n, k, t = (np.asarray(x, dtype=float) for x in (ranks, ranks_per_domain, seconds))
+    cols = tuple(np.asarray(x, dtype=float) for x in shape)
+    if not all(len(x) == len(op) for x in (n, k, t, *cols)) or len(t) < 20:
         raise SpecError(f"dispatch timings need at least 20 rows with op, ranks, ranks per domain, tokens and "
                         f"seconds, has {len(t)}")
-    if not all(np.all(np.isfinite(x)) and np.all(x > 0) for x in (n, k, c, b, t)) or np.any(n < 2):
+    if not all(np.all(np.isfinite(x)) and np.all(x > 0) for x in (n, k, t, *cols)) or np.any(n < 2):
         raise SpecError("dispatch timings need positive finite values and at least 2 ranks")
+    return op, n, k, cols, t
+
+
+def _fit_exchange(op, n, k, t, time, scale_up_bytes_per_s: float, scale_out_bytes_per_s: float, seed: int,
+                  held_out: float) -> DispatchCalibration:
+    """Fit per op a launch, the scale-up and scale-out link shares, and one remote latency of the
+    exchange whose ``time(rows, inner_bw, outer_bw, launch, remote)`` predicts the rows' seconds
+    ``t``; held-out error overall, per op, and per op by domains spanned (ranks / ranks per domain)."""
     remote_rows = bool(np.any(n > k))
     combine = op == "combine"
     sigmoid = lambda v: 1.0 / (1.0 + np.exp(-v))                                  # noqa: E731
@@ -355,16 +405,19 @@ def fit_dispatch(ops, ranks, ranks_per_domain, copies, copy_bytes, seconds, scal
     def predict(fit, rows):
         per_op = lambda d: np.where(combine[rows], d["combine"], d["dispatch"])   # noqa: E731
         out = per_op(fit.out_fraction) if fit.out_fraction else 1.0
-        return expert_exchange_time(c[rows], b[rows], n[rows], k[rows], scale_up_bytes_per_s * per_op(fit.up_fraction),
-                                    scale_out_bytes_per_s * out, per_op(fit.launch), fit.remote)
+        return time(rows, scale_up_bytes_per_s * per_op(fit.up_fraction), scale_out_bytes_per_s * out,
+                    per_op(fit.launch), fit.remote)
 
     # Start: 10 us launches and remote latency, half of each link.
     x0 = np.array([np.log(1e-5), np.log(1e-5), np.log(1e-5), 0.0, 0.0, 0.0, 0.0])
     fitted, mape, p90, fitted_rows, test_rows = _fit_held_out(unpack, predict, t, x0, seed, held_out)
     test = ~split_rows(len(t), seed, held_out)
     error = np.abs(predict(fitted, test) / t[test] - 1.0)
-    op_mape = {name: float(error[op[test] == name].mean()) for name in EXCHANGES if np.any(op[test] == name)}
-    return DispatchCalibration(fitted, mape, p90, op_mape, fitted_rows, test_rows)
+    ops_test, domains = op[test], np.round(n / np.minimum(k, n))[test]
+    op_mape = {name: float(error[ops_test == name].mean()) for name in EXCHANGES if np.any(ops_test == name)}
+    domain_mape = {int(d): {name: float(error[(ops_test == name) & (domains == d)].mean()) for name in EXCHANGES
+                            if np.any((ops_test == name) & (domains == d))} for d in sorted(set(domains))}
+    return DispatchCalibration(fitted, mape, p90, op_mape, fitted_rows, test_rows, domain_mape)
 
 
 def normalize_exchanges(names) -> np.ndarray:

@@ -14,6 +14,9 @@ Patarasuk and Yuan, "Bandwidth optimal all-reduce algorithms for clusters of wor
 69(2), 2009 (the 2 (n-1)/n * S / B lower bound a ring attains).
 Sanders, Speck and Traeff, "Two-tree algorithms for full bandwidth broadcast, reduction and scan",
 Parallel Computing 35(12), 2009 (double binary tree: 2 log2(n) alpha + 2 S / B, as in NCCL's tree).
+DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437, 2024, Sec. 3.2.2, and DeepEP's README
+(deepseek-ai/DeepEP, "Normal kernels with NVLink and RDMA forwarding" and "Low-latency kernels with
+pure RDMA"): the two expert-exchange kernels of MoE serving.
 """
 
 from __future__ import annotations
@@ -95,10 +98,11 @@ EXCHANGES = ("dispatch", "combine")
 
 @dataclass(frozen=True)
 class FittedDispatch:
-    """DeepEP's low-latency expert dispatch and combine, fitted on measured kernels (SI): per op a
-    launch time and the share of the scale-up and of the scale-out link's per-direction bandwidth
-    it reaches, and one latency more when the group leaves the scale-up domain. ``out_fraction``
-    is None where only one domain was measured (the scale-out level then keeps its link model)."""
+    """One of DeepEP's expert exchanges (low-latency or normal kernels) fitted on measured kernels
+    (SI): per op a launch time and the share of the scale-up and of the scale-out link's
+    per-direction bandwidth it reaches, and one latency more when the group leaves the scale-up
+    domain. ``out_fraction`` is None where only one domain was measured (the scale-out level then
+    keeps its link model)."""
 
     launch: dict[str, float]
     remote: float
@@ -116,6 +120,61 @@ def expert_exchange_time(copies, copy_bytes, n, k, inner_bw, outer_bw, launch, r
     n, k = _n(n), np.minimum(_n(k), _n(n))
     volume = np.asarray(copies, dtype=float) * copy_bytes
     wire = np.maximum(volume * (k - 1) / n / inner_bw, volume * (n - k) / n / outer_bw)
+    return np.where(n > 1, launch + np.where(n > k, remote, 0.0) + wire, 0.0)
+
+
+def expert_miss(num_experts, top_k, held):
+    """Probability that a bin holding ``held`` of the ``num_experts`` experts holds none of a
+    token's top_k (k distinct experts, every set of k equally likely): the hypergeometric
+    C(E - b, k) / C(E, k) = prod_{i<k} (E - b - i) / (E - i) (Feller, An Introduction to Probability
+    Theory, Vol. 1, Ch. II.6). A bin of one expert misses with 1 - k/E; a fractional ``held`` (a
+    rank's share when ranks outnumber experts) continues the product; a bin of more than E - k
+    experts never misses. Broadcasts over all three arguments."""
+    e, b, k = (np.asarray(x, dtype=float) for x in (num_experts, held, top_k))
+    miss = np.ones(np.broadcast(e, b, k).shape)
+    for i in range(int(np.max(k, initial=0))):
+        miss = miss * np.where(i < k, np.clip((e - b - i) / np.maximum(e - i, 1.0), 0.0, 1.0), 1.0)
+    return miss
+
+
+def normal_exchange_copies(top_k, num_experts, n, k):
+    """(NVLink, RDMA) copies of one token that DeepEP's normal dispatch (or combine) sends from one
+    rank of an EP group of ``n`` ranks, ``k`` of them per scale-up domain (node), uniform routing.
+
+    A token goes once to each remote node holding one of its experts (RDMA to the same-index GPU
+    there), never once per expert; each node it reaches, its own included, forwards it over NVLink
+    once to each other rank of that node holding one of its experts (DeepEP README, "Normal kernels
+    with NVLink and RDMA forwarding"; DeepSeek-V3 Technical Report, Sec. 3.2.2). With g = n / k
+    nodes, a rank holds E / n experts and a node E / g, so per token: NVLink g (k - 1) (1 - miss(E /
+    n)) = (n - g) (1 - miss(E / n)) and RDMA (g - 1) (1 - miss(E / g)) copies (``expert_miss``). By
+    symmetry what a rank forwards for its peers equals what its own tokens cause to be forwarded.
+    Inside one node, (n - 1)(1 - miss(E / n)) < min(top_k, n - 1) copies: a token meets each rank
+    once however many of its experts that rank holds. Ranks outnumbering the experts hold replicas
+    and a token goes to one replica of each of its experts, so a rank is hit with k / n: the union
+    bound k b / E, which the hypergeometric meets at b = 1 and stays under above it."""
+    n = _n(n)
+    k = np.minimum(_n(k), n)
+    nodes = n / k
+    e = np.asarray(num_experts, dtype=float)
+
+    def hit(held):
+        return np.minimum(1.0 - expert_miss(e, top_k, held), np.asarray(top_k, dtype=float) * held / e)
+
+    return (n - nodes) * hit(e / n), (nodes - 1.0) * hit(e / nodes)
+
+
+def normal_exchange_time(tokens, token_bytes, top_k, num_experts, n, k, inner_bw, outer_bw, launch, remote):
+    """One device's normal-mode dispatch (or combine) of ``tokens`` tokens of ``token_bytes`` each to
+    their ``top_k`` of ``num_experts`` experts over an EP group of ``n`` ranks, ``k`` of them in its
+    own scale-up domain, as prefill runs it (DeepEP normal kernels: NVLink inside a node, RDMA
+    once per remote node then NVLink forwarding; ``normal_exchange_copies``). Named terms: a launch;
+    one remote latency when the group leaves the domain; the NVLink and the RDMA bytes, each over its
+    link, moving concurrently, so the slower sets the wire time (DeepSeek-V3 Sec. 3.2.2 overlaps the
+    IB and NVLink legs)."""
+    n, k = _n(n), np.minimum(_n(k), _n(n))
+    nvlink, rdma = normal_exchange_copies(top_k, num_experts, n, k)
+    volume = np.asarray(tokens, dtype=float) * token_bytes
+    wire = np.maximum(volume * nvlink / inner_bw, volume * rdma / outer_bw)
     return np.where(n > 1, launch + np.where(n > k, remote, 0.0) + wire, 0.0)
 
 
@@ -137,6 +196,7 @@ class Topology:
     link_bw: np.ndarray | None = None         # per level: the link's datasheet bandwidth (what fits scale)
     kinds: tuple[str, ...] = ()               # per level: scale-up, package or scale-out
     dispatch: FittedDispatch | None = None    # measured expert dispatch / combine (decode kernels)
+    dispatch_normal: FittedDispatch | None = None   # measured normal-mode dispatch / combine (prefill kernels)
 
     def _measured(self, op: str, size_bytes, stride, n, modelled):
         """The measured cost for a group inside the measured level; for one reaching beyond it,
@@ -242,16 +302,15 @@ class Topology:
         modelled = np.where(n_ > 1, np.where(spans, np.minimum(hier, flat), flat), 0.0)
         return self._measured("all_to_all", token_bytes * top_k, stride, n, modelled)
 
-    def expert_exchange(self, op: str, copies, copy_bytes, stride, n):
-        """Low-latency expert dispatch or combine (``op``) of one device's ``copies`` token-expert
-        pairs of ``copy_bytes`` over the EP group of ``n`` ranks ``stride`` apart, as decode runs it
-        (expert_exchange_time). The fitted kernel's launch and link shares where the device has
-        one, else the levels' achievable bandwidths, a collective launch and the slow level's hop."""
+    def _exchange_links(self, fit: FittedDispatch | None, op: str, stride, n) -> tuple:
+        """(members per scale-up domain, inner and outer bandwidth, launch, remote latency) an
+        expert exchange ``op`` over the EP group of ``n`` ranks ``stride`` apart pays: the fitted
+        kernel's launch and link shares (of the links' datasheet bandwidths) where the device has a
+        ``fit``, else the levels' achievable bandwidths, a collective launch and the slow level's hop."""
         idx, bw, lat, k, ibw, _ = self._two_levels(stride, n)
         spans = (idx > 0) & (k < _n(n))
         inner_bw, outer_bw = np.where(spans, ibw, bw), bw
         launch, remote = self.launch, lat
-        fit = self.dispatch
         if fit is not None and self.link_bw is not None:
             kinds = np.array(self.kinds, dtype=object)
             inner = np.where(spans, np.maximum(idx - 1, 0), idx)
@@ -260,8 +319,25 @@ class Topology:
                 outer_bw = np.where(kinds[idx] == "scale-out", self.link_bw[idx] * fit.out_fraction[op], outer_bw)
                 remote = np.where(kinds[idx] == "scale-out", fit.remote, lat)
             launch = fit.launch[op]
-        return expert_exchange_time(copies, copy_bytes, n, np.where(spans, k, _n(n)), inner_bw, outer_bw,
-                                    launch, remote)
+        return np.where(spans, k, _n(n)), inner_bw, outer_bw, launch, remote
+
+    def expert_exchange(self, op: str, copies, copy_bytes, stride, n):
+        """Low-latency expert dispatch or combine (``op``) of one device's ``copies`` token-expert
+        pairs of ``copy_bytes`` over the EP group of ``n`` ranks ``stride`` apart, as decode runs it
+        (expert_exchange_time), on the fitted low-latency kernel where the device has one."""
+        k, inner_bw, outer_bw, launch, remote = self._exchange_links(self.dispatch, op, stride, n)
+        return expert_exchange_time(copies, copy_bytes, n, k, inner_bw, outer_bw, launch, remote)
+
+    def normal_exchange(self, op: str, tokens, token_bytes, top_k, num_experts, stride, n):
+        """Normal-mode expert dispatch or combine (``op``) of one device's ``tokens`` tokens of
+        ``token_bytes`` to their ``top_k`` of ``num_experts`` experts over the EP group of ``n``
+        ranks ``stride`` apart, as prefill runs it (normal_exchange_time), on the fitted normal
+        kernel (``dispatch_normal``). A device without that fit keeps the link model
+        (``moe_all_to_all``: top_k copies inside a node, once per remote node across)."""
+        if self.dispatch_normal is None:
+            return self.moe_all_to_all(np.asarray(tokens, dtype=float) * token_bytes, top_k, stride, n)
+        k, inner_bw, outer_bw, launch, remote = self._exchange_links(self.dispatch_normal, op, stride, n)
+        return normal_exchange_time(tokens, token_bytes, top_k, num_experts, n, k, inner_bw, outer_bw, launch, remote)
 
     def p2p(self, size_bytes, stride):
         """A message between neighbours ``stride`` ranks apart (pipeline stages)."""

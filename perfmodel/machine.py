@@ -206,7 +206,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
         fitted_level=kinds.index("scale-up") if "scale-up" in kinds else 0,
         launch=constants.get("unfitted-collective-launch-us", 0.0) * 1e-6,
         link_bw=np.array([lv.bytes_per_s for lv in levels]), kinds=tuple(kinds),
-        dispatch=fitted_dispatch(cal.dispatch))
+        dispatch=fitted_dispatch(cal.dispatch), dispatch_normal=fitted_dispatch(cal.dispatch and cal.dispatch.normal))
     default = db.calibration_default()
     # Large-GEMM microbenchmarks overstate what GEMMs reach inside a framework's step (launch
     # gaps, shapes, power capping): one factor, fitted on Narayanan et al. 2021 Table 1 only.
@@ -241,10 +241,11 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
         mla_attention=mla, weight_only_kernels=weight_only,
         gemm_error=max([f.held_out_mape for f in cal.gemm.values()] or [constants.get("unfitted-gemm-error", 0.0)]),
         step_error=constants.get("framework-fit-error" if cal.gemm else "unmeasured-kernels-error", 0.0),
-        # Communication is +- the larger of the NCCL fit's and the expert-exchange fit's error.
+        # Communication is +- the larger of the NCCL fit's and the expert-exchange fits' errors.
         collective_error=max([constants.get("unfitted-collective-error", 0.0)]
                              + ([float(np.mean(list(fit.held_out_mape.values())))] if fit and fit.held_out_mape else [])
-                             + ([cal.dispatch.held_out_mape] if cal.dispatch else [])))
+                             + ([cal.dispatch.held_out_mape] if cal.dispatch else [])
+                             + ([cal.dispatch.normal.held_out_mape] if cal.dispatch and cal.dispatch.normal else [])))
 
 
 NEAREST = {"fp16": ("bf16",), "bf16": ("fp16",), "int8": ("fp8", "bf16"), "fp8": ("int8", "bf16"),
@@ -264,7 +265,8 @@ def matmul_fraction(own: dict, default: dict, precision: str) -> float:
 
 
 def fitted_dispatch(fit) -> FittedDispatch | None:
-    """The measured expert dispatch / combine (calibration.yaml ``dispatch``), or None."""
+    """A measured expert dispatch / combine (calibration.yaml ``dispatch``, the low-latency kernels,
+    or its ``normal`` sub-entry), or None."""
     if fit is None:
         return None
     return FittedDispatch(launch=dict(fit.launch_us), remote=fit.remote_us, up_fraction=dict(fit.scale_up_fraction),

@@ -170,17 +170,31 @@ def _source(machine: Machine) -> str:
 
 def constants_from(machine: Machine, spec=None, serving: bool = False) -> dict:
     """Where the GEMM, attention and collective constants of an estimate came from, and for an
-    MoE ``spec`` those of its expert exchange (serving an MLA model uses the MLA module fit)."""
+    MoE ``spec`` those of its expert exchange (serving an MLA model uses the MLA module fit;
+    serving's exchange DeepEP's kernel fits, training's the all-to-all of the collectives)."""
     mla = serving and spec is not None and spec.mla is not None and bool(machine.mla_attention)
     attention = "roofline" if not machine.attention_kernels else "fitted (MLA on measured modules)" if mla else "fitted"
     found = {"gemm": _source(machine), "attention": attention,
              "collectives": "fitted" if machine.topology.fitted else "datasheet"}
     if spec is not None and spec.moe:
-        found["expert_exchange"] = "fitted (DeepEP)" if machine.topology.dispatch else "link model"
+        found["expert_exchange"] = _exchange_source(machine.topology) if serving else \
+            "all-to-all as collectives (Megatron-Core's dispatcher)"
     caveat = unmeasured_caveat(machine)
     if caveat:
         found["caveat"] = caveat
     return found
+
+
+def _exchange_source(topology) -> str:
+    """Where serving's expert-exchange constants come from: DeepEP's fitted low-latency (decode) and
+    normal (prefill) kernels, each where the device has its fit, else the link model."""
+    fitted = [name for name, fit in (("low-latency", topology.dispatch), ("normal", topology.dispatch_normal)) if fit]
+    if not fitted:
+        return "link model"
+    if len(fitted) == 2:
+        return "fitted (DeepEP low-latency and normal kernels)"
+    return f"fitted (DeepEP {fitted[0]} kernels), " + ("prefill" if fitted[0] == "low-latency" else "decode") \
+        + " link model"
 
 
 def unmeasured_caveat(machine: Machine) -> str | None:

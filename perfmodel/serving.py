@@ -95,7 +95,8 @@ class ServeResult:
 
 
 def distinct_experts(num_experts: int, top_k: int, tokens):
-    """Expected distinct experts hit by ``tokens`` tokens each routed to top_k of num_experts."""
+    """Expected distinct experts hit by ``tokens`` tokens each routed to top_k of num_experts: each
+    token misses a given expert with ``collectives.expert_miss`` of a one-expert bin, 1 - k/E."""
     tokens = np.asarray(tokens, dtype=float)
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** tokens)
 
@@ -246,17 +247,20 @@ def _pass(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local,
     ep = 0.0
     if spec.moe:
         rows, g = lay.expert_rows(tokens_local, 1) * inst.imbalance, lay.ep_group
+        # The dispatch sends fp8 (with one fp32 scale per 128 values) under W8A8, else bf16; the
+        # combine returns bf16 (DeepEP, both kernels).
+        sent = h * q.activation_bytes + (h / 128.0 * 4.0 if q.activation_bytes == 1 else 0.0)
         if decode:
-            # Low-latency kernels: each token-expert copy goes to its rank, fp8 (with one scale
-            # per 128 values) under W8A8, else bf16; the combine returns bf16 (DeepEP).
+            # Low-latency kernels: each token-expert copy goes straight to its rank.
             copies = rows * spec.moe.top_k
-            sent = h * q.activation_bytes + (h / 128.0 * 4.0 if q.activation_bytes == 1 else 0.0)
             exchange = topo.expert_exchange("dispatch", copies, sent, g.stride, g.size) \
                 + topo.expert_exchange("combine", copies, h * 2.0, g.stride, g.size)
         else:
-            # Normal kernels: a token crosses to each remote domain once and is forwarded inside.
-            exchange = topo.moe_all_to_all(rows * h * q.activation_bytes, spec.moe.top_k, g.stride, g.size) \
-                + topo.moe_all_to_all(rows * h * 2.0, spec.moe.top_k, g.stride, g.size)
+            # Normal kernels: a token goes once to each rank of its node holding one of its experts,
+            # and once to each remote node holding one, which forwards it inside; fitted on measured
+            # DeepEP normal kernels where the device has a fit, else the link model.
+            exchange = sum(topo.normal_exchange(op, rows, size, spec.moe.top_k, spec.moe.num_experts, g.stride, g.size)
+                           for op, size in (("dispatch", sent), ("combine", h * 2.0)))
         ep = inst.layers * inst.moe_frac * exchange
     pp = (lay.pp - 1) / lay.pp * topo.p2p(act / lay.tp, lay.pp_neighbour_stride) * (lay.pp > 1)
     return ops, tp, ep, pp

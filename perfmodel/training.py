@@ -547,6 +547,9 @@ def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, 
     ep = 0.0
     if spec.moe:
         # Each device dispatches the rows it holds (tokens x etp / tp) to top-k experts, busiest load.
+        # Training keeps this link model, not the DeepEP kernel fits serving uses: the Megatron and
+        # NeMo exports run Megatron-Core's token dispatcher over NCCL (--moe-token-dispatcher-type
+        # alltoall where the exchange overlaps), not DeepEP's kernels.
         token_bytes = lay.expert_rows(sh.tokens, 1) * h * 2.0 * sh.imbalance
         ep = comp.layers * sh.moe_frac * passes * topo.moe_all_to_all(token_bytes, spec.moe.top_k,
                                                                     lay.ep_group.stride, lay.ep_group.size)
