@@ -17,7 +17,7 @@ from perfmodel.exports import TRAINING as TRAINING_FRAMEWORKS
 
 from .baselines import SERVE_BASELINES, TRAIN_BASELINES
 from perfmodel.hardware_db.errors import SpecError, UnknownNameError
-from perfmodel.plan import ACTIVATION_PRECISIONS, KV_PRECISIONS, WEIGHT_PRECISIONS
+from perfmodel.plan import ACTIVATION_PRECISIONS, CP_COMMS, KV_PRECISIONS, WEIGHT_PRECISIONS
 from perfmodel.requests import MODEL_HELP, PRICE_HELP, PRICING, PRICING_HELP, check_choices, option, positive
 
 TRAIN_OBJECTIVES = ("time", "cost", "energy", "devices")
@@ -83,6 +83,9 @@ class PlanTrainRequest:
                                                           "named here).", choices=TRAIN_PRECISIONS, many=True)
     offload: bool = option(True, "Consider offloading state.")
     sharding: str = option("flat,hsdp,hpz", SHARDING_HELP, choices=SHARDING, many=True)
+    cp_comms: str = option("p2p", "Context-parallel exchanges searched, comma separated: p2p (the ring), all_gather, "
+                                  "a2a (estimate train --cp-comm); each beyond the ring adds its plans to the lattice.",
+                           choices=CP_COMMS, many=True)
     top: int = option(5, "How many of the best plans to list.")
     routing: str | None = option(None, ROUTING_HELP)
     zipf: float | None = option(None, ZIPF_HELP)
@@ -122,18 +125,21 @@ class PlanTrainRequest:
                                 prices=parse_prices(db, self.price),
                                 power_cap_w=self.power_cap_kw * 1e3 if self.power_cap_kw else None,
                                 memory_headroom=self.memory_headroom, offload=self.offload, top=self.top,
-                                space=self._space(precisions, names("--sharding", self.sharding, SHARDING)),
+                                space=self._space(precisions, names("--sharding", self.sharding, SHARDING),
+                                                  names("--cp-comms", self.cp_comms, CP_COMMS)),
                                 routing=_routing(spec, self))
         return spec, pairs, TrainWorkload(self.global_batch, self.seq_len, self.tokens), options
 
 
-    def _space(self, precisions: tuple[str, ...], sharding: tuple[str, ...] = ("flat",)):
-        """The declared space: every precision and sharding family named, within what ``framework`` can run."""
+    def _space(self, precisions: tuple[str, ...], sharding: tuple[str, ...] = ("flat",),
+               cp_comms: tuple[str, ...] = ("p2p",)):
+        """The declared space: every precision, sharding family and context-parallel exchange named,
+        within what ``framework`` can run."""
         from .space import SpaceOptions
 
         sharding = tuple(dict.fromkeys(("flat",) + sharding))
         if self.framework is None:
-            return SpaceOptions(precisions=precisions, sharding=sharding)
+            return SpaceOptions(precisions=precisions, sharding=sharding, cp_comms=cp_comms)
         from perfmodel.exports import CAPABILITIES
 
         can = CAPABILITIES[self.framework]
@@ -148,7 +154,8 @@ class PlanTrainRequest:
                             max_ep=can.max_ep, offload_parts=can.offload, offload_zero=can.offload_zero,
                             sharding=families, hsdp_zero=can.hsdp_zero, shard_whole_cp=can.shard_whole_cp,
                             zeropp_with_groups=can.zeropp_with_groups, tp_overlap=can.tp_overlap,
-                            ep_overlap=can.ep_overlap, recomputes=can.recomputes)
+                            ep_overlap=can.ep_overlap, recomputes=can.recomputes,
+                            cp_comms=tuple(c for c in cp_comms if c in can.cp_comms))
 
 
 def device_candidates(db, systems: list[str], devices: list[int] | None, max_devices: int | None):

@@ -46,8 +46,8 @@ LEFT_OUT = (
     "warm-up; estimate train --schedule dualpipe evaluates DualPipe)",
     "storage other than mixed-precision Adam with 16-bit gradients (fp32 gradients, BF16 Adam moments, DeepSeek-V3's "
     "FP8-cached activations; estimate train --storage deepseek evaluates the last)",
-    "context parallelism other than the ring (the all-gather and Ulysses: estimate train --cp-comm prices them; "
-    "Megatron's hierarchical a2a+p2p)",
+    "context parallelism other than the ring unless --cp-comms names it (the all-gather, Ulysses), and Megatron's "
+    "hierarchical a2a+p2p",
     "recomputation of other module sets and activation offload",
     "expert tensor parallelism other than tp or 1, and uneven expert placement",
     "micro-batches above 8 and interleaving above 8",
@@ -88,8 +88,8 @@ class SpaceOptions:
     tp_overlap: bool = True                        # TP communication overlapped wherever sp and tp > 1 allow it
     ep_overlap: bool = True                        # the MoE exchange overlapped wherever Megatron-Core allows it
     # Context-parallel exchanges searched (plan.CpComm): the ring by default. The all-gather and
-    # Ulysses variants would more than double the lattice of a large model (the Megatron 1T plan:
-    # 203k -> 517k plans) for a few percent at long sequences; estimate train --cp-comm prices them.
+    # Ulysses variants more than double the lattice of a large model (the Megatron 1T plan: 203k ->
+    # 517k plans) for a few percent at long sequences; plan train --cp-comms adds them.
     cp_comms: tuple[str, ...] = ("p2p",)
     dimensions: dict = field(default_factory=dict)  # filled by build_space for the report
 

@@ -33,6 +33,7 @@ class Capabilities:
     tp_overlap: bool = True                    # TP communication overlapped with the GEMMs (Megatron's userbuffers)
     ep_overlap: bool = True                    # the MoE exchange under compute (Megatron's 1F1B all-to-all overlap)
     recomputes: tuple[str, ...] = ("none", "selective", "full", "modules")   # the recomputation it expresses
+    cp_comms: tuple[str, ...] = ("p2p", "all_gather", "a2a")   # context-parallel exchanges (Megatron's cp_comm_type)
 
 
 # Megatron-LM / Megatron-Bridge: --optimizer-cpu-offload moves optimizer states to host DDR, with the
@@ -48,7 +49,8 @@ CAPABILITIES = {
     "nemo": Capabilities(offload=(("optimizer_place", ("ddr",)),), offload_zero=(1,),
                          sharding=("flat", "hsdp", "hfsdp")),
     "torchtitan": Capabilities(precisions=("bf16", "fp8"), sharding=("flat", "hsdp"), shard_whole_cp=True,
-                               tp_overlap=False, ep_overlap=False, recomputes=("none", "selective", "full")),
+                               tp_overlap=False, ep_overlap=False, recomputes=("none", "selective", "full"),
+                               cp_comms=("p2p",)),
     "deepspeed": Capabilities(max_pp=1, max_cp=1, max_ep=1, precisions=("bf16", "fp16"),
                               offload=(("optimizer_place", ("ddr", "nvme")), ("grad_place", ("ddr", "nvme")),
                                        ("param_place", ("ddr", "nvme"))),

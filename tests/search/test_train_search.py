@@ -200,3 +200,24 @@ def test_screen_and_floor_agree_with_the_full_estimate(db, model, system, device
     np.testing.assert_array_equal(floor, np.concatenate([step_time_floor(spec, machine, c, work) for c in chunks]))
     np.testing.assert_array_equal(screen.hbm_used_bytes, np.concatenate(
         [screen_training(spec, machine, c, work).hbm_used_bytes for c in chunks]))
+
+
+def test_context_parallel_exchanges_are_searched_when_named(db):
+    """The ring alone by default; --cp-comms adds the all-gather and Ulysses (where a TP rank's KV
+    heads divide by cp), and a framework keeps only the exchanges it runs."""
+    from perfmodel.catalog import find_model
+    from perfmodel.plan import CP_COMMS
+    from perfmodel.search.requests import PlanTrainRequest
+    from perfmodel.search.space import build_space
+
+    spec, machine, work = find_model("llama-3.1-8b"), build_machine(db, "dgx-h100", 8), TrainWorkload(64, 32768)
+    ring, _ = build_space(spec, machine, work)
+    every, _ = build_space(spec, machine, work, SpaceOptions(cp_comms=CP_COMMS))
+    assert set(ring["cp_comm"]) == {0}
+    assert {CP_COMMS[c] for c in every["cp_comm"]} == set(CP_COMMS)
+    assert np.all(every["cp"][every["cp_comm"] > 0] > 1)           # a variant only where there is a ring to replace
+    ulysses = every["cp_comm"] == CP_COMMS.index("a2a")
+    assert np.all((8 // every["tp"][ulysses]) % every["cp"][ulysses] == 0)   # 8 KV heads over tp, whole per cp rank
+    request = PlanTrainRequest(model="llama-3.1-8b", system=("dgx-h100",), cp_comms="p2p,all_gather",
+                               framework="torchtitan")
+    assert request.resolve(db)[3].space.cp_comms == ("p2p",)
