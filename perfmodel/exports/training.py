@@ -212,30 +212,54 @@ def _megatron_model(spec, seq_len: int) -> dict[str, object]:
     return items
 
 
-def pipeline_layout(job: TrainJob) -> str | None:
-    """Megatron-Core's --pipeline-model-parallel-layout for a plan whose split counts the
-    embedding, the loss and each multi-token-prediction depth as a slot (perfmodel.memory.
-    stage_layers): virtual stages in model order, 'E' the embedding, 't' a layer, 'm' an MTP
-    depth, 'L' the loss, as Megatron-Bridge lays out DeepSeek-V3 ('Et|(tt|)*30mL'). None when the
-    account-for flags say it (no MTP). An ExportError where the split has no such layout."""
-    p, spec = job.plan, job.spec
-    if not (p.ends_as_layers and p.pp > 1 and spec.mtp_layers):
-        return None
+def chunk_slots(job: TrainJob) -> list[int]:
+    """Pipeline slots of each virtual stage (pp x interleave of them) in model order, as the plan
+    splits them: stage i holds perfmodel.memory.stage_layers' share (the shorter stages first), and
+    its ``interleave`` chunks split that share evenly, the longer chunks last. Chunk k runs on rank
+    k mod pp, as Megatron-Core and torchtitan place looped virtual stages. A slot is a layer, or with
+    --ends-as-layers also the embedding (first chunk), the loss and each MTP depth (last chunk)."""
     from perfmodel.memory import stage_layers
 
-    slots, chunks = spec.num_layers + 2 + spec.mtp_layers, int(p.pp) * int(p.interleave)
-    if p.interleave > 1 and slots % chunks:
-        raise ExportError(f"the plan splits {slots} pipeline slots ({spec.num_layers} layers, the embedding, the loss "
-                          f"and {spec.mtp_layers} MTP depth(s)) unevenly over {chunks} virtual stages, which a "
-                          "Megatron pipeline layout cannot match; use an interleave that divides them")
-    q, r = (int(x) for x in stage_layers(spec.num_layers, int(p.pp), True, spec.mtp_layers))
-    sizes = [slots // chunks] * chunks if p.interleave > 1 else [q + (i >= p.pp - r) for i in range(int(p.pp))]
-    first, last = sizes[0] - 1, sizes[-1] - 1 - spec.mtp_layers
-    if first < 0 or last < 0:
-        raise ExportError(f"the plan's last pipeline stage holds {sizes[-1]} slot(s), fewer than the loss and "
-                          f"{spec.mtp_layers} MTP depth(s)")
-    middle = ["t" * n for n in sizes[1:-1]]
-    return "|".join(["E" + "t" * first, *middle, "t" * last + "m" * spec.mtp_layers + "L"])
+    p, spec = job.plan, job.spec
+    pp, v = int(p.pp), int(p.interleave)
+    ends = bool(p.ends_as_layers) and pp > 1
+    q, r = (int(x) for x in stage_layers(spec.num_layers, pp, ends, spec.mtp_layers if ends else 0))
+    per_rank = [q + (i >= pp - r) for i in range(pp)]
+    return [per_rank[k % pp] // v + (k // pp >= v - per_rank[k % pp] % v) for k in range(pp * v)]
+
+
+def _split_even(job: TrainJob) -> bool:
+    """Whether every virtual stage holds the same number of slots (the split Megatron's and
+    torchtitan's flags express without a per-stage list)."""
+    return len(set(chunk_slots(job))) == 1
+
+
+def pipeline_layout(job: TrainJob) -> str | None:
+    """Megatron-Core's --pipeline-model-parallel-layout for a plan whose split the flags cannot say:
+    virtual stages in model order, 'E' the embedding, 't' a layer, 'm' an MTP depth, 'L' the loss,
+    as Megatron-Bridge lays out DeepSeek-V3 ('Et|(tt|)*30mL'). Written where the split counts MTP
+    depths as slots, or is uneven: without a layout Megatron-LM needs the layers (plus the
+    account-for slots) divisible by pp and each rank's by the interleave (rules pipeline-divisible,
+    virtual-divisible: 'num_layers=126 should be divisible by pipeline_model_parallel_size=8' for
+    Llama 3.1 405B). None when the plain flags say it. An ExportError where a stage would be empty."""
+    p, spec = job.plan, job.spec
+    ends = bool(p.ends_as_layers) and p.pp > 1
+    if p.pp <= 1 or (_split_even(job) and not (ends and spec.mtp_layers)):
+        return None
+    mtp = spec.mtp_layers if ends else 0
+    chunks = chunk_slots(job)
+    layers = list(chunks)
+    layers[0] -= ends
+    layers[-1] -= (1 + mtp) * ends
+    if min(layers) < 0 or (len(chunks) > 1 and min(layers[1:-1] or [1]) < 1):
+        from .vendored import rule
+
+        raise ExportError(rule("megatron", "layout").refusal(
+            f"{spec.num_layers} layers over {len(chunks)} virtual stages", "plan fewer pipeline stages"))
+    stages = ["t" * n for n in layers]
+    stages[0] = "E" + stages[0]
+    stages[-1] += "m" * mtp + "L"
+    return "|".join(stages)
 
 
 def _cp_comm(plan) -> str:
@@ -273,8 +297,9 @@ def _megatron_memory(job: TrainJob, framework: str = "Megatron-LM") -> dict[str,
     if p.zero == 1:
         items["--use-distributed-optimizer"] = True
     elif p.zero >= 2:
+        # Megatron-FSDP saves only its own checkpoint format (rule fsdp-ckpt-format).
         items.update({"--use-megatron-fsdp": True, "--data-parallel-sharding-strategy":
-                      "optim_grads" if p.zero == 2 else "optim_grads_params"})
+                      "optim_grads" if p.zero == 2 else "optim_grads_params", "--ckpt-format": "fsdp_dtensor"})
     if hybrid:
         items["--num-distributed-optimizer-instances"] = hybrid[0]
         if p.zero >= 2:
@@ -299,7 +324,9 @@ def _megatron_memory(job: TrainJob, framework: str = "Megatron-LM") -> dict[str,
         if p.zero < 1:
             raise ExportError("Megatron-LM offloads optimizer states with the distributed optimizer only; the plan "
                               "has ZeRO 0")
-        items.update({"--optimizer-cpu-offload": True, "--optimizer-offload-fraction": 1.0})
+        # The hybrid device optimizer runs on the precision-aware optimizer's code path (rule offload-precision-aware).
+        items.update({"--optimizer-cpu-offload": True, "--optimizer-offload-fraction": 1.0,
+                      "--use-precision-aware-optimizer": True})
     # The model keeps 16-bit gradients (memory.WEIGHT_BYTES, GRAD_BYTES), as the NeMo performance
     # recipes run them (grad_reduce_in_fp32 False); Megatron-LM would otherwise accumulate and reduce
     # bf16 models' gradients in fp32 (arguments.py: 'bfloat16 requires gradient accumulation and
@@ -335,17 +362,98 @@ def _ep_overlapped(framework: str, job: TrainJob) -> bool:
     return True
 
 
+def _environment_of(lines: str) -> dict[str, str | None]:
+    """The variables a script's ``export NAME=value`` / ``unset NAME`` lines set (None: unset)."""
+    out: dict[str, str | None] = {}
+    for line in lines.splitlines():
+        words = line.split()
+        if words[:1] == ["export"]:
+            name, _, value = words[1].partition("=")
+            out[name] = value
+        elif words[:1] == ["unset"]:
+            out[words[1]] = None
+    return out
+
+
+def _refuse_broken(framework: str, broken: list[str], what: str) -> None:
+    """One line naming the first broken rule in the framework's words, with its source."""
+    from .vendored import rule
+
+    if broken:
+        raise ExportError(rule(framework, broken[0]).refusal(what))
+
+
+def megatron_environment(job: TrainJob, items: dict[str, object]) -> str:
+    """The environment validate_args checks, as shell lines: CUDA_DEVICE_MAX_CONNECTIONS=1 with
+    tensor or context parallelism (rule tp-cp-max-connections: asserted before Blackwell, and
+    harmless after), unset under Megatron-FSDP (rule fsdp-max-connections, asserted on every
+    device); with the MoE exchange overlap Megatron only warns and leaves the choice open."""
+    from .vendored import rule
+
+    p = job.plan
+    if "--use-megatron-fsdp" in items:
+        why = rule("megatron", "fsdp-max-connections")
+        return f"# {why.reason} ({why.source})\nunset CUDA_DEVICE_MAX_CONNECTIONS\n"
+    if (p.tp > 1 or p.cp > 1) and "--overlap-moe-expert-parallel-comm" not in items:
+        why = rule("megatron", "tp-cp-max-connections")
+        return f"# {why.reason} ({why.source.split(' (')[0]})\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+    return ""
+
+
+def megatron_broken_rules(items: dict[str, object], environment: dict[str, str | None], num_layers: int,
+                          blackwell: bool = False) -> list[str]:
+    """The vendored Megatron-LM rules (flags/megatron-lm.yaml ``rules``) that a launch with these flags
+    and environment (name -> value, None: unset) breaks, as validate_args and the model builders at
+    core_v0.19.0 check them; empty when Megatron accepts it."""
+    broken = []
+    connections = environment.get("CUDA_DEVICE_MAX_CONNECTIONS")
+    fsdp = "--use-megatron-fsdp" in items
+    if "--save" in items and not int(items.get("--save-interval") or 0) > 0:
+        broken.append("save-interval")
+    if fsdp and connections == "1":
+        broken.append("fsdp-max-connections")
+    if fsdp and items.get("--ckpt-format") != "fsdp_dtensor":
+        broken.append("fsdp-ckpt-format")
+    parallel = int(items.get("--tensor-model-parallel-size", 1)) > 1 or int(items.get("--context-parallel-size", 1)) > 1
+    if parallel and not (blackwell or fsdp or "--overlap-moe-expert-parallel-comm" in items) and connections != "1":
+        broken.append("tp-cp-max-connections")
+    if "--optimizer-cpu-offload" in items and "--use-precision-aware-optimizer" not in items:
+        broken.append("offload-precision-aware")
+    pp = int(items.get("--pipeline-model-parallel-size", 1))
+    layout = items.get("--pipeline-model-parallel-layout")
+    if layout:
+        stages = str(layout).split("|")
+        flat = "".join(stages)
+        if (len(stages) % pp or flat[:1] != "E" or flat[-1:] != "L" or flat.count("E") != 1 or flat.count("L") != 1
+                or flat.count("t") != num_layers):
+            broken.append("layout")
+    elif pp > 1:
+        slots = num_layers + ("--account-for-embedding-in-pipeline-split" in items) + \
+            ("--account-for-loss-in-pipeline-split" in items)
+        if slots % pp:
+            broken.append("pipeline-divisible")
+        elif slots // pp % int(items.get("--num-virtual-stages-per-pipeline-rank", 1)):
+            broken.append("virtual-divisible")
+    return broken
+
+
 def megatron(job: TrainJob) -> dict[str, str]:
     """``megatron.sh``: torchrun + pretrain_gpt.py with the plan as Megatron-LM flags."""
     _architecture_supported("Megatron-LM", job.spec)
     items = {**_megatron_model(job.spec, job.work.seq_len), **_megatron_parallel(job), **_megatron_memory(job),
              "--tokenizer-type": "HuggingFaceTokenizer", "--tokenizer-model": "$TOKENIZER",
-             "--data-path": "$DATA_PATH", "--save": "$CHECKPOINT_DIR"}
+             "--data-path": "$DATA_PATH", "--save": "$CHECKPOINT_DIR",
+             # validate_args asserts a positive --save-interval with --save (rule save-interval): one
+             # checkpoint at the end of the run; lower it to save more often.
+             "--save-interval": job.steps}
     checked("megatron", items)
     run = (f"Run from a Megatron-LM checkout on each of the {job.nodes} node(s), with NODE_RANK, MASTER_ADDR, "
            "TOKENIZER (a Hugging Face id or path), DATA_PATH and CHECKPOINT_DIR set.")
     script = _header("megatron", job, run) + ': "${TOKENIZER:?}" "${DATA_PATH:?}" "${CHECKPOINT_DIR:?}"\n'
-    script += command(_torchrun(job) + ["pretrain_gpt.py"], items)
+    environment = megatron_environment(job, items)
+    _refuse_broken("megatron", megatron_broken_rules(items, _environment_of(environment), job.spec.num_layers),
+                   "this launch")
+    script += environment + command(_torchrun(job) + ["pretrain_gpt.py"], items)
     return {"megatron.sh": script}
 
 

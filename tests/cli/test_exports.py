@@ -299,3 +299,147 @@ def test_recompute_modules_are_written_as_megatron_names_them(tmp_path, capsys):
     assert words[words.index("--recompute-granularity") + 1] == "selective" and "--moe-grouped-gemm" in words
     nemo = _export(argv, "nemo", tmp_path / "n", capsys)[0].read_text()
     assert "model.recompute_modules=[core_attn,layernorm,mla_up_proj,moe_act]" in nemo
+
+
+# --- the frameworks' own validation rules (issue 32), each vendored with its source -----------------
+
+def _words(path: Path) -> list[str]:
+    return shlex.split(path.read_text().replace("\\\n", " "), comments=True)
+
+
+def _value(words: list[str], flag: str) -> str:
+    return words[words.index(flag) + 1]
+
+
+def test_every_vendored_rule_cites_its_source_and_is_checked_by_a_writer():
+    """Each rule has the framework's reason and a file:line at the vendored version, and a writer uses it."""
+    import perfmodel.exports.training as training
+
+    code = Path(training.__file__).read_text()
+    for framework in ("megatron", "nemo", "torchtitan", "deepspeed"):
+        for name, entry in vendored(framework).rules.items():
+            assert entry["reason"] and ".py:" in entry["source"], (framework, name)
+            assert f'"{name}"' in code, f"{framework} rule {name} is checked by no writer"
+
+
+MEGATRON_8B = ["estimate", "train", "--model", "llama-3.1-8b", "--devices", "8", "--pp", "1", "--recompute", "full",
+               "--global-batch", "64"]
+
+
+def test_megatron_save_comes_with_a_save_interval(tmp_path, capsys):
+    """validate_args asserts a positive --save-interval whenever --save is given (arguments.py:1321-1323)."""
+    words = _words(_export(MEGATRON_8B + ["--tp", "1", "--zero", "1"], "megatron", tmp_path / "m", capsys)[0])
+    assert "--save" in words and int(_value(words, "--save-interval")) > 0
+
+
+@pytest.mark.parametrize("parallel,expected", [
+    (["--tp", "2", "--zero", "1"], "export CUDA_DEVICE_MAX_CONNECTIONS=1"),
+    (["--tp", "1", "--cp", "2", "--zero", "1", "--seq-len", "16384"], "export CUDA_DEVICE_MAX_CONNECTIONS=1"),
+    (["--tp", "2", "--zero", "3"], "unset CUDA_DEVICE_MAX_CONNECTIONS"),
+    (["--tp", "1", "--zero", "1"], None)])
+def test_megatron_script_sets_the_connections_validate_args_asserts(parallel, expected, tmp_path, capsys):
+    """TP or CP needs CUDA_DEVICE_MAX_CONNECTIONS=1 (arguments.py:1413-1439); Megatron-FSDP needs it
+    unset or above 1 (arguments.py:1143-1144); neither: the script leaves it alone."""
+    text = _export(MEGATRON_8B + parallel, "megatron", tmp_path / "m", capsys)[0].read_text()
+    lines = [line for line in text.splitlines() if "CUDA_DEVICE_MAX_CONNECTIONS" in line and not line.startswith("#")]
+    assert lines == ([expected] if expected else [])
+    if expected:
+        assert text.index(expected) < text.index("torchrun")
+
+
+def test_megatron_fsdp_writes_its_checkpoint_format(tmp_path, capsys):
+    """'Megatron-FSDP requires the `fsdp_dtensor` checkpointing format.' (arguments.py:1146-1147)."""
+    words = _words(_export(MEGATRON_8B + ["--tp", "1", "--zero", "2"], "megatron", tmp_path / "m", capsys)[0])
+    assert "--use-megatron-fsdp" in words and _value(words, "--ckpt-format") == "fsdp_dtensor"
+    words = _words(_export(MEGATRON_8B + ["--tp", "1", "--zero", "1"], "megatron", tmp_path / "d", capsys)[0])
+    assert "--ckpt-format" not in words
+
+
+def test_megatron_optimizer_offload_uses_the_precision_aware_optimizer(tmp_path, capsys):
+    """'The optimizer cpu offload must be used in conjunction with --use-precision-aware-optimizer'
+    (arguments.py:1802-1806)."""
+    argv = MEGATRON_8B + ["--tp", "1", "--zero", "1", "--offload-optimizer", "ddr"]
+    words = _words(_export(argv, "megatron", tmp_path / "m", capsys)[0])
+    assert "--optimizer-cpu-offload" in words and "--use-precision-aware-optimizer" in words
+
+
+def _megatron_stages(words: list[str], num_layers: int, pp: int) -> list[int]:
+    """Decoder layers per virtual stage as Megatron-Core reads the written flags, with its own checks:
+    a layout (pipeline_parallel_layer_layout.py:39-45, 93-109) or the even split (arguments.py:951-964,
+    transformer_block.py:141-172)."""
+    if "--pipeline-model-parallel-layout" in words:
+        stages = _value(words, "--pipeline-model-parallel-layout").split("|")
+        flat = "".join(stages)
+        assert len(stages) % pp == 0 and flat[0] == "E" and flat[-1] == "L"
+        assert flat.count("E") == flat.count("L") == 1 and flat.count("t") == num_layers
+        return [stage.count("t") for stage in stages]
+    assert "--account-for-embedding-in-pipeline-split" not in words or "--account-for-loss-in-pipeline-split" in words
+    ends = 2 * ("--account-for-embedding-in-pipeline-split" in words)
+    vp = int(_value(words, "--num-virtual-stages-per-pipeline-rank")) if "--num-virtual-stages-per-pipeline-rank" \
+        in words else 1
+    assert (num_layers + ends) % pp == 0 and (num_layers + ends) // pp % vp == 0
+    chunks = [(num_layers + ends) // (pp * vp)] * (pp * vp)
+    chunks[0] -= ends // 2
+    chunks[-1] -= ends // 2
+    return chunks
+
+
+@pytest.mark.parametrize("pipeline", [["--pp", "8"], ["--pp", "8", "--interleave", "4"],
+                                      ["--pp", "16", "--interleave", "8", "--ends-as-layers"],
+                                      ["--pp", "8", "--ends-as-layers"]])
+def test_megatron_405b_pipeline_split_is_what_megatron_accepts_and_the_plan_says(pipeline, tmp_path, capsys):
+    """126 layers over pp 8: 'num_layers=126 should be divisible by pipeline_model_parallel_size=8'
+    (transformer_block.py:150-152) unless the split is written as a layout; each rank then holds the
+    layers the plan puts on it (perfmodel.memory.layers_on_stage)."""
+    from perfmodel.memory import layers_on_stage
+
+    argv = ["estimate", "train", "--model", "llama-3.1-405b", "--devices", "2048", "--tp", "8", "--zero", "1",
+            "--recompute", "full", "--global-batch", "512", *pipeline]
+    words = _words(_export(argv, "megatron", tmp_path / "m", capsys)[0])
+    pp = int(pipeline[1])
+    chunks = _megatron_stages(words, 126, pp)
+    per_rank = [sum(chunks[rank::pp]) for rank in range(pp)]
+    ends = "--ends-as-layers" in pipeline
+    assert per_rank == [int(layers_on_stage(126, pp, rank, ends)) for rank in range(pp)]
+    nemo = _export(argv, "nemo", tmp_path / "n", capsys)[0].read_text()
+    if "--pipeline-model-parallel-layout" in words:
+        assert f"model.pipeline_model_parallel_layout={_value(words, '--pipeline-model-parallel-layout')}" in nemo
+
+
+def test_megatron_rules_catch_each_launch_megatron_refuses():
+    """Each vendored Megatron-LM rule, broken alone, is caught before a file is written."""
+    from perfmodel.exports.training import megatron_broken_rules
+
+    ok = {"--tensor-model-parallel-size": 1, "--pipeline-model-parallel-size": 1, "--context-parallel-size": 1,
+          "--save": "$CHECKPOINT_DIR", "--save-interval": 10}
+    assert megatron_broken_rules(ok, {}, 80) == []
+    cases = [({"--save-interval": None}, {}, "save-interval"),
+             ({"--tensor-model-parallel-size": 8}, {}, "tp-cp-max-connections"),
+             ({"--context-parallel-size": 2}, {}, "tp-cp-max-connections"),
+             ({"--use-megatron-fsdp": True, "--ckpt-format": "fsdp_dtensor"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
+              "fsdp-max-connections"),
+             ({"--use-megatron-fsdp": True}, {}, "fsdp-ckpt-format"),
+             ({"--optimizer-cpu-offload": True}, {}, "offload-precision-aware"),
+             ({"--pipeline-model-parallel-size": 8}, {}, "pipeline-divisible"),
+             ({"--pipeline-model-parallel-size": 4, "--num-virtual-stages-per-pipeline-rank": 3}, {},
+              "virtual-divisible"),
+             ({"--pipeline-model-parallel-size": 2, "--pipeline-model-parallel-layout": "Ett|tL"}, {}, "layout")]
+    for change, environment, name in cases:
+        assert megatron_broken_rules({**ok, **change}, environment, 126 if name == "pipeline-divisible" else 80) \
+            == [name], name
+    tp8 = {**ok, "--tensor-model-parallel-size": 8}
+    assert megatron_broken_rules(tp8, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, 80) == []
+    assert megatron_broken_rules(tp8, {}, 80, blackwell=True) == []
+    ends = {"--account-for-embedding-in-pipeline-split": True, "--account-for-loss-in-pipeline-split": True}
+    assert megatron_broken_rules({**ok, "--pipeline-model-parallel-size": 8, **ends}, {}, 126) == []
+
+
+def test_a_broken_rule_is_refused_in_one_line_with_the_framework_reason():
+    from perfmodel.exports.training import _refuse_broken
+    from perfmodel.exports import ExportError
+
+    with pytest.raises(ExportError) as info:
+        _refuse_broken("megatron", ["fsdp-ckpt-format"], "this launch")
+    message = str(info.value)
+    assert "\n" not in message and "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format." in message
+    assert "megatron/training/arguments.py:1146-1147" in message and "core_v0.19.0" in message
