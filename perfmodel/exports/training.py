@@ -383,6 +383,14 @@ def _refuse_broken(framework: str, broken: list[str], what: str) -> None:
         raise ExportError(rule(framework, broken[0]).refusal(what))
 
 
+def _unset_connections(framework: str) -> str:
+    """Shell lines leaving CUDA_DEVICE_MAX_CONNECTIONS unset, as Megatron-FSDP asserts (rule fsdp-max-connections)."""
+    from .vendored import rule
+
+    why = rule(framework, "fsdp-max-connections")
+    return f"# {why.reason} ({why.source})\nunset CUDA_DEVICE_MAX_CONNECTIONS\n"
+
+
 def megatron_environment(job: TrainJob, items: dict[str, object]) -> str:
     """The environment validate_args checks, as shell lines: CUDA_DEVICE_MAX_CONNECTIONS=1 with
     tensor or context parallelism (rule tp-cp-max-connections: asserted before Blackwell, and
@@ -392,8 +400,7 @@ def megatron_environment(job: TrainJob, items: dict[str, object]) -> str:
 
     p = job.plan
     if "--use-megatron-fsdp" in items:
-        why = rule("megatron", "fsdp-max-connections")
-        return f"# {why.reason} ({why.source})\nunset CUDA_DEVICE_MAX_CONNECTIONS\n"
+        return _unset_connections("megatron")
     if (p.tp > 1 or p.cp > 1) and "--overlap-moe-expert-parallel-comm" not in items:
         why = rule("megatron", "tp-cp-max-connections")
         return f"# {why.reason} ({why.source.split(' (')[0]})\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n"
@@ -508,7 +515,7 @@ def nemo(job: TrainJob) -> dict[str, str]:
         items.update({"model.recompute_method": "uniform", "model.recompute_num_layers": 1})
     if p.zero >= 2:
         items.update({"ddp.use_megatron_fsdp": True, "ddp.data_parallel_sharding_strategy":
-                      "optim_grads" if p.zero == 2 else "optim_grads_params"})
+                      "optim_grads" if p.zero == 2 else "optim_grads_params", "checkpoint.ckpt_format": "fsdp_dtensor"})
     hybrid = _hybrid_groups("Megatron-Bridge", job)
     if hybrid:
         items["ddp.num_distributed_optimizer_instances"] = hybrid[0]
@@ -517,15 +524,33 @@ def nemo(job: TrainJob) -> dict[str, str]:
     if job.spec.moe:
         items.update({"model.expert_model_parallel_size": int(p.ep), "model.expert_tensor_parallel_size": job.etp})
     if _offload_to_ddr_only("Megatron-Bridge", job, "optimizer.optimizer_cpu_offload"):
-        items.update({"optimizer.optimizer_cpu_offload": True, "optimizer.optimizer_offload_fraction": 1.0})
+        items.update({"optimizer.optimizer_cpu_offload": True, "optimizer.optimizer_offload_fraction": 1.0,
+                      "optimizer.use_precision_aware_optimizer": True})
     overrides = {k: v for k, v in items.items() if v is not None}
     checked("nemo", overrides, "keys")
+    environment = _unset_connections("nemo") if p.zero >= 2 else ""
+    _refuse_broken("nemo", bridge_broken_rules(overrides, _environment_of(environment)), "this launch")
     run = (f"Run from a Megatron-Bridge checkout on each of the {job.nodes} node(s), with NODE_RANK and MASTER_ADDR "
            "set; --dataset mock until you point the recipe at your data.")
     words = _torchrun(job) + ["scripts/training/run_recipe.py", "--recipe", recipe, "--mode", "pretrain",
                               "--dataset", "mock"]
     lines = [" ".join(words)] + [shlex.quote(f"{k}={_override(v)}") for k, v in overrides.items()]
-    return {"nemo.sh": _header("nemo", job, run) + " \\\n  ".join(lines) + "\n"}
+    return {"nemo.sh": _header("nemo", job, run) + environment + " \\\n  ".join(lines) + "\n"}
+
+
+def bridge_broken_rules(overrides: dict[str, object], environment: dict[str, str | None]) -> list[str]:
+    """The vendored Megatron-Bridge rules (flags/megatron-bridge.yaml ``rules``) that these recipe
+    overrides and environment break, as ConfigContainer.validate and Megatron-Core check them at v0.6.0."""
+    broken = []
+    if overrides.get("ddp.use_megatron_fsdp"):
+        if overrides.get("checkpoint.ckpt_format") != "fsdp_dtensor":
+            broken.append("fsdp-ckpt-format")
+        if environment.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
+            broken.append("fsdp-max-connections")
+    optimizer = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("optimizer.")}
+    if optimizer.get("optimizer_cpu_offload") and not optimizer.get("use_precision_aware_optimizer"):
+        broken.append("offload-precision-aware")
+    return broken
 
 
 def _override(value) -> str:

@@ -443,3 +443,43 @@ def test_a_broken_rule_is_refused_in_one_line_with_the_framework_reason():
     message = str(info.value)
     assert "\n" not in message and "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format." in message
     assert "megatron/training/arguments.py:1146-1147" in message and "core_v0.19.0" in message
+
+
+NEMO_8B = ["estimate", "train", "--model", "llama-3.1-8b", "--devices", "8", "--pp", "1", "--recompute", "full",
+           "--global-batch", "64"]
+
+
+def _overrides(path: Path) -> dict[str, str]:
+    return dict(w.split("=", 1) for w in _words(path) if "=" in w and not w.startswith("-"))
+
+
+def test_nemo_megatron_fsdp_writes_its_checkpoint_format_and_leaves_connections_unset(tmp_path, capsys):
+    """'Megatron-FSDP requires the fsdp_dtensor checkpointing format!' and 'FSDP requires
+    CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.' (Megatron-Bridge v0.6.0 config.py:1096-1103)."""
+    path = _export(NEMO_8B + ["--tp", "1", "--zero", "3"], "nemo", tmp_path / "n", capsys)[0]
+    overrides = _overrides(path)
+    assert overrides["ddp.use_megatron_fsdp"] == "true" and overrides["checkpoint.ckpt_format"] == "fsdp_dtensor"
+    assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in path.read_text().splitlines()
+    plain = _export(NEMO_8B + ["--tp", "1", "--zero", "1"], "nemo", tmp_path / "d", capsys)[0]
+    assert "checkpoint.ckpt_format" not in _overrides(plain) and "CUDA_DEVICE_MAX" not in plain.read_text()
+
+
+def test_nemo_optimizer_offload_uses_the_precision_aware_optimizer(tmp_path, capsys):
+    """The recipes set use_precision_aware_optimizer=False; the hybrid device optimizer needs it on
+    (Megatron-Core arguments.py:1786-1790 at the commit Megatron-Bridge v0.6.0 pins)."""
+    argv = NEMO_8B + ["--tp", "1", "--zero", "1", "--offload-optimizer", "ddr"]
+    overrides = _overrides(_export(argv, "nemo", tmp_path / "n", capsys)[0])
+    assert overrides["optimizer.optimizer_cpu_offload"] == "true"
+    assert overrides["optimizer.use_precision_aware_optimizer"] == "true"
+
+
+def test_nemo_rules_catch_each_launch_megatron_bridge_refuses():
+    from perfmodel.exports.training import bridge_broken_rules
+
+    fsdp = {"ddp.use_megatron_fsdp": True, "checkpoint.ckpt_format": "fsdp_dtensor"}
+    assert bridge_broken_rules(fsdp, {}) == []
+    assert bridge_broken_rules({"ddp.use_megatron_fsdp": True}, {}) == ["fsdp-ckpt-format"]
+    assert bridge_broken_rules(fsdp, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}) == ["fsdp-max-connections"]
+    assert bridge_broken_rules({"optimizer.optimizer_cpu_offload": True}, {}) == ["offload-precision-aware"]
+    assert bridge_broken_rules({"optimizer.optimizer_cpu_offload": True,
+                                "optimizer.use_precision_aware_optimizer": True}, {}) == []
