@@ -595,6 +595,108 @@ def _titan_shard(job: TrainJob) -> int:
     return size // int(p.cp)
 
 
+def titan_even_split(effective_layers: int, stages: int) -> list[int]:
+    """Effective layers per stage as torchtitan splits them by itself (rule even-split): the same
+    share each, the remainder one each to the first stages."""
+    q, extra = divmod(effective_layers, stages)
+    return [q + (i < extra) for i in range(stages)]
+
+
+def titan_stage_count(effective_layers: int, pp: int, layers_per_stage: int | None, multi_stage: bool) -> int:
+    """The virtual stages torchtitan builds from its flags (rules virtual-stages-divisible,
+    stages-per-rank): ceil(effective / layers_per_stage), or 1 (2 for a multi-stage schedule) per rank."""
+    if layers_per_stage is None:
+        return pp * (2 if multi_stage else 1)
+    return -(-effective_layers // layers_per_stage)
+
+
+def titan_planned_layers(job: TrainJob) -> list[int]:
+    """Transformer layers of each virtual stage under the plan (chunk_slots without the embedding,
+    loss and MTP slots; torchtitan builds no MTP module)."""
+    ends = int(bool(job.plan.ends_as_layers) and job.plan.pp > 1)
+    layers = chunk_slots(job)
+    layers[0] -= ends
+    layers[-1] -= ends * (1 + job.spec.mtp_layers)
+    return layers
+
+
+def titan_pipeline_split(job: TrainJob) -> dict[str, object]:
+    """torchtitan's [parallelism] keys that build the plan's virtual stages (titan_planned_layers):
+    the embedding and output weights (rule stage-weights: 1 each by default, the plan's
+    --ends-as-layers here) and pipeline_parallel_layers_per_stage where torchtitan's own split is the
+    plan's; else (an uneven split, whose longer stages torchtitan would put first, or stages its
+    layers_per_stage cannot count) each stage's modules as module_fqns_per_model_part."""
+    p, spec = job.plan, job.spec
+    ends, multi = int(bool(p.ends_as_layers)), int(p.interleave) > 1
+    planned = titan_planned_layers(job)
+    keys: dict[str, object] = {"pipeline_parallel_first_stage_less_layers": ends,
+                               "pipeline_parallel_last_stage_less_layers": ends}
+    if multi:
+        keys["pipeline_parallel_layers_per_stage"] = -(-(spec.num_layers + 2 * ends) // len(planned))
+    if titan_stage_layers({**keys, "pipeline_parallel_degree": int(p.pp)}, spec.num_layers, multi) == planned:
+        return keys
+    if min(planned[1:-1] or [1]) < 1 or min(planned) < 0:
+        return {"module_fqns_per_model_part": [[] for _ in planned]}     # refused by titan_broken_rules
+    starts = [sum(planned[:k]) for k in range(len(planned))]
+    modules = [[f"layers.{i}" for i in range(start, start + n)] for start, n in zip(starts, planned)]
+    modules[0].insert(0, "tok_embeddings")
+    modules[-1] += ["norm", "output"]
+    return {"module_fqns_per_model_part": modules}
+
+
+def titan_stage_layers(parallelism: dict[str, object], num_layers: int, multi_stage: bool) -> list[int] | None:
+    """Transformer layers of each virtual stage as torchtitan v0.2.2 builds them from these
+    [parallelism] keys (pipeline_parallel.py:59-121, 236-344); None where its stage count is not a
+    multiple of the pipeline degree or a stage would be empty (it raises there)."""
+    pp = int(parallelism.get("pipeline_parallel_degree", 1))
+    listed = parallelism.get("module_fqns_per_model_part")
+    if listed:
+        layers = [sum(str(m).startswith("layers.") for m in stage) for stage in listed]
+        return layers if len(layers) % pp == 0 and all(listed) else None
+    first = int(parallelism.get("pipeline_parallel_first_stage_less_layers", 1))
+    last = int(parallelism.get("pipeline_parallel_last_stage_less_layers", 1))
+    effective = num_layers + first + last
+    per_stage = parallelism.get("pipeline_parallel_layers_per_stage")
+    stages = titan_stage_count(effective, pp, int(per_stage) if per_stage else None, multi_stage)
+    split = titan_even_split(effective, stages)
+    if stages % pp or min(split) < max(1, first, last):
+        return None
+    split[0] -= first
+    split[-1] -= last
+    return split
+
+
+def titan_broken_rules(parallelism: dict[str, object], num_layers: int, planned: list[int]) -> list[str]:
+    """The vendored torchtitan rules (flags/torchtitan.yaml ``rules``) these [parallelism] keys break
+    for a plan with ``planned`` layers per virtual stage: what torchtitan raises on, and a split
+    other than the plan's."""
+    pp = int(parallelism.get("pipeline_parallel_degree", 1))
+    multi = parallelism.get("pipeline_parallel_schedule", "1F1B") != "1F1B"
+    if pp <= 1:
+        return []
+    listed = parallelism.get("module_fqns_per_model_part")
+    if listed and not all(listed):
+        return ["empty-stage"]
+    built = titan_stage_layers(parallelism, num_layers, multi)
+    if built is None:
+        divides = listed or _titan_divides(parallelism, num_layers, multi)
+        return ["empty-stage" if divides else "virtual-stages-divisible"]
+    if (len(built) // pp != 1) if not multi else (len(built) // pp < 2):
+        return ["stages-per-rank"]
+    if built != planned:
+        defaults = "pipeline_parallel_first_stage_less_layers" not in parallelism and not listed
+        return ["stage-weights" if defaults else "even-split"]
+    return []
+
+
+def _titan_divides(parallelism: dict[str, object], num_layers: int, multi_stage: bool) -> bool:
+    effective = num_layers + int(parallelism.get("pipeline_parallel_first_stage_less_layers", 1)) + int(
+        parallelism.get("pipeline_parallel_last_stage_less_layers", 1))
+    per_stage = parallelism.get("pipeline_parallel_layers_per_stage")
+    pp = int(parallelism.get("pipeline_parallel_degree", 1))
+    return titan_stage_count(effective, pp, int(per_stage) if per_stage else None, multi_stage) % pp == 0
+
+
 def torchtitan(job: TrainJob) -> dict[str, str]:
     """``torchtitan.toml`` and ``torchtitan.sh``: the plan as a torchtitan job config."""
     model = TITAN_MODELS.get(job.spec.name)
@@ -632,12 +734,11 @@ def torchtitan(job: TrainJob) -> dict[str, str]:
         "tensor_parallel_degree": int(p.tp), "context_parallel_degree": int(p.cp), "pipeline_parallel_degree": pp}
     if pp > 1:
         parallelism.update({"pipeline_parallel_schedule": "Interleaved1F1B" if p.interleave > 1 else "1F1B",
-                            "pipeline_parallel_microbatch_size": int(p.micro_batch)})
-        if p.interleave > 1:
-            ends = 2 if p.ends_as_layers else 0
-            parallelism["pipeline_parallel_layers_per_stage"] = (job.spec.num_layers + ends) // (pp * int(p.interleave))
+                            "pipeline_parallel_microbatch_size": int(p.micro_batch), **titan_pipeline_split(job)})
     if job.spec.moe:
         parallelism.update({"expert_parallel_degree": int(p.ep), "expert_tensor_parallel_degree": job.etp})
+    _refuse_broken("torchtitan", titan_broken_rules(parallelism, job.spec.num_layers, titan_planned_layers(job)),
+                   f"the plan's {pp} x {int(p.interleave)} pipeline stages")
     name, flavor = model
     sections: dict[str, dict[str, object]] = {
         "job": {"description": job.describe()[:200], "dump_folder": "./outputs"},

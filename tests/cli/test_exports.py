@@ -6,6 +6,7 @@ rewrites the golden files (review the diff)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import tomllib
@@ -483,3 +484,82 @@ def test_nemo_rules_catch_each_launch_megatron_bridge_refuses():
     assert bridge_broken_rules({"optimizer.optimizer_cpu_offload": True}, {}) == ["offload-precision-aware"]
     assert bridge_broken_rules({"optimizer.optimizer_cpu_offload": True,
                                 "optimizer.use_precision_aware_optimizer": True}, {}) == []
+
+
+def _torchtitan_stages(parallelism: dict, num_layers: int) -> list[int]:
+    """Transformer layers per virtual stage as torchtitan v0.2.2 builds them from [parallelism], with
+    its own checks (pipeline_parallel.py:59-121 and 236-344, re-derived here independently of the writer)."""
+    pp = parallelism["pipeline_parallel_degree"]
+    multi = parallelism["pipeline_parallel_schedule"] != "1F1B"
+    if "module_fqns_per_model_part" in parallelism:
+        stages = parallelism["module_fqns_per_model_part"]
+        flat = [m for stage in stages for m in stage]
+        assert flat == ["tok_embeddings", *[f"layers.{i}" for i in range(num_layers)], "norm", "output"]
+        assert all(stages) and len(stages) % pp == 0
+        sizes = [sum(m.startswith("layers.") for m in stage) for stage in stages]
+    else:
+        first = parallelism.get("pipeline_parallel_first_stage_less_layers", 1)
+        last = parallelism.get("pipeline_parallel_last_stage_less_layers", 1)
+        effective = num_layers + first + last
+        per_stage = parallelism.get("pipeline_parallel_layers_per_stage")
+        count = math.ceil(effective / per_stage) if per_stage else pp * (2 if multi else 1)
+        assert count % pp == 0, f"Number of virtual stages ({count}) must be divisible by pipeline parallel size ({pp})"
+        base, extra = divmod(effective, count)
+        sizes = [base + (i < extra) for i in range(count)]
+        assert min(sizes) >= max(1, first, last)
+        sizes[0] -= first
+        sizes[-1] -= last
+    assert len(sizes) // pp == 1 if not multi else len(sizes) // pp >= 2
+    return sizes
+
+
+@pytest.mark.parametrize("model,layers,pipeline", [
+    ("llama-3.1-70b", 80, ["--pp", "4", "--interleave", "2"]),
+    ("llama-3.1-70b", 80, ["--pp", "4", "--interleave", "2", "--ends-as-layers"]),
+    ("llama-3.1-70b", 80, ["--pp", "4", "--ends-as-layers"]),
+    ("llama-3.1-70b", 80, ["--pp", "8"]),
+    ("llama-3.1-405b", 126, ["--pp", "8", "--interleave", "8"]),
+    ("llama-3.1-405b", 126, ["--pp", "8"]),
+    ("llama-3.1-405b", 126, ["--pp", "16", "--interleave", "8", "--ends-as-layers"])])
+def test_torchtitan_builds_the_planned_pipeline_stages(model, layers, pipeline, tmp_path, capsys):
+    """torchtitan runs pp x interleave virtual stages holding the layers the plan puts on each rank:
+    not 'Number of virtual stages (9) must be divisible by pipeline parallel size (4)' (70B, the
+    default one-layer allowance for the first and last stage ignored), nor 128 stages for 405B's
+    planned 8 per rank."""
+    from perfmodel.memory import layers_on_stage
+
+    devices = "2048" if model.endswith("405b") else "1024"
+    argv = ["estimate", "train", "--model", model, "--devices", devices, "--tp", "8", "--zero", "1",
+            "--recompute", "full", "--global-batch", "512", *pipeline]
+    files = {f.name: f for f in _export(argv, "torchtitan", tmp_path / "t", capsys)}
+    parallelism = tomllib.loads(files["torchtitan.toml"].read_text())["parallelism"]
+    pp = int(pipeline[1])
+    interleave = int(pipeline[3]) if "--interleave" in pipeline else 1
+    sizes = _torchtitan_stages(parallelism, layers)
+    assert len(sizes) == pp * interleave
+    ends = "--ends-as-layers" in pipeline
+    assert [sum(sizes[rank::pp]) for rank in range(pp)] == [int(layers_on_stage(layers, pp, rank, ends))
+                                                            for rank in range(pp)]
+
+
+def test_torchtitan_rules_catch_the_splits_it_would_refuse_or_change():
+    """The split the exporter wrote before issue 32 is caught, each rule by name."""
+    from perfmodel.exports.training import titan_broken_rules
+
+    old_70b = {"pipeline_parallel_degree": 4, "pipeline_parallel_schedule": "Interleaved1F1B",
+               "pipeline_parallel_layers_per_stage": 10}
+    assert titan_broken_rules(old_70b, 80, [10] * 8) == ["virtual-stages-divisible"]
+    old_405b = {"pipeline_parallel_degree": 8, "pipeline_parallel_schedule": "Interleaved1F1B",
+                "pipeline_parallel_layers_per_stage": 1}
+    planned = [1] + [2] * 62 + [1]
+    assert titan_broken_rules(old_405b, 126, planned) == ["stage-weights"]
+    one_f_one_b = {"pipeline_parallel_degree": 4, "pipeline_parallel_schedule": "1F1B",
+                   "pipeline_parallel_layers_per_stage": 10}
+    assert titan_broken_rules({**one_f_one_b, "pipeline_parallel_first_stage_less_layers": 0,
+                               "pipeline_parallel_last_stage_less_layers": 0}, 80, [20] * 4) == ["stages-per-rank"]
+    assert titan_broken_rules({"pipeline_parallel_degree": 2, "pipeline_parallel_schedule": "1F1B",
+                               "module_fqns_per_model_part": [["tok_embeddings"], []]}, 0, [0, 0]) == ["empty-stage"]
+    uneven = {"pipeline_parallel_degree": 4, "pipeline_parallel_schedule": "1F1B",
+              "pipeline_parallel_first_stage_less_layers": 0, "pipeline_parallel_last_stage_less_layers": 0}
+    assert titan_broken_rules(uneven, 82, [20, 20, 21, 21]) == ["even-split"]
+    assert titan_broken_rules(uneven, 82, [21, 21, 20, 20]) == []
