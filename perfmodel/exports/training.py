@@ -832,17 +832,53 @@ def deepspeed(job: TrainJob) -> dict[str, str]:
     if p.recompute != "none":
         config["activation_checkpointing"] = {"partition_activations": bool(p.tp > 1), "cpu_checkpointing": False}
     checked("deepspeed", dict(flatten(config)), "keys")
+    # With AutoTP the training script passes the model-parallel unit, so DeepSpeedConfig counts dp ranks.
+    _refuse_broken("deepspeed", deepspeed_broken_rules(config, job.devices // int(p.tp)), "this config")
     mics = (" Build the model under deepspeed.zero.MiCS_Init(config_dict_or_path=ds_config.json) for mics_shard_size."
             if "mics_shard_size" in zero else "")
     run = (f"Run with your DeepSpeed training script (TRAIN_SCRIPT) over a hostfile of {job.nodes} node(s);{mics} "
            + ("activations are recomputed in your model code (deepspeed.checkpointing.checkpoint), "
               f"{p.recompute} as planned." if p.recompute != "none" else "no activation recomputation."))
-    script = _header("deepspeed", job, run) + ': "${TRAIN_SCRIPT:?your DeepSpeed training script}"\n' + command(
+    script = _header("deepspeed", job, run) + deepspeed_mpu_note(job, config) + \
+        ': "${TRAIN_SCRIPT:?your DeepSpeed training script}"\n' + command(
         ["deepspeed", "--num_nodes", str(job.nodes), "--num_gpus", str(job.gpus_per_node), "--hostfile",
          '"${HOSTFILE:-hostfile}"', '"$TRAIN_SCRIPT"'], {"--deepspeed": True, "--deepspeed_config": "ds_config.json"})
     return {"ds_config.json": json.dumps(config, indent=2) + "\n", "deepspeed.sh": script}
 
 
+
+
+def deepspeed_broken_rules(config: dict[str, object], world_size: int) -> list[str]:
+    """The vendored DeepSpeed rules (flags/deepspeed.yaml ``rules``) a ds_config breaks when
+    DeepSpeedConfig sees ``world_size`` data-parallel ranks (rule batch-world-size)."""
+    batch = int(config["train_batch_size"])
+    per_step = int(config["train_micro_batch_size_per_gpu"]) * int(config["gradient_accumulation_steps"])
+    return [] if batch == per_step * world_size else ["batch-world-size"]
+
+
+def deepspeed_mpu_note(job: TrainJob, config: dict[str, object]) -> str:
+    """Comment lines for a tensor-parallel config: without a model-parallel unit DeepSpeedConfig
+    counts every rank as data-parallel and refuses the batch (rule batch-world-size); the exact
+    calls the training script makes so that it counts the dp ranks."""
+    from .vendored import rule
+
+    tp = int(job.plan.tp)
+    if tp <= 1:
+        return ""
+    why = rule("deepspeed", "batch-world-size")
+    micro, steps = config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"]
+    return "\n".join([
+        f"# Tensor parallelism (autotp_size {tp}): train_batch_size {config['train_batch_size']} = {micro} x {steps} x "
+        f"{job.devices // tp} data-parallel ranks, not x {job.devices} ranks. Without a model-parallel unit",
+        f"# DeepSpeed counts every rank and refuses the config: \"{why.reason}\"",
+        f"# ({why.source.split(' (')[0]}). TRAIN_SCRIPT must build the TP groups and pass them as mpu, as",
+        "# DeepSpeed's engine does for AutoTP (deepspeed/runtime/engine.py:653-654):",
+        "#   import deepspeed",
+        "#   from deepspeed.utils import groups",
+        "#   deepspeed.init_distributed()",
+        f"#   groups._init_tp_mesh_device(tensor_model_parallel_size={tp})",
+        "#   engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),",
+        "#                                                  config=\"ds_config.json\", mpu=groups)", ""])
 
 
 WRITERS = {"megatron": megatron, "nemo": nemo, "torchtitan": torchtitan, "deepspeed": deepspeed}

@@ -563,3 +563,36 @@ def test_torchtitan_rules_catch_the_splits_it_would_refuse_or_change():
               "pipeline_parallel_first_stage_less_layers": 0, "pipeline_parallel_last_stage_less_layers": 0}
     assert titan_broken_rules(uneven, 82, [20, 20, 21, 21]) == ["even-split"]
     assert titan_broken_rules(uneven, 82, [21, 21, 20, 20]) == []
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_deepspeed_tensor_parallel_script_says_the_mpu_call(tp, tmp_path, capsys):
+    """With AutoTP the batch holds over the data-parallel ranks only: DeepSpeedConfig's
+    'train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size'
+    (deepspeed/runtime/config.py:912-927) unless the training script passes a model-parallel unit
+    (config.py:697-715); deepspeed.sh says so and gives the call."""
+    argv = ["estimate", "train", "--model", "llama-3.1-8b", "--devices", "8", "--tp", str(tp), "--pp", "1", "--zero",
+            "2", "--offload-optimizer", "ddr", "--global-batch", "64"]
+    files = {f.name: f for f in _export(argv, "deepspeed", tmp_path / "d", capsys)}
+    config = json.loads(files["ds_config.json"].read_text())
+    script = files["deepspeed.sh"].read_text()
+    per_step = config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"]
+    assert config["train_batch_size"] == per_step * 8 // tp
+    if tp == 1:
+        assert "mpu=" not in script and "model-parallel unit" not in script
+        return
+    assert config["train_batch_size"] != per_step * 8          # what DeepSpeed checks without the unit
+    comments = [line[1:].strip() for line in script.splitlines() if line.startswith("#")]
+    assert "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size" in script
+    assert f"groups._init_tp_mesh_device(tensor_model_parallel_size={tp})" in comments
+    call = " ".join(c for c in comments if c.startswith(("engine,", "config=")))
+    assert "deepspeed.initialize(" in call and "mpu=groups" in call and 'config="ds_config.json"' in call
+    assert script.index("mpu=groups") < script.index("deepspeed --num_nodes")
+
+
+def test_deepspeed_rules_catch_a_batch_deepspeed_refuses():
+    from perfmodel.exports.training import deepspeed_broken_rules
+
+    config = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 16}
+    assert deepspeed_broken_rules(config, 4) == []
+    assert deepspeed_broken_rules(config, 8) == ["batch-world-size"]
