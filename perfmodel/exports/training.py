@@ -644,23 +644,27 @@ def titan_pipeline_split(job: TrainJob) -> dict[str, object]:
     return {"module_fqns_per_model_part": modules}
 
 
-def titan_stage_layers(parallelism: dict[str, object], num_layers: int, multi_stage: bool) -> list[int] | None:
+def titan_stage_layers(parallelism: dict[str, object], num_layers: int, multi_stage: bool) -> list[int] | str:
     """Transformer layers of each virtual stage as torchtitan v0.2.2 builds them from these
-    [parallelism] keys (pipeline_parallel.py:59-121, 236-344); None where its stage count is not a
-    multiple of the pipeline degree or a stage would be empty (it raises there)."""
+    [parallelism] keys (pipeline_parallel.py:59-121, 236-344, 456-458), or the name of the rule it
+    raises on (virtual-stages-divisible, empty-stage)."""
     pp = int(parallelism.get("pipeline_parallel_degree", 1))
     listed = parallelism.get("module_fqns_per_model_part")
     if listed:
-        layers = [sum(str(m).startswith("layers.") for m in stage) for stage in listed]
-        return layers if len(layers) % pp == 0 and all(listed) else None
+        if not all(listed):
+            return "empty-stage"
+        return [sum(str(m).startswith("layers.") for m in stage) for stage in listed] if len(listed) % pp == 0 \
+            else "virtual-stages-divisible"
     first = int(parallelism.get("pipeline_parallel_first_stage_less_layers", 1))
     last = int(parallelism.get("pipeline_parallel_last_stage_less_layers", 1))
     effective = num_layers + first + last
     per_stage = parallelism.get("pipeline_parallel_layers_per_stage")
     stages = titan_stage_count(effective, pp, int(per_stage) if per_stage else None, multi_stage)
+    if stages % pp:
+        return "virtual-stages-divisible"
     split = titan_even_split(effective, stages)
-    if stages % pp or min(split) < max(1, first, last):
-        return None
+    if min(split) < max(1, first, last):
+        return "empty-stage"
     split[0] -= first
     split[-1] -= last
     return split
@@ -674,27 +678,15 @@ def titan_broken_rules(parallelism: dict[str, object], num_layers: int, planned:
     multi = parallelism.get("pipeline_parallel_schedule", "1F1B") != "1F1B"
     if pp <= 1:
         return []
-    listed = parallelism.get("module_fqns_per_model_part")
-    if listed and not all(listed):
-        return ["empty-stage"]
     built = titan_stage_layers(parallelism, num_layers, multi)
-    if built is None:
-        divides = listed or _titan_divides(parallelism, num_layers, multi)
-        return ["empty-stage" if divides else "virtual-stages-divisible"]
-    if (len(built) // pp != 1) if not multi else (len(built) // pp < 2):
+    if isinstance(built, str):
+        return [built]
+    if (len(built) // pp < 2) if multi else (len(built) // pp != 1):
         return ["stages-per-rank"]
     if built != planned:
-        defaults = "pipeline_parallel_first_stage_less_layers" not in parallelism and not listed
+        defaults = not ({"pipeline_parallel_first_stage_less_layers", "module_fqns_per_model_part"} & set(parallelism))
         return ["stage-weights" if defaults else "even-split"]
     return []
-
-
-def _titan_divides(parallelism: dict[str, object], num_layers: int, multi_stage: bool) -> bool:
-    effective = num_layers + int(parallelism.get("pipeline_parallel_first_stage_less_layers", 1)) + int(
-        parallelism.get("pipeline_parallel_last_stage_less_layers", 1))
-    per_stage = parallelism.get("pipeline_parallel_layers_per_stage")
-    pp = int(parallelism.get("pipeline_parallel_degree", 1))
-    return titan_stage_count(effective, pp, int(per_stage) if per_stage else None, multi_stage) % pp == 0
 
 
 def torchtitan(job: TrainJob) -> dict[str, str]:
