@@ -479,6 +479,7 @@ BRIDGE_RECIPES = {
     "deepseek-v3": "deepseek_v3_pretrain_256gpu_h100_bf16_32nodes_config",
     "gpt-oss-120b": "gpt_oss_120b_pretrain_64gpu_h100_bf16_config",
 }
+NULL = object()   # a recipe override that sets the field to None (written as Hydra's null)
 BRIDGE_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed"}
 
 
@@ -492,7 +493,7 @@ def nemo(job: TrainJob) -> dict[str, str]:
     ep_overlap, layout = _ep_overlapped("Megatron-Bridge", job), pipeline_layout(job)
     items: dict[str, object] = {
         "model.tensor_model_parallel_size": int(p.tp), "model.pipeline_model_parallel_size": int(p.pp),
-        "model.virtual_pipeline_model_parallel_size": int(p.interleave) if p.interleave > 1 else None,
+        "model.virtual_pipeline_model_parallel_size": int(p.interleave) if p.interleave > 1 else NULL,
         "model.context_parallel_size": int(p.cp), "model.sequence_parallel": bool(p.sp and p.tp > 1),
         "model.cp_comm_type": _cp_comm(p) if p.cp > 1 and _cp_comm(p) != "p2p" else None,
         "model.seq_length": int(job.work.seq_len), "dataset.seq_length": int(job.work.seq_len),
@@ -506,9 +507,10 @@ def nemo(job: TrainJob) -> dict[str, str]:
         "model.overlap_moe_expert_parallel_comm": True if ep_overlap else None,
         "model.moe_token_dispatcher_type": "alltoall" if ep_overlap else None,
         "model.moe_shared_expert_overlap": False if ep_overlap else None,
-        "model.pipeline_model_parallel_layout": layout,
-        "model.account_for_embedding_in_pipeline_split": True if p.ends_as_layers and p.pp > 1 and not layout else None,
-        "model.account_for_loss_in_pipeline_split": True if p.ends_as_layers and p.pp > 1 and not layout else None,
+        # Every pipeline key is written, so the recipe's own split cannot stay (rule recipe-pipeline).
+        "model.pipeline_model_parallel_layout": layout or NULL,
+        "model.account_for_embedding_in_pipeline_split": bool(p.ends_as_layers and p.pp > 1 and not layout),
+        "model.account_for_loss_in_pipeline_split": bool(p.ends_as_layers and p.pp > 1 and not layout),
         "model.recompute_granularity": {"none": None, "modules": "selective"}.get(p.recompute, p.recompute),
         "model.recompute_modules": recompute_modules(job.spec) if p.recompute == "modules" else None}
     if p.recompute == "full":
@@ -527,7 +529,9 @@ def nemo(job: TrainJob) -> dict[str, str]:
         items.update({"optimizer.optimizer_cpu_offload": True, "optimizer.optimizer_offload_fraction": 1.0,
                       "optimizer.use_precision_aware_optimizer": True})
     overrides = {k: v for k, v in items.items() if v is not None}
-    checked("nemo", overrides, "keys")
+    checked("nemo", {k: v for k, v in overrides.items() if v is not NULL}, "keys")
+    unknown_nulls = [k for k, v in overrides.items() if v is NULL and k not in vendored("nemo").keys]
+    assert not unknown_nulls, f"nemo export: {unknown_nulls} are not keys of {vendored('nemo').citation}"
     environment = _unset_connections("nemo") if p.zero >= 2 else ""
     _refuse_broken("nemo", bridge_broken_rules(overrides, _environment_of(environment)), "this launch")
     run = (f"Run from a Megatron-Bridge checkout on each of the {job.nodes} node(s), with NODE_RANK and MASTER_ADDR "
@@ -547,6 +551,16 @@ def bridge_broken_rules(overrides: dict[str, object], environment: dict[str, str
             broken.append("fsdp-ckpt-format")
         if environment.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
             broken.append("fsdp-max-connections")
+    pipeline = ("model.pipeline_model_parallel_layout", "model.virtual_pipeline_model_parallel_size",
+                "model.account_for_embedding_in_pipeline_split", "model.account_for_loss_in_pipeline_split")
+    if not all(key in overrides for key in pipeline):
+        broken.append("recipe-pipeline")
+    layout = overrides.get("model.pipeline_model_parallel_layout")
+    if isinstance(layout, str):
+        vpp = overrides.get("model.virtual_pipeline_model_parallel_size")
+        stages = len(layout.split("|")) // int(overrides.get("model.pipeline_model_parallel_size", 1))
+        if any(overrides.get(key) is True for key in pipeline[2:]) or (isinstance(vpp, int) and vpp != stages):
+            broken.append("layout-conflicts")
     optimizer = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("optimizer.")}
     if optimizer.get("optimizer_cpu_offload") and not optimizer.get("use_precision_aware_optimizer"):
         broken.append("offload-precision-aware")
@@ -554,6 +568,8 @@ def bridge_broken_rules(overrides: dict[str, object], environment: dict[str, str
 
 
 def _override(value) -> str:
+    if value is NULL:                             # Hydra's null: the field set to None
+        return "null"
     if isinstance(value, (list, tuple)):          # Hydra's list syntax: [a,b]
         return "[" + ",".join(_override(v) for v in value) + "]"
     return str(value).lower() if isinstance(value, bool) else str(value)

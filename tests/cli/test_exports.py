@@ -402,9 +402,14 @@ def test_megatron_405b_pipeline_split_is_what_megatron_accepts_and_the_plan_says
     per_rank = [sum(chunks[rank::pp]) for rank in range(pp)]
     ends = "--ends-as-layers" in pipeline
     assert per_rank == [int(layers_on_stage(126, pp, rank, ends)) for rank in range(pp)]
-    nemo = _export(argv, "nemo", tmp_path / "n", capsys)[0].read_text()
-    if "--pipeline-model-parallel-layout" in words:
-        assert f"model.pipeline_model_parallel_layout={_value(words, '--pipeline-model-parallel-layout')}" in nemo
+    overrides = _overrides(_export(argv, "nemo", tmp_path / "n", capsys)[0])
+    layout = _value(words, "--pipeline-model-parallel-layout") if "--pipeline-model-parallel-layout" in words else "null"
+    assert overrides["model.pipeline_model_parallel_layout"] == layout     # the recipe's split never stays
+    account = "true" if "--account-for-loss-in-pipeline-split" in words else "false"
+    assert overrides["model.account_for_embedding_in_pipeline_split"] == account
+    assert overrides["model.account_for_loss_in_pipeline_split"] == account
+    vpp = int(pipeline[3]) if "--interleave" in pipeline else None
+    assert overrides["model.virtual_pipeline_model_parallel_size"] == (str(vpp) if vpp else "null")
 
 
 def test_megatron_rules_catch_each_launch_megatron_refuses():
@@ -477,13 +482,26 @@ def test_nemo_optimizer_offload_uses_the_precision_aware_optimizer(tmp_path, cap
 def test_nemo_rules_catch_each_launch_megatron_bridge_refuses():
     from perfmodel.exports.training import bridge_broken_rules
 
-    fsdp = {"ddp.use_megatron_fsdp": True, "checkpoint.ckpt_format": "fsdp_dtensor"}
+    from perfmodel.exports.training import NULL
+
+    split = {"model.pipeline_model_parallel_size": 2, "model.pipeline_model_parallel_layout": NULL,
+             "model.virtual_pipeline_model_parallel_size": NULL, "model.account_for_embedding_in_pipeline_split": True,
+             "model.account_for_loss_in_pipeline_split": True}
+    fsdp = {**split, "ddp.use_megatron_fsdp": True, "checkpoint.ckpt_format": "fsdp_dtensor"}
     assert bridge_broken_rules(fsdp, {}) == []
-    assert bridge_broken_rules({"ddp.use_megatron_fsdp": True}, {}) == ["fsdp-ckpt-format"]
+    assert bridge_broken_rules({**split, "ddp.use_megatron_fsdp": True}, {}) == ["fsdp-ckpt-format"]
     assert bridge_broken_rules(fsdp, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}) == ["fsdp-max-connections"]
-    assert bridge_broken_rules({"optimizer.optimizer_cpu_offload": True}, {}) == ["offload-precision-aware"]
-    assert bridge_broken_rules({"optimizer.optimizer_cpu_offload": True,
+    assert bridge_broken_rules({**split, "optimizer.optimizer_cpu_offload": True}, {}) == ["offload-precision-aware"]
+    assert bridge_broken_rules({**split, "optimizer.optimizer_cpu_offload": True,
                                 "optimizer.use_precision_aware_optimizer": True}, {}) == []
+    # the recipe's split stays where the export leaves a pipeline key out (llama31_405b's vpp 2, account-for flags)
+    assert bridge_broken_rules({"model.pipeline_model_parallel_size": 8}, {}) == ["recipe-pipeline"]
+    layout = {**split, "model.pipeline_model_parallel_layout": "Ett|tL"}
+    assert bridge_broken_rules(layout, {}) == ["layout-conflicts"]
+    plain = {"model.account_for_embedding_in_pipeline_split": False, "model.account_for_loss_in_pipeline_split": False}
+    assert bridge_broken_rules({**layout, **plain}, {}) == []
+    assert bridge_broken_rules({**layout, **plain, "model.virtual_pipeline_model_parallel_size": 2}, {}) \
+        == ["layout-conflicts"]
 
 
 def _torchtitan_stages(parallelism: dict, num_layers: int) -> list[int]:
