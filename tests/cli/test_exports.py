@@ -403,7 +403,8 @@ def test_megatron_405b_pipeline_split_is_what_megatron_accepts_and_the_plan_says
     ends = "--ends-as-layers" in pipeline
     assert per_rank == [int(layers_on_stage(126, pp, rank, ends)) for rank in range(pp)]
     overrides = _overrides(_export(argv, "nemo", tmp_path / "n", capsys)[0])
-    layout = _value(words, "--pipeline-model-parallel-layout") if "--pipeline-model-parallel-layout" in words else "null"
+    flag = "--pipeline-model-parallel-layout"
+    layout = _value(words, flag) if flag in words else "null"
     assert overrides["model.pipeline_model_parallel_layout"] == layout     # the recipe's split never stays
     account = "true" if "--account-for-loss-in-pipeline-split" in words else "false"
     assert overrides["model.account_for_embedding_in_pipeline_split"] == account
