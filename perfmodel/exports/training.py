@@ -84,6 +84,14 @@ class TrainJob:
                 f"{p.recompute}, {p.precision}; {self.work.global_batch:,} x {self.work.seq_len:,} tokens per step")
 
 
+def tp_overlapped(plan) -> bool:
+    """Whether the plan overlaps TP communication with the GEMMs: only with sequence parallelism, as
+    the model times it (perfmodel.training) and Megatron-LM asserts ('Tensor parallel
+    communication/GEMM overlap can happen only when sequence parallelism is enabled', rule
+    tp-overlap-needs-sp; Megatron-Bridge turns it off with a warning, comm_overlap.py:441-448 at v0.6.0)."""
+    return bool(plan.tp_overlap and plan.sp and plan.tp > 1)
+
+
 def _no_zeropp(framework: str, job: TrainJob) -> None:
     """Frameworks without ZeRO++ refuse its secondary partition and quantized collectives in one line."""
     p = job.plan
@@ -316,7 +324,7 @@ def _megatron_memory(job: TrainJob, framework: str = "Megatron-LM") -> dict[str,
         items["--overlap-grad-reduce"] = True
         if p.zero >= 1:
             items["--overlap-param-gather"] = True
-    if p.tp_overlap and p.tp > 1:
+    if tp_overlapped(p):
         items["--tp-comm-overlap"] = True
     if _ep_overlapped(framework, job):
         items.update({"--overlap-moe-expert-parallel-comm": True, "--moe-token-dispatcher-type": "alltoall"})
@@ -424,6 +432,8 @@ def megatron_broken_rules(items: dict[str, object], environment: dict[str, str |
     parallel = int(items.get("--tensor-model-parallel-size", 1)) > 1 or int(items.get("--context-parallel-size", 1)) > 1
     if parallel and not (blackwell or fsdp or "--overlap-moe-expert-parallel-comm" in items) and connections != "1":
         broken.append("tp-cp-max-connections")
+    if "--tp-comm-overlap" in items and "--sequence-parallel" not in items:
+        broken.append("tp-overlap-needs-sp")
     if "--optimizer-cpu-offload" in items and "--use-precision-aware-optimizer" not in items:
         broken.append("offload-precision-aware")
     pp = int(items.get("--pipeline-model-parallel-size", 1))
@@ -502,7 +512,7 @@ def nemo(job: TrainJob) -> dict[str, str]:
         "optimizer.use_distributed_optimizer": p.zero >= 1, "ddp.use_distributed_optimizer": p.zero >= 1,
         "ddp.overlap_grad_reduce": bool(p.overlap_dp and p.dp > 1),
         "ddp.overlap_param_gather": bool(p.overlap_dp and p.dp > 1 and p.zero >= 1),
-        "model.tp_comm_overlap": bool(p.tp_overlap and p.tp > 1),
+        "model.tp_comm_overlap": tp_overlapped(p),
         # Megatron-Core's EP all-to-all overlap runs with the alltoall dispatcher, no shared-expert overlap.
         "model.overlap_moe_expert_parallel_comm": True if ep_overlap else None,
         "model.moe_token_dispatcher_type": "alltoall" if ep_overlap else None,
@@ -714,7 +724,7 @@ def torchtitan(job: TrainJob) -> dict[str, str]:
     p = job.plan
     if p.precision == "fp16":
         raise ExportError("torchtitan trains in bf16 or fp32 (training.mixed_precision_param); the plan uses fp16")
-    if p.tp_overlap and p.tp > 1:
+    if tp_overlapped(p):
         raise ExportError("the torchtitan export does not write TP-communication overlap (the plan overlaps TP "
                           "collectives with the GEMMs); use --export megatron or nemo")
     if p.recompute == "modules":
@@ -813,7 +823,7 @@ def deepspeed(job: TrainJob) -> dict[str, str]:
             raise ExportError(f"DeepSpeed cannot take this plan from ds_config.json: {what}; use --export megatron")
     if p.precision == "fp8":
         raise ExportError("DeepSpeed's config has no fp8 training; use --export megatron or torchtitan")
-    if p.tp_overlap and p.tp > 1:
+    if tp_overlapped(p):
         raise ExportError("DeepSpeed has no TP-communication overlap (the plan overlaps TP collectives with the "
                           "GEMMs); use --export megatron or nemo")
     for place in (p.optimizer_place, p.grad_place, p.param_place):

@@ -615,3 +615,21 @@ def test_deepspeed_rules_catch_a_batch_deepspeed_refuses():
     config = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 16}
     assert deepspeed_broken_rules(config, 4) == []
     assert deepspeed_broken_rules(config, 8) == ["batch-world-size"]
+
+
+@pytest.mark.parametrize("framework", ["megatron", "nemo"])
+def test_tp_overlap_is_written_only_with_sequence_parallelism(framework, tmp_path, capsys):
+    """'Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is
+    enabled' (Megatron-LM arguments.py:1401-1402); the model overlaps nothing without it either."""
+    from perfmodel.exports.training import megatron_broken_rules
+
+    base = ["estimate", "train", "--model", "llama-3.1-8b", "--devices", "8", "--tp", "8", "--pp", "1", "--tp-overlap"]
+    for sp, expected in (("--sp", True), ("--no-sp", False)):
+        text = _export(base + [sp], framework, tmp_path / sp, capsys)[0].read_text()
+        written = "--tp-comm-overlap" in text if framework == "megatron" else "model.tp_comm_overlap=true" in text
+        assert written is expected, sp
+    ok = {"--tensor-model-parallel-size": 8, "--sequence-parallel": True, "--tp-comm-overlap": True}
+    connections = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert megatron_broken_rules(ok, connections, 32) == []
+    del ok["--sequence-parallel"]
+    assert megatron_broken_rules(ok, connections, 32) == ["tp-overlap-needs-sp"]
