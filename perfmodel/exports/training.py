@@ -84,6 +84,14 @@ class TrainJob:
                 f"{p.recompute}, {p.precision}; {self.work.global_batch:,} x {self.work.seq_len:,} tokens per step")
 
 
+def tp_overlapped(plan) -> bool:
+    """Whether the plan overlaps TP communication with the GEMMs: only with sequence parallelism, as
+    the model times it (perfmodel.training) and Megatron-LM asserts ('Tensor parallel
+    communication/GEMM overlap can happen only when sequence parallelism is enabled', rule
+    tp-overlap-needs-sp; Megatron-Bridge turns it off with a warning, comm_overlap.py:441-448 at v0.6.0)."""
+    return bool(plan.tp_overlap and plan.sp and plan.tp > 1)
+
+
 def _no_zeropp(framework: str, job: TrainJob) -> None:
     """Frameworks without ZeRO++ refuse its secondary partition and quantized collectives in one line."""
     p = job.plan
@@ -212,30 +220,54 @@ def _megatron_model(spec, seq_len: int) -> dict[str, object]:
     return items
 
 
-def pipeline_layout(job: TrainJob) -> str | None:
-    """Megatron-Core's --pipeline-model-parallel-layout for a plan whose split counts the
-    embedding, the loss and each multi-token-prediction depth as a slot (perfmodel.memory.
-    stage_layers): virtual stages in model order, 'E' the embedding, 't' a layer, 'm' an MTP
-    depth, 'L' the loss, as Megatron-Bridge lays out DeepSeek-V3 ('Et|(tt|)*30mL'). None when the
-    account-for flags say it (no MTP). An ExportError where the split has no such layout."""
-    p, spec = job.plan, job.spec
-    if not (p.ends_as_layers and p.pp > 1 and spec.mtp_layers):
-        return None
+def chunk_slots(job: TrainJob) -> list[int]:
+    """Pipeline slots of each virtual stage (pp x interleave of them) in model order, as the plan
+    splits them: stage i holds perfmodel.memory.stage_layers' share (the shorter stages first), and
+    its ``interleave`` chunks split that share evenly, the longer chunks last. Chunk k runs on rank
+    k mod pp, as Megatron-Core and torchtitan place looped virtual stages. A slot is a layer, or with
+    --ends-as-layers also the embedding (first chunk), the loss and each MTP depth (last chunk)."""
     from perfmodel.memory import stage_layers
 
-    slots, chunks = spec.num_layers + 2 + spec.mtp_layers, int(p.pp) * int(p.interleave)
-    if p.interleave > 1 and slots % chunks:
-        raise ExportError(f"the plan splits {slots} pipeline slots ({spec.num_layers} layers, the embedding, the loss "
-                          f"and {spec.mtp_layers} MTP depth(s)) unevenly over {chunks} virtual stages, which a "
-                          "Megatron pipeline layout cannot match; use an interleave that divides them")
-    q, r = (int(x) for x in stage_layers(spec.num_layers, int(p.pp), True, spec.mtp_layers))
-    sizes = [slots // chunks] * chunks if p.interleave > 1 else [q + (i >= p.pp - r) for i in range(int(p.pp))]
-    first, last = sizes[0] - 1, sizes[-1] - 1 - spec.mtp_layers
-    if first < 0 or last < 0:
-        raise ExportError(f"the plan's last pipeline stage holds {sizes[-1]} slot(s), fewer than the loss and "
-                          f"{spec.mtp_layers} MTP depth(s)")
-    middle = ["t" * n for n in sizes[1:-1]]
-    return "|".join(["E" + "t" * first, *middle, "t" * last + "m" * spec.mtp_layers + "L"])
+    p, spec = job.plan, job.spec
+    pp, v = int(p.pp), int(p.interleave)
+    ends = bool(p.ends_as_layers) and pp > 1
+    q, r = (int(x) for x in stage_layers(spec.num_layers, pp, ends, spec.mtp_layers if ends else 0))
+    per_rank = [q + (i >= pp - r) for i in range(pp)]
+    return [per_rank[k % pp] // v + (k // pp >= v - per_rank[k % pp] % v) for k in range(pp * v)]
+
+
+def _split_even(job: TrainJob) -> bool:
+    """Whether every virtual stage holds the same number of slots (the split Megatron's and
+    torchtitan's flags express without a per-stage list)."""
+    return len(set(chunk_slots(job))) == 1
+
+
+def pipeline_layout(job: TrainJob) -> str | None:
+    """Megatron-Core's --pipeline-model-parallel-layout for a plan whose split the flags cannot say:
+    virtual stages in model order, 'E' the embedding, 't' a layer, 'm' an MTP depth, 'L' the loss,
+    as Megatron-Bridge lays out DeepSeek-V3 ('Et|(tt|)*30mL'). Written where the split counts MTP
+    depths as slots, or is uneven: without a layout Megatron-LM needs the layers (plus the
+    account-for slots) divisible by pp and each rank's by the interleave (rules pipeline-divisible,
+    virtual-divisible: 'num_layers=126 should be divisible by pipeline_model_parallel_size=8' for
+    Llama 3.1 405B). None when the plain flags say it. An ExportError where a stage would be empty."""
+    p, spec = job.plan, job.spec
+    ends = bool(p.ends_as_layers) and p.pp > 1
+    if p.pp <= 1 or (_split_even(job) and not (ends and spec.mtp_layers)):
+        return None
+    mtp = spec.mtp_layers if ends else 0
+    chunks = chunk_slots(job)
+    layers = list(chunks)
+    layers[0] -= ends
+    layers[-1] -= (1 + mtp) * ends
+    if min(layers) < 0 or (len(chunks) > 1 and min(layers[1:-1] or [1]) < 1):
+        from .vendored import rule
+
+        raise ExportError(rule("megatron", "layout").refusal(
+            f"{spec.num_layers} layers over {len(chunks)} virtual stages", "plan fewer pipeline stages"))
+    stages = ["t" * n for n in layers]
+    stages[0] = "E" + stages[0]
+    stages[-1] += "m" * mtp + "L"
+    return "|".join(stages)
 
 
 def _cp_comm(plan) -> str:
@@ -273,8 +305,9 @@ def _megatron_memory(job: TrainJob, framework: str = "Megatron-LM") -> dict[str,
     if p.zero == 1:
         items["--use-distributed-optimizer"] = True
     elif p.zero >= 2:
+        # Megatron-FSDP saves only its own checkpoint format (rule fsdp-ckpt-format).
         items.update({"--use-megatron-fsdp": True, "--data-parallel-sharding-strategy":
-                      "optim_grads" if p.zero == 2 else "optim_grads_params"})
+                      "optim_grads" if p.zero == 2 else "optim_grads_params", "--ckpt-format": "fsdp_dtensor"})
     if hybrid:
         items["--num-distributed-optimizer-instances"] = hybrid[0]
         if p.zero >= 2:
@@ -291,7 +324,7 @@ def _megatron_memory(job: TrainJob, framework: str = "Megatron-LM") -> dict[str,
         items["--overlap-grad-reduce"] = True
         if p.zero >= 1:
             items["--overlap-param-gather"] = True
-    if p.tp_overlap and p.tp > 1:
+    if tp_overlapped(p):
         items["--tp-comm-overlap"] = True
     if _ep_overlapped(framework, job):
         items.update({"--overlap-moe-expert-parallel-comm": True, "--moe-token-dispatcher-type": "alltoall"})
@@ -299,7 +332,9 @@ def _megatron_memory(job: TrainJob, framework: str = "Megatron-LM") -> dict[str,
         if p.zero < 1:
             raise ExportError("Megatron-LM offloads optimizer states with the distributed optimizer only; the plan "
                               "has ZeRO 0")
-        items.update({"--optimizer-cpu-offload": True, "--optimizer-offload-fraction": 1.0})
+        # The hybrid device optimizer runs on the precision-aware optimizer's code path (rule offload-precision-aware).
+        items.update({"--optimizer-cpu-offload": True, "--optimizer-offload-fraction": 1.0,
+                      "--use-precision-aware-optimizer": True})
     # The model keeps 16-bit gradients (memory.WEIGHT_BYTES, GRAD_BYTES), as the NeMo performance
     # recipes run them (grad_reduce_in_fp32 False); Megatron-LM would otherwise accumulate and reduce
     # bf16 models' gradients in fp32 (arguments.py: 'bfloat16 requires gradient accumulation and
@@ -335,17 +370,107 @@ def _ep_overlapped(framework: str, job: TrainJob) -> bool:
     return True
 
 
+def _environment_of(lines: str) -> dict[str, str | None]:
+    """The variables a script's ``export NAME=value`` / ``unset NAME`` lines set (None: unset)."""
+    out: dict[str, str | None] = {}
+    for line in lines.splitlines():
+        words = line.split()
+        if words[:1] == ["export"]:
+            name, _, value = words[1].partition("=")
+            out[name] = value
+        elif words[:1] == ["unset"]:
+            out[words[1]] = None
+    return out
+
+
+def _refuse_broken(framework: str, broken: list[str], what: str) -> None:
+    """One line naming the first broken rule in the framework's words, with its source."""
+    from .vendored import rule
+
+    if broken:
+        raise ExportError(rule(framework, broken[0]).refusal(what))
+
+
+def _unset_connections(framework: str) -> str:
+    """Shell lines leaving CUDA_DEVICE_MAX_CONNECTIONS unset, as Megatron-FSDP asserts (rule fsdp-max-connections)."""
+    from .vendored import rule
+
+    why = rule(framework, "fsdp-max-connections")
+    return f"# {why.reason} ({why.source})\nunset CUDA_DEVICE_MAX_CONNECTIONS\n"
+
+
+def megatron_environment(job: TrainJob, items: dict[str, object]) -> str:
+    """The environment validate_args checks, as shell lines: CUDA_DEVICE_MAX_CONNECTIONS=1 with
+    tensor or context parallelism (rule tp-cp-max-connections: asserted before Blackwell, and
+    harmless after), unset under Megatron-FSDP (rule fsdp-max-connections, asserted on every
+    device); with the MoE exchange overlap Megatron only warns and leaves the choice open."""
+    from .vendored import rule
+
+    p = job.plan
+    if "--use-megatron-fsdp" in items:
+        return _unset_connections("megatron")
+    if (p.tp > 1 or p.cp > 1) and "--overlap-moe-expert-parallel-comm" not in items:
+        why = rule("megatron", "tp-cp-max-connections")
+        return f"# {why.reason} ({why.source.split(' (')[0]})\nexport CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+    return ""
+
+
+def megatron_broken_rules(items: dict[str, object], environment: dict[str, str | None], num_layers: int,
+                          blackwell: bool = False) -> list[str]:
+    """The vendored Megatron-LM rules (flags/megatron-lm.yaml ``rules``) that a launch with these flags
+    and environment (name -> value, None: unset) breaks, as validate_args and the model builders at
+    core_v0.19.0 check them; empty when Megatron accepts it."""
+    broken = []
+    connections = environment.get("CUDA_DEVICE_MAX_CONNECTIONS")
+    fsdp = "--use-megatron-fsdp" in items
+    if "--save" in items and not int(items.get("--save-interval") or 0) > 0:
+        broken.append("save-interval")
+    if fsdp and connections == "1":
+        broken.append("fsdp-max-connections")
+    if fsdp and items.get("--ckpt-format") != "fsdp_dtensor":
+        broken.append("fsdp-ckpt-format")
+    parallel = int(items.get("--tensor-model-parallel-size", 1)) > 1 or int(items.get("--context-parallel-size", 1)) > 1
+    if parallel and not (blackwell or fsdp or "--overlap-moe-expert-parallel-comm" in items) and connections != "1":
+        broken.append("tp-cp-max-connections")
+    if "--tp-comm-overlap" in items and "--sequence-parallel" not in items:
+        broken.append("tp-overlap-needs-sp")
+    if "--optimizer-cpu-offload" in items and "--use-precision-aware-optimizer" not in items:
+        broken.append("offload-precision-aware")
+    pp = int(items.get("--pipeline-model-parallel-size", 1))
+    layout = items.get("--pipeline-model-parallel-layout")
+    if layout:
+        stages = str(layout).split("|")
+        flat = "".join(stages)
+        if (len(stages) % pp or flat[:1] != "E" or flat[-1:] != "L" or flat.count("E") != 1 or flat.count("L") != 1
+                or flat.count("t") != num_layers):
+            broken.append("layout")
+    elif pp > 1:
+        slots = num_layers + ("--account-for-embedding-in-pipeline-split" in items) + \
+            ("--account-for-loss-in-pipeline-split" in items)
+        if slots % pp:
+            broken.append("pipeline-divisible")
+        elif slots // pp % int(items.get("--num-virtual-stages-per-pipeline-rank", 1)):
+            broken.append("virtual-divisible")
+    return broken
+
+
 def megatron(job: TrainJob) -> dict[str, str]:
     """``megatron.sh``: torchrun + pretrain_gpt.py with the plan as Megatron-LM flags."""
     _architecture_supported("Megatron-LM", job.spec)
     items = {**_megatron_model(job.spec, job.work.seq_len), **_megatron_parallel(job), **_megatron_memory(job),
              "--tokenizer-type": "HuggingFaceTokenizer", "--tokenizer-model": "$TOKENIZER",
-             "--data-path": "$DATA_PATH", "--save": "$CHECKPOINT_DIR"}
+             "--data-path": "$DATA_PATH", "--save": "$CHECKPOINT_DIR",
+             # validate_args asserts a positive --save-interval with --save (rule save-interval): one
+             # checkpoint at the end of the run; lower it to save more often.
+             "--save-interval": job.steps}
     checked("megatron", items)
     run = (f"Run from a Megatron-LM checkout on each of the {job.nodes} node(s), with NODE_RANK, MASTER_ADDR, "
            "TOKENIZER (a Hugging Face id or path), DATA_PATH and CHECKPOINT_DIR set.")
     script = _header("megatron", job, run) + ': "${TOKENIZER:?}" "${DATA_PATH:?}" "${CHECKPOINT_DIR:?}"\n'
-    script += command(_torchrun(job) + ["pretrain_gpt.py"], items)
+    environment = megatron_environment(job, items)
+    _refuse_broken("megatron", megatron_broken_rules(items, _environment_of(environment), job.spec.num_layers),
+                   "this launch")
+    script += environment + command(_torchrun(job) + ["pretrain_gpt.py"], items)
     return {"megatron.sh": script}
 
 
@@ -364,6 +489,7 @@ BRIDGE_RECIPES = {
     "deepseek-v3": "deepseek_v3_pretrain_256gpu_h100_bf16_32nodes_config",
     "gpt-oss-120b": "gpt_oss_120b_pretrain_64gpu_h100_bf16_config",
 }
+NULL = object()   # a recipe override that sets the field to None (written as Hydra's null)
 BRIDGE_PRECISION = {"bf16": "bf16_mixed", "fp16": "fp16_mixed", "fp8": "bf16_with_fp8_current_scaling_mixed"}
 
 
@@ -377,7 +503,7 @@ def nemo(job: TrainJob) -> dict[str, str]:
     ep_overlap, layout = _ep_overlapped("Megatron-Bridge", job), pipeline_layout(job)
     items: dict[str, object] = {
         "model.tensor_model_parallel_size": int(p.tp), "model.pipeline_model_parallel_size": int(p.pp),
-        "model.virtual_pipeline_model_parallel_size": int(p.interleave) if p.interleave > 1 else None,
+        "model.virtual_pipeline_model_parallel_size": int(p.interleave) if p.interleave > 1 else NULL,
         "model.context_parallel_size": int(p.cp), "model.sequence_parallel": bool(p.sp and p.tp > 1),
         "model.cp_comm_type": _cp_comm(p) if p.cp > 1 and _cp_comm(p) != "p2p" else None,
         "model.seq_length": int(job.work.seq_len), "dataset.seq_length": int(job.work.seq_len),
@@ -386,21 +512,22 @@ def nemo(job: TrainJob) -> dict[str, str]:
         "optimizer.use_distributed_optimizer": p.zero >= 1, "ddp.use_distributed_optimizer": p.zero >= 1,
         "ddp.overlap_grad_reduce": bool(p.overlap_dp and p.dp > 1),
         "ddp.overlap_param_gather": bool(p.overlap_dp and p.dp > 1 and p.zero >= 1),
-        "model.tp_comm_overlap": bool(p.tp_overlap and p.tp > 1),
+        "model.tp_comm_overlap": tp_overlapped(p),
         # Megatron-Core's EP all-to-all overlap runs with the alltoall dispatcher, no shared-expert overlap.
         "model.overlap_moe_expert_parallel_comm": True if ep_overlap else None,
         "model.moe_token_dispatcher_type": "alltoall" if ep_overlap else None,
         "model.moe_shared_expert_overlap": False if ep_overlap else None,
-        "model.pipeline_model_parallel_layout": layout,
-        "model.account_for_embedding_in_pipeline_split": True if p.ends_as_layers and p.pp > 1 and not layout else None,
-        "model.account_for_loss_in_pipeline_split": True if p.ends_as_layers and p.pp > 1 and not layout else None,
+        # Every pipeline key is written, so the recipe's own split cannot stay (rule recipe-pipeline).
+        "model.pipeline_model_parallel_layout": layout or NULL,
+        "model.account_for_embedding_in_pipeline_split": bool(p.ends_as_layers and p.pp > 1 and not layout),
+        "model.account_for_loss_in_pipeline_split": bool(p.ends_as_layers and p.pp > 1 and not layout),
         "model.recompute_granularity": {"none": None, "modules": "selective"}.get(p.recompute, p.recompute),
         "model.recompute_modules": recompute_modules(job.spec) if p.recompute == "modules" else None}
     if p.recompute == "full":
         items.update({"model.recompute_method": "uniform", "model.recompute_num_layers": 1})
     if p.zero >= 2:
         items.update({"ddp.use_megatron_fsdp": True, "ddp.data_parallel_sharding_strategy":
-                      "optim_grads" if p.zero == 2 else "optim_grads_params"})
+                      "optim_grads" if p.zero == 2 else "optim_grads_params", "checkpoint.ckpt_format": "fsdp_dtensor"})
     hybrid = _hybrid_groups("Megatron-Bridge", job)
     if hybrid:
         items["ddp.num_distributed_optimizer_instances"] = hybrid[0]
@@ -409,18 +536,50 @@ def nemo(job: TrainJob) -> dict[str, str]:
     if job.spec.moe:
         items.update({"model.expert_model_parallel_size": int(p.ep), "model.expert_tensor_parallel_size": job.etp})
     if _offload_to_ddr_only("Megatron-Bridge", job, "optimizer.optimizer_cpu_offload"):
-        items.update({"optimizer.optimizer_cpu_offload": True, "optimizer.optimizer_offload_fraction": 1.0})
+        items.update({"optimizer.optimizer_cpu_offload": True, "optimizer.optimizer_offload_fraction": 1.0,
+                      "optimizer.use_precision_aware_optimizer": True})
     overrides = {k: v for k, v in items.items() if v is not None}
-    checked("nemo", overrides, "keys")
+    checked("nemo", {k: v for k, v in overrides.items() if v is not NULL}, "keys")
+    unknown_nulls = [k for k, v in overrides.items() if v is NULL and k not in vendored("nemo").keys]
+    assert not unknown_nulls, f"nemo export: {unknown_nulls} are not keys of {vendored('nemo').citation}"
+    environment = _unset_connections("nemo") if p.zero >= 2 else ""
+    _refuse_broken("nemo", bridge_broken_rules(overrides, _environment_of(environment)), "this launch")
     run = (f"Run from a Megatron-Bridge checkout on each of the {job.nodes} node(s), with NODE_RANK and MASTER_ADDR "
            "set; --dataset mock until you point the recipe at your data.")
     words = _torchrun(job) + ["scripts/training/run_recipe.py", "--recipe", recipe, "--mode", "pretrain",
                               "--dataset", "mock"]
     lines = [" ".join(words)] + [shlex.quote(f"{k}={_override(v)}") for k, v in overrides.items()]
-    return {"nemo.sh": _header("nemo", job, run) + " \\\n  ".join(lines) + "\n"}
+    return {"nemo.sh": _header("nemo", job, run) + environment + " \\\n  ".join(lines) + "\n"}
+
+
+def bridge_broken_rules(overrides: dict[str, object], environment: dict[str, str | None]) -> list[str]:
+    """The vendored Megatron-Bridge rules (flags/megatron-bridge.yaml ``rules``) that these recipe
+    overrides and environment break, as ConfigContainer.validate and Megatron-Core check them at v0.6.0."""
+    broken = []
+    if overrides.get("ddp.use_megatron_fsdp"):
+        if overrides.get("checkpoint.ckpt_format") != "fsdp_dtensor":
+            broken.append("fsdp-ckpt-format")
+        if environment.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
+            broken.append("fsdp-max-connections")
+    pipeline = ("model.pipeline_model_parallel_layout", "model.virtual_pipeline_model_parallel_size",
+                "model.account_for_embedding_in_pipeline_split", "model.account_for_loss_in_pipeline_split")
+    if not all(key in overrides for key in pipeline):
+        broken.append("recipe-pipeline")
+    layout = overrides.get("model.pipeline_model_parallel_layout")
+    if isinstance(layout, str):
+        vpp = overrides.get("model.virtual_pipeline_model_parallel_size")
+        stages = len(layout.split("|")) // int(overrides.get("model.pipeline_model_parallel_size", 1))
+        if any(overrides.get(key) is True for key in pipeline[2:]) or (isinstance(vpp, int) and vpp != stages):
+            broken.append("layout-conflicts")
+    optimizer = {k.split(".", 1)[1]: v for k, v in overrides.items() if k.startswith("optimizer.")}
+    if optimizer.get("optimizer_cpu_offload") and not optimizer.get("use_precision_aware_optimizer"):
+        broken.append("offload-precision-aware")
+    return broken
 
 
 def _override(value) -> str:
+    if value is NULL:                             # Hydra's null: the field set to None
+        return "null"
     if isinstance(value, (list, tuple)):          # Hydra's list syntax: [a,b]
         return "[" + ",".join(_override(v) for v in value) + "]"
     return str(value).lower() if isinstance(value, bool) else str(value)
@@ -462,6 +621,100 @@ def _titan_shard(job: TrainJob) -> int:
     return size // int(p.cp)
 
 
+def titan_even_split(effective_layers: int, stages: int) -> list[int]:
+    """Effective layers per stage as torchtitan splits them by itself (rule even-split): the same
+    share each, the remainder one each to the first stages."""
+    q, extra = divmod(effective_layers, stages)
+    return [q + (i < extra) for i in range(stages)]
+
+
+def titan_stage_count(effective_layers: int, pp: int, layers_per_stage: int | None, multi_stage: bool) -> int:
+    """The virtual stages torchtitan builds from its flags (rules virtual-stages-divisible,
+    stages-per-rank): ceil(effective / layers_per_stage), or 1 (2 for a multi-stage schedule) per rank."""
+    if layers_per_stage is None:
+        return pp * (2 if multi_stage else 1)
+    return -(-effective_layers // layers_per_stage)
+
+
+def titan_planned_layers(job: TrainJob) -> list[int]:
+    """Transformer layers of each virtual stage under the plan (chunk_slots without the embedding,
+    loss and MTP slots; torchtitan builds no MTP module)."""
+    ends = int(bool(job.plan.ends_as_layers) and job.plan.pp > 1)
+    layers = chunk_slots(job)
+    layers[0] -= ends
+    layers[-1] -= ends * (1 + job.spec.mtp_layers)
+    return layers
+
+
+def titan_pipeline_split(job: TrainJob) -> dict[str, object]:
+    """torchtitan's [parallelism] keys that build the plan's virtual stages (titan_planned_layers):
+    the embedding and output weights (rule stage-weights: 1 each by default, the plan's
+    --ends-as-layers here) and pipeline_parallel_layers_per_stage where torchtitan's own split is the
+    plan's; else (an uneven split, whose longer stages torchtitan would put first, or stages its
+    layers_per_stage cannot count) each stage's modules as module_fqns_per_model_part."""
+    p, spec = job.plan, job.spec
+    ends, multi = int(bool(p.ends_as_layers)), int(p.interleave) > 1
+    planned = titan_planned_layers(job)
+    keys: dict[str, object] = {"pipeline_parallel_first_stage_less_layers": ends,
+                               "pipeline_parallel_last_stage_less_layers": ends}
+    if multi:
+        keys["pipeline_parallel_layers_per_stage"] = -(-(spec.num_layers + 2 * ends) // len(planned))
+    if titan_stage_layers({**keys, "pipeline_parallel_degree": int(p.pp)}, spec.num_layers, multi) == planned:
+        return keys
+    if min(planned[1:-1] or [1]) < 1 or min(planned) < 0:
+        return {"module_fqns_per_model_part": [[] for _ in planned]}     # refused by titan_broken_rules
+    starts = [sum(planned[:k]) for k in range(len(planned))]
+    modules = [[f"layers.{i}" for i in range(start, start + n)] for start, n in zip(starts, planned)]
+    modules[0].insert(0, "tok_embeddings")
+    modules[-1] += ["norm", "output"]
+    return {"module_fqns_per_model_part": modules}
+
+
+def titan_stage_layers(parallelism: dict[str, object], num_layers: int, multi_stage: bool) -> list[int] | str:
+    """Transformer layers of each virtual stage as torchtitan v0.2.2 builds them from these
+    [parallelism] keys (pipeline_parallel.py:59-121, 236-344, 456-458), or the name of the rule it
+    raises on (virtual-stages-divisible, empty-stage)."""
+    pp = int(parallelism.get("pipeline_parallel_degree", 1))
+    listed = parallelism.get("module_fqns_per_model_part")
+    if listed:
+        if not all(listed):
+            return "empty-stage"
+        return [sum(str(m).startswith("layers.") for m in stage) for stage in listed] if len(listed) % pp == 0 \
+            else "virtual-stages-divisible"
+    first = int(parallelism.get("pipeline_parallel_first_stage_less_layers", 1))
+    last = int(parallelism.get("pipeline_parallel_last_stage_less_layers", 1))
+    effective = num_layers + first + last
+    per_stage = parallelism.get("pipeline_parallel_layers_per_stage")
+    stages = titan_stage_count(effective, pp, int(per_stage) if per_stage else None, multi_stage)
+    if stages % pp:
+        return "virtual-stages-divisible"
+    split = titan_even_split(effective, stages)
+    if min(split) < max(1, first, last):
+        return "empty-stage"
+    split[0] -= first
+    split[-1] -= last
+    return split
+
+
+def titan_broken_rules(parallelism: dict[str, object], num_layers: int, planned: list[int]) -> list[str]:
+    """The vendored torchtitan rules (flags/torchtitan.yaml ``rules``) these [parallelism] keys break
+    for a plan with ``planned`` layers per virtual stage: what torchtitan raises on, and a split
+    other than the plan's."""
+    pp = int(parallelism.get("pipeline_parallel_degree", 1))
+    multi = parallelism.get("pipeline_parallel_schedule", "1F1B") != "1F1B"
+    if pp <= 1:
+        return []
+    built = titan_stage_layers(parallelism, num_layers, multi)
+    if isinstance(built, str):
+        return [built]
+    if (len(built) // pp < 2) if multi else (len(built) // pp != 1):
+        return ["stages-per-rank"]
+    if built != planned:
+        defaults = not ({"pipeline_parallel_first_stage_less_layers", "module_fqns_per_model_part"} & set(parallelism))
+        return ["stage-weights" if defaults else "even-split"]
+    return []
+
+
 def torchtitan(job: TrainJob) -> dict[str, str]:
     """``torchtitan.toml`` and ``torchtitan.sh``: the plan as a torchtitan job config."""
     model = TITAN_MODELS.get(job.spec.name)
@@ -471,7 +724,7 @@ def torchtitan(job: TrainJob) -> dict[str, str]:
     p = job.plan
     if p.precision == "fp16":
         raise ExportError("torchtitan trains in bf16 or fp32 (training.mixed_precision_param); the plan uses fp16")
-    if p.tp_overlap and p.tp > 1:
+    if tp_overlapped(p):
         raise ExportError("the torchtitan export does not write TP-communication overlap (the plan overlaps TP "
                           "collectives with the GEMMs); use --export megatron or nemo")
     if p.recompute == "modules":
@@ -499,12 +752,11 @@ def torchtitan(job: TrainJob) -> dict[str, str]:
         "tensor_parallel_degree": int(p.tp), "context_parallel_degree": int(p.cp), "pipeline_parallel_degree": pp}
     if pp > 1:
         parallelism.update({"pipeline_parallel_schedule": "Interleaved1F1B" if p.interleave > 1 else "1F1B",
-                            "pipeline_parallel_microbatch_size": int(p.micro_batch)})
-        if p.interleave > 1:
-            ends = 2 if p.ends_as_layers else 0
-            parallelism["pipeline_parallel_layers_per_stage"] = (job.spec.num_layers + ends) // (pp * int(p.interleave))
+                            "pipeline_parallel_microbatch_size": int(p.micro_batch), **titan_pipeline_split(job)})
     if job.spec.moe:
         parallelism.update({"expert_parallel_degree": int(p.ep), "expert_tensor_parallel_degree": job.etp})
+    _refuse_broken("torchtitan", titan_broken_rules(parallelism, job.spec.num_layers, titan_planned_layers(job)),
+                   f"the plan's {pp} x {int(p.interleave)} pipeline stages")
     name, flavor = model
     sections: dict[str, dict[str, object]] = {
         "job": {"description": job.describe()[:200], "dump_folder": "./outputs"},
@@ -571,7 +823,7 @@ def deepspeed(job: TrainJob) -> dict[str, str]:
             raise ExportError(f"DeepSpeed cannot take this plan from ds_config.json: {what}; use --export megatron")
     if p.precision == "fp8":
         raise ExportError("DeepSpeed's config has no fp8 training; use --export megatron or torchtitan")
-    if p.tp_overlap and p.tp > 1:
+    if tp_overlapped(p):
         raise ExportError("DeepSpeed has no TP-communication overlap (the plan overlaps TP collectives with the "
                           "GEMMs); use --export megatron or nemo")
     for place in (p.optimizer_place, p.grad_place, p.param_place):
@@ -598,17 +850,53 @@ def deepspeed(job: TrainJob) -> dict[str, str]:
     if p.recompute != "none":
         config["activation_checkpointing"] = {"partition_activations": bool(p.tp > 1), "cpu_checkpointing": False}
     checked("deepspeed", dict(flatten(config)), "keys")
+    # With AutoTP the training script passes the model-parallel unit, so DeepSpeedConfig counts dp ranks.
+    _refuse_broken("deepspeed", deepspeed_broken_rules(config, job.devices // int(p.tp)), "this config")
     mics = (" Build the model under deepspeed.zero.MiCS_Init(config_dict_or_path=ds_config.json) for mics_shard_size."
             if "mics_shard_size" in zero else "")
     run = (f"Run with your DeepSpeed training script (TRAIN_SCRIPT) over a hostfile of {job.nodes} node(s);{mics} "
            + ("activations are recomputed in your model code (deepspeed.checkpointing.checkpoint), "
               f"{p.recompute} as planned." if p.recompute != "none" else "no activation recomputation."))
-    script = _header("deepspeed", job, run) + ': "${TRAIN_SCRIPT:?your DeepSpeed training script}"\n' + command(
+    script = _header("deepspeed", job, run) + deepspeed_mpu_note(job, config) + \
+        ': "${TRAIN_SCRIPT:?your DeepSpeed training script}"\n' + command(
         ["deepspeed", "--num_nodes", str(job.nodes), "--num_gpus", str(job.gpus_per_node), "--hostfile",
          '"${HOSTFILE:-hostfile}"', '"$TRAIN_SCRIPT"'], {"--deepspeed": True, "--deepspeed_config": "ds_config.json"})
     return {"ds_config.json": json.dumps(config, indent=2) + "\n", "deepspeed.sh": script}
 
 
+
+
+def deepspeed_broken_rules(config: dict[str, object], world_size: int) -> list[str]:
+    """The vendored DeepSpeed rules (flags/deepspeed.yaml ``rules``) a ds_config breaks when
+    DeepSpeedConfig sees ``world_size`` data-parallel ranks (rule batch-world-size)."""
+    batch = int(config["train_batch_size"])
+    per_step = int(config["train_micro_batch_size_per_gpu"]) * int(config["gradient_accumulation_steps"])
+    return [] if batch == per_step * world_size else ["batch-world-size"]
+
+
+def deepspeed_mpu_note(job: TrainJob, config: dict[str, object]) -> str:
+    """Comment lines for a tensor-parallel config: without a model-parallel unit DeepSpeedConfig
+    counts every rank as data-parallel and refuses the batch (rule batch-world-size); the exact
+    calls the training script makes so that it counts the dp ranks."""
+    from .vendored import rule
+
+    tp = int(job.plan.tp)
+    if tp <= 1:
+        return ""
+    why = rule("deepspeed", "batch-world-size")
+    micro, steps = config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"]
+    return "\n".join([
+        f"# Tensor parallelism (autotp_size {tp}): train_batch_size {config['train_batch_size']} = {micro} x {steps} x "
+        f"{job.devices // tp} data-parallel ranks, not x {job.devices} ranks. Without a model-parallel unit",
+        f"# DeepSpeed counts every rank and refuses the config: \"{why.reason}\"",
+        f"# ({why.source.split(' (')[0]}). TRAIN_SCRIPT must build the TP groups and pass them as mpu, as",
+        "# DeepSpeed's engine does for AutoTP (deepspeed/runtime/engine.py:653-654):",
+        "#   import deepspeed",
+        "#   from deepspeed.utils import groups",
+        "#   deepspeed.init_distributed()",
+        f"#   groups._init_tp_mesh_device(tensor_model_parallel_size={tp})",
+        "#   engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),",
+        "#                                                  config=\"ds_config.json\", mpu=groups)", ""])
 
 
 WRITERS = {"megatron": megatron, "nemo": nemo, "torchtitan": torchtitan, "deepspeed": deepspeed}

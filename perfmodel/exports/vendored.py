@@ -1,5 +1,7 @@
 """The argument names of each framework at one named version, vendored with their source
-(``flags/<framework>.yaml``), and the check that an export uses only those names and values."""
+(``flags/<framework>.yaml``), the check that an export uses only those names and values, and the
+cross-field rules of the framework's own validators (``rules:``: each with the framework's reason
+and the file and line it comes from at that version) that the writers check before they write."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ class Vendored:
     entries: dict[str, list[str]]
     parts: dict[str, dict]          # a companion command's own names and keys (SGLang's router, ...)
     engine_versions: dict[str, str]  # the engines a wrapper (Dynamo) pins
+    rules: dict[str, dict]          # rule id -> {reason, source, ...}: the framework's own validation rules
 
     @property
     def citation(self) -> str:
@@ -57,7 +60,32 @@ def _parse(path: Path) -> Vendored:
     return Vendored(framework=str(data["framework"]), version=str(data["version"]), commit=str(data["commit"]),
                     released=str(data["released"]), source=str(data["source"]), names=table["names"],
                     keys=table["keys"], entries=data.get("entries") or {}, parts=parts,
-                    engine_versions={k: str(v) for k, v in (data.get("engine_versions") or {}).items()})
+                    engine_versions={k: str(v) for k, v in (data.get("engine_versions") or {}).items()},
+                    rules=data.get("rules") or {})
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One validation rule of a framework version: ``reason`` in the framework's own words and
+    ``source``, the file and lines at the vendored version that enforce it."""
+
+    framework: str
+    name: str
+    reason: str
+    source: str
+
+    def refusal(self, what: str, hint: str = "") -> str:
+        """One line: the plan ``what`` refused with the framework's reason and where it says so."""
+        v = vendored(self.framework)
+        return (f"{v.framework} {v.version} cannot run {what}: \"{self.reason}\" ({self.source})"
+                + (f"; {hint}" if hint else ""))
+
+
+def rule(framework: str, name: str) -> Rule:
+    """The vendored rule ``name`` of ``framework`` (a KeyError is a writer bug: every rule a writer
+    checks is vendored with its source)."""
+    entry = vendored(framework).rules[name]
+    return Rule(framework=framework, name=name, reason=str(entry["reason"]), source=str(entry["source"]))
 
 
 def _type_ok(kind: str, value: Any) -> bool:

@@ -6,6 +6,7 @@ rewrites the golden files (review the diff)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import tomllib
@@ -299,3 +300,336 @@ def test_recompute_modules_are_written_as_megatron_names_them(tmp_path, capsys):
     assert words[words.index("--recompute-granularity") + 1] == "selective" and "--moe-grouped-gemm" in words
     nemo = _export(argv, "nemo", tmp_path / "n", capsys)[0].read_text()
     assert "model.recompute_modules=[core_attn,layernorm,mla_up_proj,moe_act]" in nemo
+
+
+# --- the frameworks' own validation rules (issue 32), each vendored with its source -----------------
+
+def _words(path: Path) -> list[str]:
+    return shlex.split(path.read_text().replace("\\\n", " "), comments=True)
+
+
+def _value(words: list[str], flag: str) -> str:
+    return words[words.index(flag) + 1]
+
+
+def test_every_vendored_rule_cites_its_source_and_is_checked_by_a_writer():
+    """Each rule has the framework's reason and a file:line at the vendored version, and a writer uses it."""
+    import perfmodel.exports.training as training
+
+    code = Path(training.__file__).read_text()
+    for framework in ("megatron", "nemo", "torchtitan", "deepspeed"):
+        for name, entry in vendored(framework).rules.items():
+            assert entry["reason"] and ".py:" in entry["source"], (framework, name)
+            assert f'"{name}"' in code, f"{framework} rule {name} is checked by no writer"
+
+
+MEGATRON_8B = ["estimate", "train", "--model", "llama-3.1-8b", "--devices", "8", "--pp", "1", "--recompute", "full",
+               "--global-batch", "64"]
+
+
+def test_megatron_save_comes_with_a_save_interval(tmp_path, capsys):
+    """validate_args asserts a positive --save-interval whenever --save is given (arguments.py:1321-1323)."""
+    words = _words(_export(MEGATRON_8B + ["--tp", "1", "--zero", "1"], "megatron", tmp_path / "m", capsys)[0])
+    assert "--save" in words and int(_value(words, "--save-interval")) > 0
+
+
+@pytest.mark.parametrize("parallel,expected", [
+    (["--tp", "2", "--zero", "1"], "export CUDA_DEVICE_MAX_CONNECTIONS=1"),
+    (["--tp", "1", "--cp", "2", "--zero", "1", "--seq-len", "16384"], "export CUDA_DEVICE_MAX_CONNECTIONS=1"),
+    (["--tp", "2", "--zero", "3"], "unset CUDA_DEVICE_MAX_CONNECTIONS"),
+    (["--tp", "1", "--zero", "1"], None)])
+def test_megatron_script_sets_the_connections_validate_args_asserts(parallel, expected, tmp_path, capsys):
+    """TP or CP needs CUDA_DEVICE_MAX_CONNECTIONS=1 (arguments.py:1413-1439); Megatron-FSDP needs it
+    unset or above 1 (arguments.py:1143-1144); neither: the script leaves it alone."""
+    text = _export(MEGATRON_8B + parallel, "megatron", tmp_path / "m", capsys)[0].read_text()
+    lines = [line for line in text.splitlines() if "CUDA_DEVICE_MAX_CONNECTIONS" in line and not line.startswith("#")]
+    assert lines == ([expected] if expected else [])
+    if expected:
+        assert text.index(expected) < text.index("torchrun")
+
+
+def test_megatron_fsdp_writes_its_checkpoint_format(tmp_path, capsys):
+    """'Megatron-FSDP requires the `fsdp_dtensor` checkpointing format.' (arguments.py:1146-1147)."""
+    words = _words(_export(MEGATRON_8B + ["--tp", "1", "--zero", "2"], "megatron", tmp_path / "m", capsys)[0])
+    assert "--use-megatron-fsdp" in words and _value(words, "--ckpt-format") == "fsdp_dtensor"
+    words = _words(_export(MEGATRON_8B + ["--tp", "1", "--zero", "1"], "megatron", tmp_path / "d", capsys)[0])
+    assert "--ckpt-format" not in words
+
+
+def test_megatron_optimizer_offload_uses_the_precision_aware_optimizer(tmp_path, capsys):
+    """'The optimizer cpu offload must be used in conjunction with --use-precision-aware-optimizer'
+    (arguments.py:1802-1806)."""
+    argv = MEGATRON_8B + ["--tp", "1", "--zero", "1", "--offload-optimizer", "ddr"]
+    words = _words(_export(argv, "megatron", tmp_path / "m", capsys)[0])
+    assert "--optimizer-cpu-offload" in words and "--use-precision-aware-optimizer" in words
+
+
+def _megatron_stages(words: list[str], num_layers: int, pp: int) -> list[int]:
+    """Decoder layers per virtual stage as Megatron-Core reads the written flags, with its own checks:
+    a layout (pipeline_parallel_layer_layout.py:39-45, 93-109) or the even split (arguments.py:951-964,
+    transformer_block.py:141-172)."""
+    if "--pipeline-model-parallel-layout" in words:
+        stages = _value(words, "--pipeline-model-parallel-layout").split("|")
+        flat = "".join(stages)
+        assert len(stages) % pp == 0 and flat[0] == "E" and flat[-1] == "L"
+        assert flat.count("E") == flat.count("L") == 1 and flat.count("t") == num_layers
+        return [stage.count("t") for stage in stages]
+    assert "--account-for-embedding-in-pipeline-split" not in words or "--account-for-loss-in-pipeline-split" in words
+    ends = 2 * ("--account-for-embedding-in-pipeline-split" in words)
+    vp = int(_value(words, "--num-virtual-stages-per-pipeline-rank")) if "--num-virtual-stages-per-pipeline-rank" \
+        in words else 1
+    assert (num_layers + ends) % pp == 0 and (num_layers + ends) // pp % vp == 0
+    chunks = [(num_layers + ends) // (pp * vp)] * (pp * vp)
+    chunks[0] -= ends // 2
+    chunks[-1] -= ends // 2
+    return chunks
+
+
+@pytest.mark.parametrize("pipeline", [["--pp", "8"], ["--pp", "8", "--interleave", "4"],
+                                      ["--pp", "16", "--interleave", "8", "--ends-as-layers"],
+                                      ["--pp", "8", "--ends-as-layers"]])
+def test_megatron_405b_pipeline_split_is_what_megatron_accepts_and_the_plan_says(pipeline, tmp_path, capsys):
+    """126 layers over pp 8: 'num_layers=126 should be divisible by pipeline_model_parallel_size=8'
+    (transformer_block.py:150-152) unless the split is written as a layout; each rank then holds the
+    layers the plan puts on it (perfmodel.memory.layers_on_stage)."""
+    from perfmodel.memory import layers_on_stage
+
+    argv = ["estimate", "train", "--model", "llama-3.1-405b", "--devices", "2048", "--tp", "8", "--zero", "1",
+            "--recompute", "full", "--global-batch", "512", *pipeline]
+    words = _words(_export(argv, "megatron", tmp_path / "m", capsys)[0])
+    pp = int(pipeline[1])
+    chunks = _megatron_stages(words, 126, pp)
+    per_rank = [sum(chunks[rank::pp]) for rank in range(pp)]
+    ends = "--ends-as-layers" in pipeline
+    assert per_rank == [int(layers_on_stage(126, pp, rank, ends)) for rank in range(pp)]
+    overrides = _overrides(_export(argv, "nemo", tmp_path / "n", capsys)[0])
+    flag = "--pipeline-model-parallel-layout"
+    layout = _value(words, flag) if flag in words else "null"
+    assert overrides["model.pipeline_model_parallel_layout"] == layout     # the recipe's split never stays
+    account = "true" if "--account-for-loss-in-pipeline-split" in words else "false"
+    assert overrides["model.account_for_embedding_in_pipeline_split"] == account
+    assert overrides["model.account_for_loss_in_pipeline_split"] == account
+    vpp = int(pipeline[3]) if "--interleave" in pipeline else None
+    assert overrides["model.virtual_pipeline_model_parallel_size"] == (str(vpp) if vpp else "null")
+
+
+def test_megatron_rules_catch_each_launch_megatron_refuses():
+    """Each vendored Megatron-LM rule, broken alone, is caught before a file is written."""
+    from perfmodel.exports.training import megatron_broken_rules
+
+    ok = {"--tensor-model-parallel-size": 1, "--pipeline-model-parallel-size": 1, "--context-parallel-size": 1,
+          "--save": "$CHECKPOINT_DIR", "--save-interval": 10}
+    assert megatron_broken_rules(ok, {}, 80) == []
+    cases = [({"--save-interval": None}, {}, "save-interval"),
+             ({"--tensor-model-parallel-size": 8}, {}, "tp-cp-max-connections"),
+             ({"--context-parallel-size": 2}, {}, "tp-cp-max-connections"),
+             ({"--use-megatron-fsdp": True, "--ckpt-format": "fsdp_dtensor"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
+              "fsdp-max-connections"),
+             ({"--use-megatron-fsdp": True}, {}, "fsdp-ckpt-format"),
+             ({"--optimizer-cpu-offload": True}, {}, "offload-precision-aware"),
+             ({"--pipeline-model-parallel-size": 8}, {}, "pipeline-divisible"),
+             ({"--pipeline-model-parallel-size": 4, "--num-virtual-stages-per-pipeline-rank": 3}, {},
+              "virtual-divisible"),
+             ({"--pipeline-model-parallel-size": 2, "--pipeline-model-parallel-layout": "Ett|tL"}, {}, "layout")]
+    for change, environment, name in cases:
+        assert megatron_broken_rules({**ok, **change}, environment, 126 if name == "pipeline-divisible" else 80) \
+            == [name], name
+    tp8 = {**ok, "--tensor-model-parallel-size": 8}
+    assert megatron_broken_rules(tp8, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, 80) == []
+    assert megatron_broken_rules(tp8, {}, 80, blackwell=True) == []
+    ends = {"--account-for-embedding-in-pipeline-split": True, "--account-for-loss-in-pipeline-split": True}
+    assert megatron_broken_rules({**ok, "--pipeline-model-parallel-size": 8, **ends}, {}, 126) == []
+
+
+def test_a_broken_rule_is_refused_in_one_line_with_the_framework_reason():
+    from perfmodel.exports.training import _refuse_broken
+    from perfmodel.exports import ExportError
+
+    with pytest.raises(ExportError) as info:
+        _refuse_broken("megatron", ["fsdp-ckpt-format"], "this launch")
+    message = str(info.value)
+    assert "\n" not in message and "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format." in message
+    assert "megatron/training/arguments.py:1146-1147" in message and "core_v0.19.0" in message
+
+
+NEMO_8B = ["estimate", "train", "--model", "llama-3.1-8b", "--devices", "8", "--pp", "1", "--recompute", "full",
+           "--global-batch", "64"]
+
+
+def _overrides(path: Path) -> dict[str, str]:
+    return dict(w.split("=", 1) for w in _words(path) if "=" in w and not w.startswith("-"))
+
+
+def test_nemo_megatron_fsdp_writes_its_checkpoint_format_and_leaves_connections_unset(tmp_path, capsys):
+    """'Megatron-FSDP requires the fsdp_dtensor checkpointing format!' and 'FSDP requires
+    CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.' (Megatron-Bridge v0.6.0 config.py:1096-1103)."""
+    path = _export(NEMO_8B + ["--tp", "1", "--zero", "3"], "nemo", tmp_path / "n", capsys)[0]
+    overrides = _overrides(path)
+    assert overrides["ddp.use_megatron_fsdp"] == "true" and overrides["checkpoint.ckpt_format"] == "fsdp_dtensor"
+    assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in path.read_text().splitlines()
+    plain = _export(NEMO_8B + ["--tp", "1", "--zero", "1"], "nemo", tmp_path / "d", capsys)[0]
+    assert "checkpoint.ckpt_format" not in _overrides(plain) and "CUDA_DEVICE_MAX" not in plain.read_text()
+
+
+def test_nemo_optimizer_offload_uses_the_precision_aware_optimizer(tmp_path, capsys):
+    """The recipes set use_precision_aware_optimizer=False; the hybrid device optimizer needs it on
+    (Megatron-Core arguments.py:1786-1790 at the commit Megatron-Bridge v0.6.0 pins)."""
+    argv = NEMO_8B + ["--tp", "1", "--zero", "1", "--offload-optimizer", "ddr"]
+    overrides = _overrides(_export(argv, "nemo", tmp_path / "n", capsys)[0])
+    assert overrides["optimizer.optimizer_cpu_offload"] == "true"
+    assert overrides["optimizer.use_precision_aware_optimizer"] == "true"
+
+
+def test_nemo_rules_catch_each_launch_megatron_bridge_refuses():
+    from perfmodel.exports.training import bridge_broken_rules
+
+    from perfmodel.exports.training import NULL
+
+    split = {"model.pipeline_model_parallel_size": 2, "model.pipeline_model_parallel_layout": NULL,
+             "model.virtual_pipeline_model_parallel_size": NULL, "model.account_for_embedding_in_pipeline_split": True,
+             "model.account_for_loss_in_pipeline_split": True}
+    fsdp = {**split, "ddp.use_megatron_fsdp": True, "checkpoint.ckpt_format": "fsdp_dtensor"}
+    assert bridge_broken_rules(fsdp, {}) == []
+    assert bridge_broken_rules({**split, "ddp.use_megatron_fsdp": True}, {}) == ["fsdp-ckpt-format"]
+    assert bridge_broken_rules(fsdp, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}) == ["fsdp-max-connections"]
+    assert bridge_broken_rules({**split, "optimizer.optimizer_cpu_offload": True}, {}) == ["offload-precision-aware"]
+    assert bridge_broken_rules({**split, "optimizer.optimizer_cpu_offload": True,
+                                "optimizer.use_precision_aware_optimizer": True}, {}) == []
+    # the recipe's split stays where the export leaves a pipeline key out (llama31_405b's vpp 2, account-for flags)
+    assert bridge_broken_rules({"model.pipeline_model_parallel_size": 8}, {}) == ["recipe-pipeline"]
+    layout = {**split, "model.pipeline_model_parallel_layout": "Ett|tL"}
+    assert bridge_broken_rules(layout, {}) == ["layout-conflicts"]
+    plain = {"model.account_for_embedding_in_pipeline_split": False, "model.account_for_loss_in_pipeline_split": False}
+    assert bridge_broken_rules({**layout, **plain}, {}) == []
+    assert bridge_broken_rules({**layout, **plain, "model.virtual_pipeline_model_parallel_size": 2}, {}) \
+        == ["layout-conflicts"]
+
+
+def _torchtitan_stages(parallelism: dict, num_layers: int) -> list[int]:
+    """Transformer layers per virtual stage as torchtitan v0.2.2 builds them from [parallelism], with
+    its own checks (pipeline_parallel.py:59-121 and 236-344, re-derived here independently of the writer)."""
+    pp = parallelism["pipeline_parallel_degree"]
+    multi = parallelism["pipeline_parallel_schedule"] != "1F1B"
+    if "module_fqns_per_model_part" in parallelism:
+        stages = parallelism["module_fqns_per_model_part"]
+        flat = [m for stage in stages for m in stage]
+        assert flat == ["tok_embeddings", *[f"layers.{i}" for i in range(num_layers)], "norm", "output"]
+        assert all(stages) and len(stages) % pp == 0
+        sizes = [sum(m.startswith("layers.") for m in stage) for stage in stages]
+    else:
+        first = parallelism.get("pipeline_parallel_first_stage_less_layers", 1)
+        last = parallelism.get("pipeline_parallel_last_stage_less_layers", 1)
+        effective = num_layers + first + last
+        per_stage = parallelism.get("pipeline_parallel_layers_per_stage")
+        count = math.ceil(effective / per_stage) if per_stage else pp * (2 if multi else 1)
+        assert count % pp == 0, f"Number of virtual stages ({count}) must be divisible by pipeline parallel size ({pp})"
+        base, extra = divmod(effective, count)
+        sizes = [base + (i < extra) for i in range(count)]
+        assert min(sizes) >= max(1, first, last)
+        sizes[0] -= first
+        sizes[-1] -= last
+    assert len(sizes) // pp == 1 if not multi else len(sizes) // pp >= 2
+    return sizes
+
+
+@pytest.mark.parametrize("model,layers,pipeline", [
+    ("llama-3.1-70b", 80, ["--pp", "4", "--interleave", "2"]),
+    ("llama-3.1-70b", 80, ["--pp", "4", "--interleave", "2", "--ends-as-layers"]),
+    ("llama-3.1-70b", 80, ["--pp", "4", "--ends-as-layers"]),
+    ("llama-3.1-70b", 80, ["--pp", "8"]),
+    ("llama-3.1-405b", 126, ["--pp", "8", "--interleave", "8"]),
+    ("llama-3.1-405b", 126, ["--pp", "8"]),
+    ("llama-3.1-405b", 126, ["--pp", "16", "--interleave", "8", "--ends-as-layers"])])
+def test_torchtitan_builds_the_planned_pipeline_stages(model, layers, pipeline, tmp_path, capsys):
+    """torchtitan runs pp x interleave virtual stages holding the layers the plan puts on each rank:
+    not 'Number of virtual stages (9) must be divisible by pipeline parallel size (4)' (70B, the
+    default one-layer allowance for the first and last stage ignored), nor 128 stages for 405B's
+    planned 8 per rank."""
+    from perfmodel.memory import layers_on_stage
+
+    devices = "2048" if model.endswith("405b") else "1024"
+    argv = ["estimate", "train", "--model", model, "--devices", devices, "--tp", "8", "--zero", "1",
+            "--recompute", "full", "--global-batch", "512", *pipeline]
+    files = {f.name: f for f in _export(argv, "torchtitan", tmp_path / "t", capsys)}
+    parallelism = tomllib.loads(files["torchtitan.toml"].read_text())["parallelism"]
+    pp = int(pipeline[1])
+    interleave = int(pipeline[3]) if "--interleave" in pipeline else 1
+    sizes = _torchtitan_stages(parallelism, layers)
+    assert len(sizes) == pp * interleave
+    ends = "--ends-as-layers" in pipeline
+    assert [sum(sizes[rank::pp]) for rank in range(pp)] == [int(layers_on_stage(layers, pp, rank, ends))
+                                                            for rank in range(pp)]
+
+
+def test_torchtitan_rules_catch_the_splits_it_would_refuse_or_change():
+    """The split the exporter wrote before issue 32 is caught, each rule by name."""
+    from perfmodel.exports.training import titan_broken_rules
+
+    old_70b = {"pipeline_parallel_degree": 4, "pipeline_parallel_schedule": "Interleaved1F1B",
+               "pipeline_parallel_layers_per_stage": 10}
+    assert titan_broken_rules(old_70b, 80, [10] * 8) == ["virtual-stages-divisible"]
+    old_405b = {"pipeline_parallel_degree": 8, "pipeline_parallel_schedule": "Interleaved1F1B",
+                "pipeline_parallel_layers_per_stage": 1}
+    planned = [1] + [2] * 62 + [1]
+    assert titan_broken_rules(old_405b, 126, planned) == ["stage-weights"]
+    one_f_one_b = {"pipeline_parallel_degree": 4, "pipeline_parallel_schedule": "1F1B",
+                   "pipeline_parallel_layers_per_stage": 10}
+    assert titan_broken_rules({**one_f_one_b, "pipeline_parallel_first_stage_less_layers": 0,
+                               "pipeline_parallel_last_stage_less_layers": 0}, 80, [20] * 4) == ["stages-per-rank"]
+    assert titan_broken_rules({"pipeline_parallel_degree": 2, "pipeline_parallel_schedule": "1F1B",
+                               "module_fqns_per_model_part": [["tok_embeddings"], []]}, 0, [0, 0]) == ["empty-stage"]
+    uneven = {"pipeline_parallel_degree": 4, "pipeline_parallel_schedule": "1F1B",
+              "pipeline_parallel_first_stage_less_layers": 0, "pipeline_parallel_last_stage_less_layers": 0}
+    assert titan_broken_rules(uneven, 82, [20, 20, 21, 21]) == ["even-split"]
+    assert titan_broken_rules(uneven, 82, [21, 21, 20, 20]) == []
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_deepspeed_tensor_parallel_script_says_the_mpu_call(tp, tmp_path, capsys):
+    """With AutoTP the batch holds over the data-parallel ranks only: DeepSpeedConfig's
+    'train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size'
+    (deepspeed/runtime/config.py:912-927) unless the training script passes a model-parallel unit
+    (config.py:697-715); deepspeed.sh says so and gives the call."""
+    argv = ["estimate", "train", "--model", "llama-3.1-8b", "--devices", "8", "--tp", str(tp), "--pp", "1", "--zero",
+            "2", "--offload-optimizer", "ddr", "--global-batch", "64"]
+    files = {f.name: f for f in _export(argv, "deepspeed", tmp_path / "d", capsys)}
+    config = json.loads(files["ds_config.json"].read_text())
+    script = files["deepspeed.sh"].read_text()
+    per_step = config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"]
+    assert config["train_batch_size"] == per_step * 8 // tp
+    if tp == 1:
+        assert "mpu=" not in script and "model-parallel unit" not in script
+        return
+    assert config["train_batch_size"] != per_step * 8          # what DeepSpeed checks without the unit
+    comments = [line[1:].strip() for line in script.splitlines() if line.startswith("#")]
+    assert "train_batch_size is not equal to micro_batch_per_gpu * gradient_acc_step * world_size" in script
+    assert f"groups._init_tp_mesh_device(tensor_model_parallel_size={tp})" in comments
+    call = " ".join(c for c in comments if c.startswith(("engine,", "config=")))
+    assert "deepspeed.initialize(" in call and "mpu=groups" in call and 'config="ds_config.json"' in call
+    assert script.index("mpu=groups") < script.index("deepspeed --num_nodes")
+
+
+def test_deepspeed_rules_catch_a_batch_deepspeed_refuses():
+    from perfmodel.exports.training import deepspeed_broken_rules
+
+    config = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 16}
+    assert deepspeed_broken_rules(config, 4) == []
+    assert deepspeed_broken_rules(config, 8) == ["batch-world-size"]
+
+
+@pytest.mark.parametrize("framework", ["megatron", "nemo"])
+def test_tp_overlap_is_written_only_with_sequence_parallelism(framework, tmp_path, capsys):
+    """'Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is
+    enabled' (Megatron-LM arguments.py:1401-1402); the model overlaps nothing without it either."""
+    from perfmodel.exports.training import megatron_broken_rules
+
+    base = ["estimate", "train", "--model", "llama-3.1-8b", "--devices", "8", "--tp", "8", "--pp", "1", "--tp-overlap"]
+    for sp, expected in (("--sp", True), ("--no-sp", False)):
+        text = _export(base + [sp], framework, tmp_path / sp, capsys)[0].read_text()
+        written = "--tp-comm-overlap" in text if framework == "megatron" else "model.tp_comm_overlap=true" in text
+        assert written is expected, sp
+    ok = {"--tensor-model-parallel-size": 8, "--sequence-parallel": True, "--tp-comm-overlap": True}
+    connections = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert megatron_broken_rules(ok, connections, 32) == []
+    del ok["--sequence-parallel"]
+    assert megatron_broken_rules(ok, connections, 32) == ["tp-overlap-needs-sp"]

@@ -53,4 +53,5 @@ torchrun --nproc-per-node 8 --nnodes 128 --node-rank "${NODE_RANK:-0}" --master-
   --tokenizer-type HuggingFaceTokenizer \
   --tokenizer-model "$TOKENIZER" \
   --data-path "$DATA_PATH" \
-  --save "$CHECKPOINT_DIR"
+  --save "$CHECKPOINT_DIR" \
+  --save-interval 59605

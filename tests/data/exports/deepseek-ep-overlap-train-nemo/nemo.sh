@@ -25,6 +25,8 @@ torchrun --nproc-per-node 8 --nnodes 128 --node-rank "${NODE_RANK:-0}" --master-
   model.moe_token_dispatcher_type=alltoall \
   model.moe_shared_expert_overlap=false \
   'model.pipeline_model_parallel_layout=Et|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|tt|mL' \
+  model.account_for_embedding_in_pipeline_split=false \
+  model.account_for_loss_in_pipeline_split=false \
   model.recompute_granularity=selective \
   model.expert_model_parallel_size=64 \
   model.expert_tensor_parallel_size=1

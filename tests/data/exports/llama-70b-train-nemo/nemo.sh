@@ -7,6 +7,7 @@ set -euo pipefail
 torchrun --nproc-per-node 8 --nnodes 8 --node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}" scripts/training/run_recipe.py --recipe llama31_70b_pretrain_32gpu_h100_bf16_config --mode pretrain --dataset mock \
   model.tensor_model_parallel_size=8 \
   model.pipeline_model_parallel_size=2 \
+  model.virtual_pipeline_model_parallel_size=null \
   model.context_parallel_size=1 \
   model.sequence_parallel=true \
   model.seq_length=8192 \
@@ -20,4 +21,7 @@ torchrun --nproc-per-node 8 --nnodes 8 --node-rank "${NODE_RANK:-0}" --master-ad
   ddp.overlap_grad_reduce=true \
   ddp.overlap_param_gather=true \
   model.tp_comm_overlap=false \
+  model.pipeline_model_parallel_layout=null \
+  model.account_for_embedding_in_pipeline_split=false \
+  model.account_for_loss_in_pipeline_split=false \
   model.recompute_granularity=selective

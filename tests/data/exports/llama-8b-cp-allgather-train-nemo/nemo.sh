@@ -7,6 +7,7 @@ set -euo pipefail
 torchrun --nproc-per-node 8 --nnodes 1 --node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}" scripts/training/run_recipe.py --recipe llama31_8b_pretrain_2gpu_h100_bf16_config --mode pretrain --dataset mock \
   model.tensor_model_parallel_size=1 \
   model.pipeline_model_parallel_size=1 \
+  model.virtual_pipeline_model_parallel_size=null \
   model.context_parallel_size=4 \
   model.sequence_parallel=false \
   model.cp_comm_type=all_gather \
@@ -21,6 +22,9 @@ torchrun --nproc-per-node 8 --nnodes 1 --node-rank "${NODE_RANK:-0}" --master-ad
   ddp.overlap_grad_reduce=true \
   ddp.overlap_param_gather=true \
   model.tp_comm_overlap=false \
+  model.pipeline_model_parallel_layout=null \
+  model.account_for_embedding_in_pipeline_split=false \
+  model.account_for_loss_in_pipeline_split=false \
   model.recompute_granularity=full \
   model.recompute_method=uniform \
   model.recompute_num_layers=1

@@ -5,6 +5,8 @@
 # Run from a Megatron-LM checkout on each of the 8 node(s), with NODE_RANK, MASTER_ADDR, TOKENIZER (a Hugging Face id or path), DATA_PATH and CHECKPOINT_DIR set.
 set -euo pipefail
 : "${TOKENIZER:?}" "${DATA_PATH:?}" "${CHECKPOINT_DIR:?}"
+# Using tensor model parallelism or context parallelism require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1 (megatron/training/arguments.py:1413-1414,1436-1439)
+export CUDA_DEVICE_MAX_CONNECTIONS=1
 torchrun --nproc-per-node 8 --nnodes 8 --node-rank "${NODE_RANK:-0}" --master-addr "${MASTER_ADDR:-localhost}" --master-port "${MASTER_PORT:-29500}" pretrain_gpt.py \
   --num-layers 32 \
   --hidden-size 4096 \
@@ -43,4 +45,5 @@ torchrun --nproc-per-node 8 --nnodes 8 --node-rank "${NODE_RANK:-0}" --master-ad
   --tokenizer-type HuggingFaceTokenizer \
   --tokenizer-model "$TOKENIZER" \
   --data-path "$DATA_PATH" \
-  --save "$CHECKPOINT_DIR"
+  --save "$CHECKPOINT_DIR" \
+  --save-interval 953675
