@@ -454,15 +454,19 @@ def megatron_broken_rules(items: dict[str, object], environment: dict[str, str |
     return broken
 
 
+# Steps between checkpoints: Megatron-Bridge's pretraining recipes' interval (v0.6.0,
+# src/megatron/bridge/recipes/common.py:438, cfg.checkpoint.save_interval = 500), or the run's end if sooner.
+SAVE_INTERVAL = 500
+
+
 def megatron(job: TrainJob) -> dict[str, str]:
     """``megatron.sh``: torchrun + pretrain_gpt.py with the plan as Megatron-LM flags."""
     _architecture_supported("Megatron-LM", job.spec)
     items = {**_megatron_model(job.spec, job.work.seq_len), **_megatron_parallel(job), **_megatron_memory(job),
              "--tokenizer-type": "HuggingFaceTokenizer", "--tokenizer-model": "$TOKENIZER",
              "--data-path": "$DATA_PATH", "--save": "$CHECKPOINT_DIR",
-             # validate_args asserts a positive --save-interval with --save (rule save-interval): one
-             # checkpoint at the end of the run; lower it to save more often.
-             "--save-interval": job.steps}
+             # validate_args asserts a positive --save-interval with --save (rule save-interval).
+             "--save-interval": min(job.steps, SAVE_INTERVAL)}
     checked("megatron", items)
     run = (f"Run from a Megatron-LM checkout on each of the {job.nodes} node(s), with NODE_RANK, MASTER_ADDR, "
            "TOKENIZER (a Hugging Face id or path), DATA_PATH and CHECKPOINT_DIR set.")

@@ -54,4 +54,4 @@ torchrun --nproc-per-node 8 --nnodes 128 --node-rank "${NODE_RANK:-0}" --master-
   --tokenizer-model "$TOKENIZER" \
   --data-path "$DATA_PATH" \
   --save "$CHECKPOINT_DIR" \
-  --save-interval 59605
+  --save-interval 500

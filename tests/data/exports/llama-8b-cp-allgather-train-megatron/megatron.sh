@@ -41,4 +41,4 @@ torchrun --nproc-per-node 8 --nnodes 1 --node-rank "${NODE_RANK:-0}" --master-ad
   --tokenizer-model "$TOKENIZER" \
   --data-path "$DATA_PATH" \
   --save "$CHECKPOINT_DIR" \
-  --save-interval 476838
+  --save-interval 500

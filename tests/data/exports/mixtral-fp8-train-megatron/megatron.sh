@@ -46,4 +46,4 @@ torchrun --nproc-per-node 8 --nnodes 8 --node-rank "${NODE_RANK:-0}" --master-ad
   --tokenizer-model "$TOKENIZER" \
   --data-path "$DATA_PATH" \
   --save "$CHECKPOINT_DIR" \
-  --save-interval 953675
+  --save-interval 500
