@@ -258,6 +258,10 @@ def _sglang_items(spec, pool: PoolSpec) -> dict[str, object]:
         items["--kv-cache-dtype"] = KV_DTYPES["sglang"][pool.kv]
     if pool.role != "colocated":
         items.update({"--disaggregation-mode": pool.role, "--disaggregation-transfer-backend": "nixl"})
+    if pool.role == "prefill":
+        # Each prefill server listens for the decode side's KV requests on its own bootstrap port
+        # (default 8998): servers sharing a node need distinct ones, which the router is given.
+        items["--disaggregation-bootstrap-port"] = "$BOOTSTRAP_PORT"
     if pool.mtp_draft_tokens:
         items.update({"--speculative-algorithm": "EAGLE", "--speculative-num-draft-tokens": pool.mtp_draft_tokens + 1})
     if pool.nodes > 1:
@@ -274,21 +278,42 @@ def sglang(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
     files = {}
     for pool in pools:
         items = checked("sglang", _sglang_items(spec, pool))
-        body = 'PORT="${PORT:-8000}"\n' + command(["python", "-m", "sglang.launch_server"], items)
-        files[_name("sglang", pool)] = _script("sglang", spec, pool, _model(spec, model_ref), _run(pool), body,
+        ports = 'PORT="${PORT:-8000}"\n' + ('BOOTSTRAP_PORT="${BOOTSTRAP_PORT:-8998}"\n' if pool.role == "prefill" else "")
+        body = ports + command(["python", "-m", "sglang.launch_server"], items)
+        run = _run(pool) + (" Instances sharing a node each take their own PORT and BOOTSTRAP_PORT (default 8998), "
+                            "which sglang-router.sh is given." if pool.role == "prefill" else "")
+        files[_name("sglang", pool)] = _script("sglang", spec, pool, _model(spec, model_ref), run, body,
                                                _quantization("sglang", spec, pool))
     if any(p.role == "prefill" for p in pools):
-        router = checked("sglang", {"--pd-disaggregation": True, "--prefill": "$PREFILL_URLS",
-                                    "--decode": "$DECODE_URLS", "--host": "0.0.0.0", "--port": 8000}, part="router")
-        v = vendored("sglang")
-        files["sglang-router.sh"] = "\n".join([
-            "#!/usr/bin/env bash", f"# The prefill/decode router of {spec.name}'s disaggregated deployment.",
-            f"# Written by perfmodel for {v.citation}'s router ({v.parts and 'sglang-router'});",
-            "# PREFILL_URLS and DECODE_URLS: every instance's http://host:port, space separated.",
-            "set -euo pipefail",
-            command(["python", "-m", "sglang_router.launch_router"], router).replace(
-                '"$PREFILL_URLS"', "$PREFILL_URLS").replace('"$DECODE_URLS"', "$DECODE_URLS")])
+        files["sglang-router.sh"] = _sglang_router(spec, pools)
     return files
+
+
+def _sglang_router(spec, pools: list[PoolSpec]) -> str:
+    """``sglang-router.sh``: one ``--prefill URL BOOTSTRAP_PORT`` per prefill instance and one
+    ``--decode URL`` per decode instance (sglang-router's RouterArgs: both repeat, one server each),
+    built from the URL lists the operator gives, whose lengths it checks against the plan's."""
+    counts = {role: sum(p.instances for p in pools if p.role == role) for role in ("prefill", "decode")}
+    router = checked("sglang", {"--pd-disaggregation": True, "--prefill": ["$URL", "$BOOTSTRAP_PORT"],
+                                "--decode": "$URL", "--host": "0.0.0.0", "--port": 8000}, part="router")
+    fixed = {k: v for k, v in router.items() if k not in ("--prefill", "--decode")}
+    v = vendored("sglang")
+    return "\n".join([
+        "#!/usr/bin/env bash", f"# The prefill/decode router of {spec.name}'s disaggregated deployment.",
+        f"# Written by perfmodel for {v.citation}'s router ({v.parts and 'sglang-router'}).",
+        f"# PREFILL_URLS: the {counts['prefill']} prefill instances' http://host:port; PREFILL_BOOTSTRAP_PORTS: "
+        "their --disaggregation-bootstrap-port, in the same order (distinct on one node); DECODE_URLS: the "
+        f"{counts['decode']} decode instances' http://host:port. Space separated.",
+        "set -euo pipefail",
+        'read -ra prefill <<< "${PREFILL_URLS:?}"; read -ra ports <<< "${PREFILL_BOOTSTRAP_PORTS:?}"; '
+        'read -ra decode <<< "${DECODE_URLS:?}"',
+        f'[ "${{#prefill[@]}}" -eq {counts["prefill"]} ] && [ "${{#ports[@]}}" -eq {counts["prefill"]} ] '
+        f'&& [ "${{#decode[@]}}" -eq {counts["decode"]} ] || {{ echo "the plan runs {counts["prefill"]} prefill '
+        f'and {counts["decode"]} decode instances: give as many URLs (and bootstrap ports)" >&2; exit 2; }}',
+        "servers=()",
+        'for i in "${!prefill[@]}"; do servers+=(--prefill "${prefill[$i]}" "${ports[$i]}"); done',
+        'for url in "${decode[@]}"; do servers+=(--decode "$url"); done',
+        command(["python", "-m", "sglang_router.launch_router", '"${servers[@]}"'], fixed)])
 
 
 # --- TensorRT-LLM -------------------------------------------------------------------------------

@@ -192,6 +192,43 @@ def test_disaggregated_pools_each_get_their_role(tmp_path):
         for name, text in files.items():
             (tmp_path / name).write_text(text)
             assert not unknown_in(framework, tmp_path / name), name
+    assert 'BOOTSTRAP_PORT="${BOOTSTRAP_PORT:-8998}"' in sglang["sglang-prefill.sh"]
+    assert "--disaggregation-bootstrap-port" not in sglang["sglang-decode.sh"]
+
+
+def test_the_sglang_router_gets_one_argument_per_instance(tmp_path):
+    """sglang-router takes one --prefill URL BOOTSTRAP_PORT per prefill server and one --decode URL
+    per decode server: the script builds them from the operator's lists (run here with a stand-in
+    for python that records its arguments) and refuses lists of the wrong length."""
+    import subprocess
+
+    from perfmodel.catalog import find_model
+    from perfmodel.exports import serving_files
+    from perfmodel.exports.serving import PoolSpec
+
+    pools = [PoolSpec(role=role, system="dgx-h100", instances=n, devices_per_instance=d, devices_per_node=8, tp=d,
+                      pp=1, ep=1, dp_attention=1, batch=b, weight="bf16", activation="a16", kv="fp8", kv_place="hbm",
+                      max_len=6144) for role, n, d, b in (("prefill", 3, 2, 2), ("decode", 2, 8, 128))]
+    script = tmp_path / "sglang-router.sh"
+    script.write_text(serving_files("sglang", find_model("llama-3.1-70b"), pools, "llama-3.1-70b")["sglang-router.sh"])
+    stand_in = tmp_path / "bin" / "python"
+    stand_in.parent.mkdir()
+    stand_in.write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" > "$ARGS_OUT"\n')
+    stand_in.chmod(0o755)
+    env = {"PATH": f"{stand_in.parent}:/usr/bin:/bin", "ARGS_OUT": str(tmp_path / "args"),
+           "PREFILL_URLS": "http://a:30000 http://a:30001 http://b:30000", "PREFILL_BOOTSTRAP_PORTS": "8998 8999 8998",
+           "DECODE_URLS": "http://c:30000 http://d:30000"}
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    args = (tmp_path / "args").read_text().split("\n")
+    assert args[:2] == ["-m", "sglang_router.launch_router"]
+    pairs = [(args[i + 1], args[i + 2]) for i, a in enumerate(args) if a == "--prefill"]
+    assert pairs == [("http://a:30000", "8998"), ("http://a:30001", "8999"), ("http://b:30000", "8998")]
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--decode"] == ["http://c:30000", "http://d:30000"]
+    assert "--pd-disaggregation" in args
+    short = subprocess.run(["bash", str(script)], env={**env, "DECODE_URLS": "http://c:30000"}, capture_output=True,
+                           text=True)
+    assert short.returncode == 2 and "3 prefill and 2 decode instances" in short.stderr
 
 
 # --- what a framework cannot run ------------------------------------------------------------------
