@@ -252,6 +252,9 @@ class System(Entry):
     vendor: str
     accelerator: Name
     devices_per_node: Annotated[int, Field(ge=1, le=4096)]
+    # The devices one operating-system host drives, where a node is several hosts (a GB200 NVL72
+    # rack: 18 trays of 4 GPUs); a launcher (torchrun, deepspeed, sglang --nnodes) starts per host.
+    devices_per_host: Annotated[int, Field(ge=1, le=4096)] | None = None
     nodes: Annotated[int, Field(ge=1, le=1_000_000)] = 1
     hosts: tuple[HostAttachment, ...] = ()
     memory_tiers: tuple[MemoryAttachment, ...] = ()
@@ -260,6 +263,18 @@ class System(Entry):
     node_price_usd: Dollars | None = None
     # Why a basis has no price ("cloud", "owned"): printed where a cost search lists the system.
     unpriced: dict[Literal["cloud", "owned"], Annotated[str, Field(max_length=300)]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _hosts_divide_the_node(self):
+        if self.devices_per_host is not None and self.devices_per_node % self.devices_per_host:
+            raise ValueError(f"devices_per_host ({self.devices_per_host}) must divide devices_per_node "
+                             f"({self.devices_per_node})")
+        return self
+
+    @property
+    def devices_per_launch_host(self) -> int:
+        """Devices one launcher process group starts on: a host's, else the node's."""
+        return self.devices_per_host or self.devices_per_node
 
     @model_validator(mode="after")
     def _nested_tiers(self):

@@ -87,7 +87,8 @@ def training_files(framework: str, spec, machine, plan, work, model_ref: str) ->
         raise ExportError("no framework perfmodel exports to caches activations as DeepSeek-V3's low-precision storage "
                           "does (FP8 SwiGLU inputs, an E5M6 attention output); plan --storage mixed to export")
     job = TrainJob(spec=spec, system=machine.system.name, devices=int(machine.devices),
-                   devices_per_node=int(machine.system.devices_per_node), plan=plan, work=work, model_ref=model_ref,
+                   devices_per_node=int(machine.system.devices_per_launch_host), plan=plan, work=work,
+                   model_ref=model_ref,
                    vendor=str(machine.accelerator.vendor))
     return WRITERS[framework](job)
 

@@ -55,7 +55,7 @@ class PoolSpec:
     def of_instance(machine, plan, work) -> "PoolSpec":
         return PoolSpec(role="colocated", system=machine.system.name, instances=1,
                         devices_per_instance=int(plan.tp * plan.pp * plan.dp_attention),
-                        devices_per_node=int(machine.system.devices_per_node), tp=int(plan.tp), pp=int(plan.pp),
+                        devices_per_node=int(machine.system.devices_per_launch_host), tp=int(plan.tp), pp=int(plan.pp),
                         ep=int(plan.ep), dp_attention=int(plan.dp_attention), batch=int(plan.batch),
                         weight=str(plan.weight_precision), activation=str(plan.activation_precision),
                         kv=str(plan.kv_precision), kv_place=str(plan.kv_place),
@@ -67,7 +67,7 @@ class PoolSpec:
         c = pool.config
         return PoolSpec(role=pool.role, system=pool.system, instances=int(pool.instances),
                         devices_per_instance=int(pool.devices_per_instance),
-                        devices_per_node=int(machine.system.devices_per_node), tp=int(c["tp"]), pp=int(c["pp"]),
+                        devices_per_node=int(machine.system.devices_per_launch_host), tp=int(c["tp"]), pp=int(c["pp"]),
                         ep=int(c["ep"]), dp_attention=int(c["dp_attention"]), batch=int(c["batch"]),
                         weight=str(c["weight_precision"]), activation=str(c["activation_precision"]),
                         kv=str(c["kv_precision"]), kv_place=str(c.get("kv_place", "hbm")),
@@ -278,7 +278,8 @@ def sglang(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
     files = {}
     for pool in pools:
         items = checked("sglang", _sglang_items(spec, pool))
-        ports = 'PORT="${PORT:-8000}"\n' + ('BOOTSTRAP_PORT="${BOOTSTRAP_PORT:-8998}"\n' if pool.role == "prefill" else "")
+        ports = 'PORT="${PORT:-8000}"\n' \
+            + ('BOOTSTRAP_PORT="${BOOTSTRAP_PORT:-8998}"\n' if pool.role == "prefill" else "")
         body = ports + command(["python", "-m", "sglang.launch_server"], items)
         run = _run(pool) + (" Instances sharing a node each take their own PORT and BOOTSTRAP_PORT (default 8998), "
                             "which sglang-router.sh is given." if pool.role == "prefill" else "")

@@ -670,3 +670,13 @@ def test_tp_overlap_is_written_only_with_sequence_parallelism(framework, tmp_pat
     assert megatron_broken_rules(ok, connections, 32) == []
     del ok["--sequence-parallel"]
     assert megatron_broken_rules(ok, connections, 32) == ["tp-overlap-needs-sp"]
+
+
+def test_a_rack_of_trays_launches_per_host(tmp_path, capsys):
+    """A GB200 NVL72 rack is one NVLink domain of 18 hosts (trays) of 4 GPUs: the launch starts 4
+    processes on each of 18 hosts, not 72 on one."""
+    files = _export(["estimate", "train", "--model", "llama-3.1-70b", "--system", "gb200-nvl72", "--devices", "72",
+                     "--tp", "8", "--pp", "1", "--dp", "9", "--zero", "1", "--global-batch", "72"], "megatron", tmp_path,
+                    capsys)
+    text = next(p for p in files if p.name == "megatron.sh").read_text()
+    assert "--nproc-per-node 4 --nnodes 18" in " ".join(text.split()), text[:400]
