@@ -946,7 +946,7 @@ def plan_train(db, request, output) -> None:
     spec, pairs, work, options, result = (planning.spec, planning.candidates, planning.work, planning.options,
                                           planning.result)
     pareto, timing = output.pareto, output.timing
-    listed = [result.best] + result.ties + result.top + result.pareto
+    listed = [result.best] + result.ties + result.top + result.pareto + ([result.runnable] if result.runnable else [])
     for row in listed:
         row["reproduce"] = _train_command(request.model, row, work, options)
     bases = _cost_bases(result.machines.values())
@@ -957,6 +957,7 @@ def plan_train(db, request, output) -> None:
            "workload": vars(work), "pricing": options.pricing, "cost_basis": bases,
            "best": {**result.best, "breakdown": breakdown}, "ties": result.ties, "tie_count": result.tie_count,
            "top": result.top, **({"pareto": result.pareto} if pareto else {}),
+           **({"runnable_tie": result.runnable} if result.runnable else {}),
            "evidence": _evidence_json(result.evidence, timing)}
     if planning.baseline is not None:
         doc["baseline"] = _train_baseline(request.baseline, planning.baseline, result.best)
@@ -979,6 +980,10 @@ def plan_train(db, request, output) -> None:
                                cost_label, db))
     _print_commands([best])
     _print_runs_on(doc["runs_on"])
+    if result.runnable:
+        console.print(_plans_table(f"within the optimal plan's range, the best plan a framework runs as written "
+                                   f"({', '.join(result.runnable['runs_on'])})", [result.runnable], cost_label, db))
+        _print_commands([result.runnable])
     _print_caveats([unmeasured_caveat(m) for m in result.machines.values()])
     if result.tie_count:
         shown = f", the first {len(result.ties)}" if result.tie_count > len(result.ties) else ""

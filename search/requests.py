@@ -127,7 +127,7 @@ class PlanTrainRequest:
                                 memory_headroom=self.memory_headroom, offload=self.offload, top=self.top,
                                 space=self._space(precisions, names("--sharding", self.sharding, SHARDING),
                                                   names("--cp-comms", self.cp_comms, CP_COMMS)),
-                                routing=_routing(spec, self))
+                                routing=_routing(spec, self), runnable_tie=self.framework is None)
         return spec, pairs, TrainWorkload(self.global_batch, self.seq_len, self.tokens), options
 
 

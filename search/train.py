@@ -55,6 +55,7 @@ class SearchOptions:
     routing: object = None                # RoutingStats: EP imbalance from a placement, per EP degree
     pricing: str = "cloud"                # cost basis (perfmodel.power.run_cost)
     prices: dict = field(default_factory=dict)   # the user's USD per device-hour by system
+    runnable_tie: bool = False            # when no framework runs the optimum, find the best tie one runs
 
 
 @dataclass
@@ -109,6 +110,7 @@ class SearchResult:
     ties: list[dict] = field(default_factory=list)   # plans whose predicted range overlaps the best's
     tie_count: int = 0
     limits: dict | None = None          # when plans fit but the budget or power cap excludes all
+    runnable: dict | None = None        # the best tie a framework runs as written, when the optimum is not
 
 
 PLAN_FIELDS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "interleave", "ends_as_layers", "micro_batch", "zero",
@@ -485,6 +487,9 @@ def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[
     result = SearchResult(best=describe(best_i), top=[describe(i) for i in order], pareto=[describe(i) for i in front],
                           evidence=evidence, machines=machines, ties=[describe(i) for i in ties[:TIES_SHOWN]],
                           tie_count=len(ties))
+    if options.runnable_tie:
+        result.runnable = _first_runnable(spec, work, machines, [result.best] + [describe(i) for i in
+                                                                             ties[:RUNNABLE_SCAN]])
     problems = check_plans(spec, result, work, options)
     if problems:
         evidence.status, evidence.gap = "FEASIBLE", None
@@ -539,6 +544,23 @@ def check_plans(spec: TransformerSpec, result: "SearchResult", work: TrainWorklo
 
 
 TIES_SHOWN = 10
+# Ties scanned, best first, for one that a framework runs as written (each costs one export per framework).
+RUNNABLE_SCAN = 200
+
+
+def _first_runnable(spec: TransformerSpec, work: TrainWorkload, machines: dict, rows: list[dict]) -> dict | None:
+    """The first of ``rows`` (the optimum, then its ties, best first) that some training framework
+    runs as written, with those frameworks (``runs_on``); None when the optimum itself runs or none
+    of them does."""
+    from perfmodel.exports import training_frameworks
+
+    for k, row in enumerate(rows):
+        runs = training_frameworks(spec, machines[(row["system"], row["devices"])], TrainPlan(**row["plan"]), work,
+                                   spec.name)
+        frameworks = [name for name, why in runs.items() if why is None]
+        if frameworks:
+            return None if k == 0 else {**row, "runs_on": frameworks}
+    return None
 
 
 def _ties(table: PlanTable, objective: np.ndarray, best: int, name: str) -> np.ndarray:

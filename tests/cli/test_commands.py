@@ -407,3 +407,18 @@ def test_a_device_without_measured_kernels_says_so_and_widens_its_range(capsys):
     assert width(unfitted) > width(fitted)
     code, out, err = run(capsys, *args, "--system", "mi300x-8x")
     assert code == 0 and "mi300x has no measured kernels" in " ".join(out.split()), err
+
+
+def test_plan_train_names_the_best_tie_a_framework_runs(capsys):
+    """When no framework runs the optimum as written, plan train names the best plan within its range
+    that one does (and which), with its reproduce command; when one runs it, nothing more is said."""
+    doc = run_json(capsys, "plan", "train", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--devices", "64",
+                   "--global-batch", "512", "--seq-len", "8192")
+    best, tie = doc["best"], doc.get("runnable_tie")
+    assert not any(why is None for why in doc["runs_on"].values())
+    assert tie is not None and tie["runs_on"] and set(tie["runs_on"]) <= set(doc["runs_on"])
+    assert tie["step_time_low_s"] <= best["step_time_high_s"] and tie["step_time_s"] >= best["step_time_s"]
+    assert tie["reproduce"].startswith("perfmodel estimate train")
+    runs = run_json(capsys, "plan", "train", "--model", "llama-3.1-8b", "--system", "dgx-h100", "--devices", "8",
+                    "--global-batch", "64", "--framework", "megatron")
+    assert "runnable_tie" not in runs
