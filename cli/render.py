@@ -408,7 +408,7 @@ def _components_csv(report) -> list[dict]:
 
 
 def estimate_train(spec, machine, plan, work, output=None, model_ref: str | None = None, db=None) -> None:
-    from perfmodel.report import check_feasible, train_report
+    from perfmodel.report import check_feasible, interleave_hint, train_report
     from perfmodel.training import estimate_training
 
     from .deliver import delivered, report_files
@@ -418,6 +418,9 @@ def estimate_train(spec, machine, plan, work, output=None, model_ref: str | None
     result = estimate_training(spec, machine, plan, work)
     check_feasible(result, machine)
     report = train_report(result, machine, spec)
+    hint = interleave_hint(spec, machine, plan, work, result)
+    if hint:
+        report["hint"] = hint
     doc = train_doc(spec, machine, plan, work, report)
     from perfmodel.report import host_placements
 
@@ -472,7 +475,7 @@ def _estimate_train_tables(spec, machine, plan, work, report, db=None) -> None:
         rows += [("run time", _seconds(run["time_s"])), ("run energy", units.energy(_kwh_joules(run["energy_kwh"]))),
                  ("run cost", _usd(run["cost_usd"]))]
     console.print(_kv_table("summary", rows))
-    _print_caveats([report["constants_from"].get("caveat")])
+    _print_caveats([report["constants_from"].get("caveat"), report.get("hint")])
     console.print(_times_table("step time by component", report["time_components_s"], report["step_time_s"],
                                report["time_on_link_s"]))
     console.print(_ops_table("operators (all microbatches, forward + backward, one stage)", report["operators_s"]))

@@ -213,3 +213,33 @@ def unmeasured_caveat(machine: Machine) -> str | None:
     return (f"{machine.accelerator.name} has no measured kernels: {gemm}, {attention}, {collectives}; the range "
             f"adds +-{machine.step_error:.1%} of the step (the error measured with the fits removed on NVIDIA "
             "devices) and does not cover another vendor's software stack")
+
+
+# A pipeline bubble above this share of the step is worth a line: Narayanan et al. 2021 (Sec. 2.2.2)
+# introduce the interleaved schedule for it, and every practiced large pipeline here runs one.
+BUBBLE_WORTH_A_HINT = 0.25
+
+
+def interleave_hint(spec, machine: Machine, plan, work, result: TrainResult) -> str | None:
+    """For a plan whose pipeline bubble takes more than BUBBLE_WORTH_A_HINT of the step without
+    virtual stages, one line naming the interleave that shortens the step most (Megatron's virtual
+    pipeline: the bubble divides by the interleave, Narayanan et al. 2021 Eq. 2) and the step it
+    predicts; None otherwise or when no interleave is valid and faster."""
+    from dataclasses import replace
+
+    from .training import estimate_training
+
+    step = float(result.step_time_s)
+    bubble = float(result.components.get("pipeline bubble", 0.0))
+    if int(plan.pp) < 2 or int(plan.interleave) > 1 or not step or bubble / step <= BUBBLE_WORTH_A_HINT:
+        return None
+    options = []
+    for v in (2, 4, 8):
+        trial = estimate_training(spec, machine, replace(plan, interleave=v), work)
+        if str(trial.binding) == "":
+            options.append((float(trial.step_time_s), v))
+    if not options or min(options)[0] >= step:
+        return None
+    faster, v = min(options)
+    return (f"the pipeline bubble is {bubble / step:.0%} of the step: --interleave {v} (a virtual pipeline, Narayanan "
+            f"et al. 2021 Sec. 2.2.2) predicts {faster:.3g} s instead of {step:.3g} s")

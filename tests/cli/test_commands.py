@@ -422,3 +422,16 @@ def test_plan_train_names_the_best_tie_a_framework_runs(capsys):
     runs = run_json(capsys, "plan", "train", "--model", "llama-3.1-8b", "--system", "dgx-h100", "--devices", "8",
                     "--global-batch", "64", "--framework", "megatron")
     assert "runnable_tie" not in runs
+
+
+def test_a_large_bubble_names_the_interleave_that_shortens_it(capsys):
+    """A pipeline whose bubble takes most of the step without virtual stages gets one line naming the
+    interleave that shortens the step most and what it predicts; an interleaved plan gets none."""
+    args = ("estimate", "train", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--devices", "64", "--tp", "8",
+            "--pp", "8", "--dp", "1", "--zero", "1", "--recompute", "full", "--global-batch", "8", "--seq-len", "4096")
+    doc = run_json(capsys, *args)["result"]
+    assert "--interleave" in doc["hint"] and doc["time_components_s"]["pipeline bubble"] > 0.25 * doc["step_time_s"]
+    faster = float(doc["hint"].split(" predicts ")[1].split(" s")[0])
+    assert faster < doc["step_time_s"]
+    assert "hint" not in run_json(capsys, *args[:-4], "--interleave", "2", "--global-batch", "8", "--seq-len",
+                                  "4096")["result"]
