@@ -475,7 +475,7 @@ def _estimate_train_tables(spec, machine, plan, work, report, db=None) -> None:
         rows += [("run time", _seconds(run["time_s"])), ("run energy", units.energy(_kwh_joules(run["energy_kwh"]))),
                  ("run cost", _usd(run["cost_usd"]))]
     console.print(_kv_table("summary", rows))
-    _print_caveats([report["constants_from"].get("caveat"), report.get("hint")])
+    _print_remarks([report["constants_from"].get("caveat"), report.get("hint")])
     console.print(_times_table("step time by component", report["time_components_s"], report["step_time_s"],
                                report["time_on_link_s"]))
     console.print(_ops_table("operators (all microbatches, forward + backward, one stage)", report["operators_s"]))
@@ -544,7 +544,7 @@ def _estimate_serve_tables(spec, machine, plan, work, report, db=None) -> None:
                         + ("exposed: all of it" if not plan.overlap_comm else "exposed under two-batch overlap; "
                            "--overlap none gives all of it") + ")"))
     console.print(_kv_table("summary", rows))
-    _print_caveats([report["constants_from"].get("caveat")])
+    _print_remarks([report["constants_from"].get("caveat")])
     console.print(_times_table("prefill (time to first token)", report["prefill_components_s"], report["ttft_s"]))
     # A decode step emits 1 + accepted draft tokens per sequence, so shares are of the step, not of TPOT.
     console.print(_times_table("decode step", report["decode_components_s"],
@@ -861,10 +861,11 @@ def _times(x) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
 
-def _print_caveats(caveats) -> None:
-    """Each distinct caveat on a device's constants (perfmodel.report.unmeasured_caveat), once."""
-    for caveat in dict.fromkeys(c for c in caveats if c):
-        console.print(caveat, markup=False, style="yellow")
+def _print_remarks(remarks) -> None:
+    """Each distinct remark, once, in yellow: what a device's constants rest on
+    (perfmodel.report.unmeasured_caveat) or a change to the plan worth trying (interleave_hint)."""
+    for remark in dict.fromkeys(r for r in remarks if r):
+        console.print(remark, markup=False, style="yellow")
 
 
 def _print_runs_on(runs_on: dict[str, str | None]) -> None:
@@ -987,7 +988,7 @@ def plan_train(db, request, output) -> None:
         console.print(_plans_table(f"within the optimal plan's range, the best plan a framework runs as written "
                                    f"({', '.join(result.runnable['runs_on'])})", [result.runnable], cost_label, db))
         _print_commands([result.runnable])
-    _print_caveats([unmeasured_caveat(m) for m in result.machines.values()])
+    _print_remarks([unmeasured_caveat(m) for m in result.machines.values()])
     if result.tie_count:
         shown = f", the first {len(result.ties)}" if result.tie_count > len(result.ties) else ""
         console.print(_plans_table(f"ties: {result.tie_count:,} plans whose predicted range overlaps the optimal "
@@ -1235,7 +1236,7 @@ def plan_serve(db, request, output) -> None:
                                       ("cost per million output tokens", _usd(best.usd_per_million_tokens)),
                                       ("energy per output token (with PUE)", joules(best.joules_per_token))]))
     _print_runs_on(doc["runs_on"])
-    _print_caveats([unmeasured_caveat(planning.machines[p.system]) for p in best.pools])
+    _print_remarks([unmeasured_caveat(planning.machines[p.system]) for p in best.pools])
     ties = _serve_ties(best, result.top, options.objective)
     console.print(_deployments_table(f"top {len(result.top)} single-configuration deployments", result.top, ties,
                                      db))
