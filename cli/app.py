@@ -176,13 +176,15 @@ def estimate_serve(ctx: typer.Context, request: ServeRequest, output: EstimateOu
 
 @plan_app.callback()
 def plan_default(ctx: typer.Context, json_out: Annotated[bool, typer.Option(
-        "--json", help="Print one JSON document on stdout.")] = False) -> None:
+        "--json", help="Print one JSON document on stdout.")] = False, verbose: Annotated[bool, typer.Option(
+        "--verbose", help="Also print the ties, the top plans, the evidence and the answer's details.")] = False
+                 ) -> None:
     """Run the built-in example: Llama 3.1 70B on 64 H100s, 512 x 8K-token batches, 1T tokens."""
     if ctx.invoked_subcommand is not None:
         return
     from . import render
 
-    render.plan_train(database(ctx), PlanTrainRequest(), PlanOutput(json_out=json_out))
+    render.plan_train(database(ctx), PlanTrainRequest(), PlanOutput(json_out=json_out, verbose=verbose))
 
 
 @command(plan_app, "train", PlanTrainRequest, PlanOutput)

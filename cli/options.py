@@ -134,6 +134,8 @@ class PlanOutput:
     """How a search is shown: tables, the Pareto front, JSON, CSV, a chart, launch files of the best plan."""
 
     pareto: bool = option(False, "Show the Pareto front.")
+    verbose: bool = option(False, "Also print the ties, the top plans, the evidence and the validity rules, and "
+                                  "the answer's operators and memory.")
     timing: bool = option(False, "Include seconds spent in --json.")
     json_out: bool = option(False, "Print one JSON document on stdout.", flag="--json")
     csv_out: bool = option(False, "Print the plans table (the Pareto front with --pareto) as CSV on stdout.",

@@ -20,6 +20,7 @@ from . import units
 from .units import count, fleet, joules, rate, size, watts
 
 console = Console(highlight=False, soft_wrap=False, emoji=False)
+SQUEEZED: list[str] = []   # tables printed with a word cut (Table._calculate_column_widths)
 
 
 class Table(_RichTable):
@@ -40,6 +41,30 @@ class Table(_RichTable):
         widest = sum(max([cell_len(str(column.header))] + [cell_len(str(c)) for c in column.cells])
                      for column in self.columns)
         return widest + edges <= max_width
+
+    def _calculate_column_widths(self, console, options) -> list[int]:
+        """rich's widths, unless they cut a word where the terminal has room for every column's
+        longest word: then each column gets its longest word and the rest of the width is shared in
+        proportion to what each column still wants. Tables that cannot keep their words whole on the
+        terminal are named in SQUEEZED (the 80-column readability test reads it)."""
+        widths = super()._calculate_column_widths(console, options)
+        floors = [self._longest_word(console, column) + self._get_padding_width(column._index)
+                  for column in self.columns]
+        if all(w >= f for w, f in zip(widths, floors)):
+            return widths
+        if sum(floors) > options.max_width:
+            SQUEEZED.append(str(self.title or [str(c.header) for c in self.columns]))
+            return widths
+        wants = [max(self._measure_column(console, options, c).maximum - f, 0) for c, f in zip(self.columns, floors)]
+        spare = options.max_width - sum(floors)
+        return [f + min(spare * want // max(sum(wants), 1), want) for f, want in zip(floors, wants)]
+
+    @staticmethod
+    def _longest_word(console, column) -> int:
+        """The widest word of a column (of a line, in a column of numbers kept whole)."""
+        lines = [line for cell in column.cells for line in console.render_str(str(cell)).plain.split("\n")]
+        words = [w for text in lines for w in ([text] if getattr(column, "whole", False) else text.split())]
+        return max([cell_len(w) for w in words + str(column.header).split()] or [1])
 
     def __rich_console__(self, console, options):
         for column in self.columns:
@@ -312,8 +337,8 @@ def compare(db, names: list[str], output) -> None:
         table = Table(title=title, title_justify="left")
         table.add_column("metric", style="bold")
         table.add_column("unit")
-        for i in group:
-            table.add_column(str(rows[i]["name"]), justify="right")
+        for i in group:   # figures are single words; descriptions wrap
+            table.add_column(str(rows[i]["name"]), justify="right", whole=False)
         for label, unit, cells in lines:
             table.add_row(label, unit, *(cells[i] for i in group))
         console.print(table)
@@ -575,24 +600,26 @@ def _metric_value(metric: str, value: float | None) -> str:
     return f"{value:.1%}" if metric == "mfu" else fmt(value)
 
 
-def _validation_table(cells: list[tuple[str, ...]]) -> Table:
-    """Cases with their system, metric, published and predicted values and error; on a terminal
-    too narrow for that, the system (and the calibration mark) goes under the case's name."""
-    for narrow in (False, True):
-        table = Table(title="validation: predicted vs published" + ("" if narrow else " (*: calibration case)"),
-                      title_justify="left")
-        for col, justify in (("case", "left"),) + ((("system", "left"),) if not narrow else ()) + (
-                ("metric", "left"), ("published", "right"), ("predicted", "right"), ("error", "right")):
-            table.add_column(col, justify=justify, whole=col in ("system", "published", "predicted"),
-                             max_width=16 if narrow and col == "metric" else None)
-        for name, calibration, system, *rest in cells:
-            if narrow:
-                table.add_row(f"{name}\n[dim]on {system}{', calibration' if calibration else ''}[/]", *rest)
-            else:
-                table.add_row(name + (" *" if calibration else ""), system, *rest)
-        if _fits(table):
-            break
-    return table
+def _validation_table(cells: list[tuple[str, ...]]) -> Table | None:
+    """Cases with their system, metric, published and predicted values and error, as a table; None
+    on a terminal too narrow for it (``_print_validation_list`` then prints the cases as lines)."""
+    table = Table(title="validation: predicted vs published (*: calibration case)", title_justify="left")
+    for col, justify in (("case", "left"), ("system", "left"), ("metric", "left"), ("published", "right"),
+                         ("predicted", "right"), ("error", "right")):
+        table.add_column(col, justify=justify, whole=col in ("system", "published", "predicted"))
+    for name, calibration, system, *rest in cells:
+        table.add_row(name + (" *" if calibration else ""), system, *rest)
+    return table if _fits(table) else None
+
+
+def _print_validation_list(cells: list[tuple[str, ...]]) -> None:
+    """The validation cases for a narrow terminal: each case's name whole on one line, then its
+    metric, published and predicted values and error."""
+    console.print("validation: predicted vs published", style="bold")
+    for name, calibration, system, metric, published, predicted, error in cells:
+        console.print(f"{name} on {system}{', calibration case' if calibration else ''}", markup=False)
+        console.print(f"    {metric}: published {published}, predicted {predicted}, {error}", markup=False,
+                      style="dim")
 
 
 def _fits(table: Table) -> bool:
@@ -638,7 +665,11 @@ def validate(db, calibrate: bool, json_out: bool, csv_out: bool = False) -> None
             err = r["status"]
         cells.append((r["id"], r["calibration"], r["system"], _metric_label(r["metric"]), _metric_value(r["metric"], r["published"]),
                       _metric_value(r["metric"], r["predicted"]), err))
-    console.print(_validation_table(cells))
+    table = _validation_table(cells)
+    if table is None:
+        _print_validation_list(cells)
+    else:
+        console.print(table)
     for group in ("calibration", "held_out", "exact"):
         s = summary[group]
         if s["cases"]:
@@ -942,6 +973,7 @@ def _searched(db, request, output, kind: str, search, what: str):
 def plan_train(db, request, output) -> None:
     from perfmodel.report import train_report, unmeasured_caveat
     from perfmodel.search.api import plan_train as search
+    from perfmodel.search.train import RECOMMENDATION
     from perfmodel.training import TrainPlan
 
     from .deliver import delivered, report_files
@@ -950,45 +982,110 @@ def plan_train(db, request, output) -> None:
     spec, pairs, work, options, result = (planning.spec, planning.candidates, planning.work, planning.options,
                                           planning.result)
     pareto, timing = output.pareto, output.timing
-    listed = [result.best] + result.ties + result.top + result.pareto + ([result.runnable] if result.runnable else [])
+    answer = planning.recommended
+    listed = [result.best, answer] + result.ties + result.top + result.pareto
     for row in listed:
         row["reproduce"] = _train_command(request.model, row, work, options)
     bases = _cost_bases(result.machines.values())
-    machine = planning.machine
-    best_plan = TrainPlan(**result.best["plan"])
-    breakdown = train_report(planning.estimate(), machine, spec)
+    machine = planning.machine_of(answer)
+    answer_plan = TrainPlan(**answer["plan"])
+    breakdown = train_report(planning.estimate(answer), machine, spec)
+    warnings = _run_warnings(answer, options)
     doc = {"model": spec.name, "objective": options.objective, "candidates": [list(p) for p in pairs],
            "workload": vars(work), "pricing": options.pricing, "cost_basis": bases,
-           "best": {**result.best, "breakdown": breakdown}, "ties": result.ties, "tie_count": result.tie_count,
+           "recommended": {**answer, "breakdown": breakdown},
+           "recommendation": RECOMMENDATION if result.recommended else "the optimum (--any-plan)",
+           "best": result.best, "near_count": result.near_count, "ties": result.ties, "tie_count": result.tie_count,
+           "memory_headroom": options.memory_headroom, "warnings": warnings,
            "top": result.top, **({"pareto": result.pareto} if pareto else {}),
-           **({"runnable_tie": result.runnable} if result.runnable else {}),
            "evidence": _evidence_json(result.evidence, timing)}
     if planning.baseline is not None:
         doc["baseline"] = _train_baseline(request.baseline, planning.baseline, result.best)
     from perfmodel.exports import training_frameworks
 
-    doc["runs_on"] = training_frameworks(spec, machine, best_plan, work, request.model)
-    estimate = lambda: train_doc(spec, machine, best_plan, work, breakdown)  # noqa: E731
+    doc["runs_on"] = training_frameworks(spec, machine, answer_plan, work, request.model)
+    estimate = lambda: train_doc(spec, machine, answer_plan, work, breakdown)  # noqa: E731
     charts = {"pareto": lambda: {**doc, "pareto": result.pareto}, "breakdown": estimate, "roofline": estimate,
               "memory": estimate}
-    if delivered(doc, output, lambda: _plan_row_csv(result.pareto if pareto else [result.best] + result.top),
+    if delivered(doc, output, lambda: _plan_row_csv(result.pareto if pareto else [answer] + result.top),
                  charts, "pareto" if pareto else "breakdown",
-                 _train_export(spec, machine, best_plan, work, request.model)):
+                 _train_export(spec, machine, answer_plan, work, request.model)):
         return
-    best = result.best
-    cost_label = "run cost" if work.tokens else "$/M tokens"
     console.print(f"{spec.display_name or spec.name}: {work.global_batch:,} sequences x {work.seq_len:,} tokens per "
                   f"step" + (f", {count(work.tokens)} tokens" if work.tokens else "") + f"; objective: {options.objective}",
                   style="bold", markup=False)
-    console.print(_plans_table("optimal plan (step: prediction, low-high range; energy per token)", [best],
-                               cost_label, db))
-    _print_commands([best])
+    same = answer["plan"] == result.best["plan"] and answer["system"] == result.best["system"] and \
+        answer["devices"] == result.best["devices"]
+    rows = [("recommended" if result.recommended else "optimum", answer)] + ([] if same else [("fastest", result.best)]
+                                                                           if options.objective == "time" else
+                                                                           [("optimum", result.best)])
+    console.print(_answer_table(rows, work, db))
+    for label, row in rows:
+        _print_command(f"  {label}:", row["reproduce"])
     _print_runs_on(doc["runs_on"])
-    if result.runnable:
-        console.print(_plans_table(f"within the optimal plan's range, the best plan a framework runs as written "
-                                   f"({', '.join(result.runnable['runs_on'])})", [result.runnable], cost_label, db))
-        _print_commands([result.runnable])
-    _print_remarks([unmeasured_caveat(m) for m in result.machines.values()])
+    if result.recommended:
+        console.print(f"why this plan: {RECOMMENDATION} ({result.near_count:,} plans lie within the range, "
+                      f"{result.tie_count:,} overlap it); --any-plan recommends the optimum", markup=False, style="dim")
+    _print_remarks([unmeasured_caveat(m) for m in result.machines.values()] + warnings)
+    if output.verbose:
+        _print_plan_lists(result, work, db, pareto)
+    if "baseline" in doc:
+        _print_baseline(doc["baseline"])
+    _print_quantization([answer["plan"]["precision"]], "bf16")
+    _print_bases(bases, options.pricing)
+    e = result.evidence
+    console.print(f"search: {e.status}{'' if e.gap == 0 else ' (gap ' + _gap(e.gap) + ')'}, {e.evaluated:,} plans "
+                  f"evaluated, {e.feasible:,} fit in HBM with {options.memory_headroom:.0%} headroom"
+                  f"{f', {e.feasible_with_offload:,} more with offload' if e.feasible_with_offload else ''}"
+                  f"{'' if e.check else '; every listed plan re-checked on its own'}"
+                  f"{'' if output.verbose else '; --verbose lists the ties, the top plans and the evidence'}",
+                  markup=False, style="dim")
+    if output.verbose:
+        _print_evidence(e)
+        console.print()
+        _estimate_train_tables(spec, machine, answer_plan, work, breakdown, db)
+    else:
+        console.print(_times_table("recommended plan: step time by component", breakdown["time_components_s"],
+                                   breakdown["step_time_s"], breakdown["time_on_link_s"]))
+    report_files(doc)
+
+
+def _run_warnings(row: dict, options) -> list[str]:
+    """What makes a plan's run absurd for the request: longer than a year without a deadline."""
+    days = (row.get("run_time_s") or 0.0) / 86400.0
+    if days > 365 and options.deadline_s is None:
+        return [f"the run takes {days:,.0f} days ({days / 365.25:,.1f} years) on {row['devices']:,} devices; "
+                "--deadline DAYS keeps to plans that finish in time"]
+    return []
+
+
+def _answer_table(rows: list[tuple[str, dict]], work, db) -> Table:
+    """The answer (and the fastest plan beside it): where, plan, step with its range, MFU, HBM fill,
+    the run's time and cost."""
+    table = Table(title="step: prediction and low-high range; HBM: share of device memory used", title_justify="left")
+    for col in ("", "plan", "step", "MFU", "HBM", "run", "cost"):
+        table.add_column(col, justify="left" if col in ("", "plan") else "right")
+    for label, p in rows:
+        cost = p["run_cost_usd"] if p["run_cost_usd"] else p["cost_per_million_tokens_usd"]
+        table.add_row(f"{label}\n{_two_lines(_fleet_named(db, p['system'], p['devices']))}", _plan_text(p["plan"]),
+                      f"{_seconds(p['step_time_s'])}\n{_span(p['step_time_low_s'], p['step_time_high_s'])}",
+                      f"{p['mfu']:.0%}", f"{p['hbm_fill']:.0%}" if "hbm_fill" in p else "-",
+                      _days(p["run_time_s"]) if work.tokens else "-",
+                      _usd(cost) + ("" if work.tokens else "\nper M tok"))
+    return table
+
+
+def _days(seconds: float | None) -> str:
+    """A run's length: ``19 h``, ``149 d``, ``52 y``."""
+    if not seconds:
+        return "-"
+    hours = seconds / 3600.0
+    return f"{hours:.0f} h" if hours < 48 else f"{hours / 24:,.0f} d" if hours < 24 * 730 else f"{hours / 8766:,.0f} y"
+
+
+def _print_plan_lists(result, work, db, pareto: bool) -> None:
+    """--verbose: the ties, the top plans and (with --pareto) the Pareto front, with reproduce commands."""
+    cost_label = "run cost" if work.tokens else "$/M tokens"
     if result.tie_count:
         shown = f", the first {len(result.ties)}" if result.tie_count > len(result.ties) else ""
         console.print(_plans_table(f"ties: {result.tie_count:,} plans whose predicted range overlaps the optimal "
@@ -1002,11 +1099,10 @@ def plan_train(db, request, output) -> None:
         console.print(_plans_table("Pareto front (step time, cost per token, energy per token)", result.pareto,
                                    cost_label, db))
         _print_commands(result.pareto)
-    if "baseline" in doc:
-        _print_baseline(doc["baseline"])
-    _print_quantization([best["plan"]["precision"]], "bf16")
-    _print_bases(bases, options.pricing)
-    e = result.evidence
+
+
+def _print_evidence(e) -> None:
+    """--verbose: the search's evidence table, its validity rules and what its space leaves out."""
     rows = [("declared space (before the validity rules)", f"{e.declared_space:,}"),
             ("lattice plans evaluated", f"{e.evaluated:,}"), ("feasible in HBM", f"{e.feasible:,}"),
             ("feasible with offload (branch and bound)", f"{e.feasible_with_offload:,}"),
@@ -1018,9 +1114,6 @@ def plan_train(db, request, output) -> None:
     console.print(_kv_table("evidence", rows))
     console.print("validity rules: " + "; ".join(e.rules), markup=False, style="dim")
     console.print("not in the declared space: " + "; ".join(e.left_out), markup=False, style="dim")
-    console.print()
-    _estimate_train_tables(spec, machine, best_plan, work, breakdown, db)
-    report_files(doc)
 
 
 def _gap(gap) -> str:
@@ -1115,26 +1208,12 @@ def _deployment_json(d) -> dict:
     return data
 
 
-def _deployment_error(d) -> float:
-    """Relative half-width of a deployment's prediction: its least certain pool latency's."""
-    return max(max(p.ttft_error, p.tpot_error) for p in d.pools)
-
-
-def _serve_ties(best, deployments: list, objective: str) -> list[bool]:
-    """Whether each deployment's objective range (+- its prediction error) overlaps the best's."""
-    def value(d):
-        v = {"cost": d.usd_per_hour, "energy": d.power_w, "devices": d.devices, "latency": d.latency_s}[objective]
-        return float("inf") if v is None else float(v)
-    high = value(best) * (1.0 + _deployment_error(best))
-    return [d != best and value(d) * (1.0 - _deployment_error(d)) <= high for d in deployments]
-
-
 def _deployments_table(title: str, deployments: list, ties: list[bool] | None = None, db=None) -> Table:
     """Deployments: each pool as instances x devices per instance (``decode 2x8``), the fleet, p90 latencies, cost
     per million output tokens and energy per output token."""
     table = Table(title=title, title_justify="left")
     for col in ("#", "pools", "fleet", "TTFT p90", "TPOT p90", "latency", "$/M tok", "energy"):
-        table.add_column(col, justify="left" if col in ("pools", "fleet") else "right", whole=col == "pools" or None)
+        table.add_column(col, justify="left" if col in ("pools", "fleet") else "right")
     for i, d in enumerate(deployments, start=1):
         mixed = len({p.system for p in d.pools}) > 1
         pools = "\n".join(f"{p.role} {p.instances:,}x{p.devices_per_instance}" + (f" {p.system}" if mixed else "")
@@ -1161,7 +1240,8 @@ def _deployments_csv(deployments: list) -> list[dict]:
 
 def plan_serve(db, request, output) -> None:
     from perfmodel.report import unmeasured_caveat
-    from perfmodel.search.api import plan_serve as search
+    from perfmodel.search.api import SERVE_RECOMMENDATION, plan_serve as search
+    from perfmodel.search.serve import deployment_error, serving_ties
 
     from .deliver import delivered, report_files
 
@@ -1170,20 +1250,23 @@ def plan_serve(db, request, output) -> None:
                                               planning.result)
     pareto, timing = output.pareto, output.timing
     bases = _cost_bases(planning.machines.values())
-    for d in [result.best] + result.top + result.pareto:
+    answer = planning.recommended
+    for d in [answer, result.best] + result.top + result.pareto:
         for pool in d.pools:
             pool.reproduce = _serve_command(request.model, pool, demand, options)
     evidence = dict(vars(result.evidence))
     if not timing:
         evidence.pop("seconds")
-    formats = {f for p in result.best.pools for f in (p.config["weight_precision"], p.config["activation_precision"],
+    formats = {f for p in answer.pools for f in (p.config["weight_precision"], p.config["activation_precision"],
                                                       p.config["kv_precision"])}
     remark = _quantization_remark(formats, spec.native_precision)
     doc = {"model": spec.name, "systems": systems, "objective": options.objective,
            "demand": {"rate": demand.rate, "input_len": vars(demand.input_len), "output_len": vars(demand.output_len),
                       "slo_s": {k: getattr(demand, k) for k in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90")}},
+           "recommended": _deployment_json(answer),
+           "recommendation": SERVE_RECOMMENDATION if not request.any_plan else "the optimum (--any-plan)",
            "best": _deployment_json(result.best), "top": [_deployment_json(d) for d in result.top],
-           "top_ties": [i for i, t in enumerate(_serve_ties(result.best, result.top, options.objective)) if t],
+           "top_ties": [i for i, t in enumerate(serving_ties(result.best, result.top, options.objective)) if t],
            **({"pareto": [_deployment_json(d) for d in result.pareto]} if pareto else {}),
            "pricing": options.pricing, "cost_basis": bases, "quantization": remark, "evidence": evidence}
     if planning.baseline is not None:
@@ -1191,16 +1274,8 @@ def plan_serve(db, request, output) -> None:
                            "objective": options.objective}
     if planning.power_cap is not None:
         doc["power_cap"] = planning.power_cap
-    from perfmodel.exports import deployment_pools, serving_frameworks
-
-    doc["runs_on"] = serving_frameworks(spec, deployment_pools(result.best, planning.machines, demand,
-                                                               options.mtp_draft_tokens), request.model)
-
-    def export(framework: str) -> dict[str, str]:
-        from perfmodel.exports import deployment_pools, serving_files
-
-        return serving_files(framework, spec, deployment_pools(result.best, planning.machines, demand,
-                                                               options.mtp_draft_tokens), request.model)
+    doc["runs_on"] = planning.runs_on
+    export = planning.export
     charts = {"pareto": lambda: {**doc, "pareto": [_deployment_json(d) for d in result.pareto]}}
     if delivered(doc, output, lambda: _deployments_csv(result.pareto if pareto else [result.best] + result.top),
                  charts, "pareto", export):
@@ -1211,8 +1286,10 @@ def plan_serve(db, request, output) -> None:
                   f"tokens (p90 {demand.input_len.p90:,.0f}), outputs {demand.output_len.mean:,.0f} (p90 "
                   f"{demand.output_len.p90:,.0f}); targets: {slo}; objective: {options.objective}",
                   style="bold", markup=False)
-    best = result.best
-    console.print(f"optimal deployment: {best.mode}", style="bold")
+    best = answer
+    console.print(f"recommended deployment: {best.mode}" + ("" if answer is result.best else
+                  f" (the optimum, {_deployment_line(result.best, options.objective)}, runs on no framework as "
+                  "written)"), style="bold")
     for p in best.pools:
         console.print(_kv_table(
             f"{p.role} pool: {_pools_fleet(db, [p])} as {p.instances:,} instance{'s' if p.instances > 1 else ''} "
@@ -1237,16 +1314,17 @@ def plan_serve(db, request, output) -> None:
                                       ("energy per output token (with PUE)", joules(best.joules_per_token))]))
     _print_runs_on(doc["runs_on"])
     _print_remarks([unmeasured_caveat(planning.machines[p.system]) for p in best.pools])
-    ties = _serve_ties(best, result.top, options.objective)
-    console.print(_deployments_table(f"top {len(result.top)} single-configuration deployments", result.top, ties,
-                                     db))
-    for i, d in enumerate(result.top, start=1):
-        for pool in d.pools:
-            _print_command(f"  #{i} {pool.role}:", pool.reproduce)
+    ties = serving_ties(result.best, result.top, options.objective)
+    if output.verbose:
+        console.print(_deployments_table(f"top {len(result.top)} single-configuration deployments", result.top,
+                                         ties, db))
+        for i, d in enumerate(result.top, start=1):
+            for pool in d.pools:
+                _print_command(f"  #{i} {pool.role}:", pool.reproduce)
     if any(ties):
-        console.print(f"≈: a tie, its {options.objective} within the prediction error of the optimum's "
-                      f"(+-{_deployment_error(best):.0%}); the optimum is not better than these by more than the "
-                      "model can tell", style="dim")
+        console.print(f"{sum(ties)} of the top {len(result.top)} deployments tie with the optimum (their "
+                      f"{options.objective} within its prediction error, +-{deployment_error(result.best):.0%})"
+                      + ("; marked ≈" if output.verbose else "; --verbose lists them"), style="dim")
     if pareto:
         console.print(_deployments_table("Pareto front (cost per token, latency, energy per token)", result.pareto,
                                          db=db))
@@ -1258,7 +1336,11 @@ def plan_serve(db, request, output) -> None:
     rows += [(f"infeasible: {k}", f"{v:,}") for k, v in e.infeasible_by_constraint.items()]
     rows += [("queueing", e.queueing), ("solver", e.solver), ("status", e.status), ("optimality gap", _gap(e.gap)),
              ("seconds", f"{e.seconds:.2f}")]
-    console.print(_kv_table("evidence", rows))
+    if output.verbose:
+        console.print(_kv_table("evidence", rows))
+    else:
+        console.print(f"search: {e.status}, {e.configurations:,} instance configurations evaluated; --verbose "
+                      "lists the top deployments and the evidence", markup=False, style="dim")
     if remark:
         console.print(remark, markup=False, style="yellow")
     if "baseline" in doc:
@@ -1267,6 +1349,12 @@ def plan_serve(db, request, output) -> None:
         _print_power_cap(doc["power_cap"])
     _print_bases(bases, options.pricing)
     report_files(doc)
+
+
+def _deployment_line(d, objective: str) -> str:
+    """A deployment's objective in a few words: ``$31.9 per hour``, ``22.3 s latency``."""
+    return {"cost": lambda: f"{_usd(d.usd_per_hour)} per hour", "energy": lambda: f"{watts(d.power_w)}",
+            "devices": lambda: f"{d.devices:,} devices", "latency": lambda: f"{_ms(d.latency_s)} latency"}[objective]()
 
 
 def place_experts(db, request, output) -> None:
@@ -1313,7 +1401,7 @@ def place_experts(db, request, output) -> None:
                   f"{machine.accelerator.name}, {problem.slots} slots per device, {problem.replicas} replicas per layer",
                   style="bold", markup=False)
     table = Table(title="placements compared (tokens per layer pair summed over layers)", title_justify="left")
-    for col in ("method", "imbalance (max/mean)", "busiest device tokens", "tokens crossing devices",
+    for col in ("method", "load max / mean", "busiest device tokens", "tokens crossing devices",
                 "tokens crossing nodes", "predicted MoE time", "gap to bound"):
         table.add_column(col, justify="left" if col == "method" else "right", whole=col == "method" or None)
     for name, r in rows.items():

@@ -51,19 +51,31 @@ class TrainPlanning:
         return self.result.best
 
     @property
+    def recommended(self) -> dict:
+        """The plan recommended by ``search.train.RECOMMENDATION`` among those within the optimum's
+        range, with the frameworks that run it (``runs_on``); the optimum under ``any_plan``."""
+        return self.result.recommended or self.result.best
+
+    @property
     def evidence(self):
         return self.result.evidence
+
+    def machine_of(self, row: dict):
+        """The Machine a listed plan runs on."""
+        return self.result.machines[(row["system"], row["devices"])]
 
     @property
     def machine(self):
         """The Machine the optimal plan runs on."""
-        return self.result.machines[(self.best["system"], self.best["devices"])]
+        return self.machine_of(self.best)
 
-    def estimate(self):
-        """The optimal plan evaluated on its own (``perfmodel estimate train``): a TrainResult."""
+    def estimate(self, row: dict | None = None):
+        """A listed plan (default: the optimum) evaluated on its own (``perfmodel estimate train``):
+        a TrainResult."""
         from perfmodel.training import TrainPlan, estimate_training
 
-        return estimate_training(self.spec, self.machine, TrainPlan(**self.best["plan"]), self.work)
+        row = row or self.best
+        return estimate_training(self.spec, self.machine_of(row), TrainPlan(**row["plan"]), self.work)
 
     def export(self, framework: str) -> dict[str, str]:
         """The optimal plan as ``framework``'s launch files (name -> text); ``ExportError`` when the
@@ -111,6 +123,8 @@ class ServePlanning:
     machines: dict = field(default_factory=dict)   # system name -> Machine (one node), for cost bases
     baseline: object = None            # ServeSearchResult of the named heuristic (request.baseline)
     power_cap: dict | None = None      # under --power-cap-w: tail latencies capped vs not, oversubscription
+    recommended: object = None         # the Deployment SERVE_RECOMMENDATION picks (the optimum under any_plan)
+    runs_on: dict = field(default_factory=dict)   # each serving framework's answer to it: None when it runs it
 
     @property
     def best(self):
@@ -125,8 +139,39 @@ class ServePlanning:
         """The optimal deployment as ``framework``'s launch files, per pool (name -> text)."""
         from perfmodel.exports import deployment_pools, serving_files
 
-        return serving_files(framework, self.spec, deployment_pools(self.best, self.machines, self.demand,
-                                                                    self.options.mtp_draft_tokens), self.request.model)
+        return serving_files(framework, self.spec, self.pools(self.recommended), self.request.model)
+
+    def pools(self, deployment) -> list:
+        """A deployment's pools as the exporters take them."""
+        from perfmodel.exports import deployment_pools
+
+        return deployment_pools(deployment, self.machines, self.demand, self.options.mtp_draft_tokens)
+
+
+# The recommendation among deployments the model cannot tell apart (README, "Which deployment plan serve recommends").
+SERVE_RECOMMENDATION = ("among the listed deployments whose objective's range overlaps the optimum's, best first: the "
+                        "first that a serving framework runs as written")
+
+
+def _recommend_deployment(planning: ServePlanning, frameworks: tuple[str, ...] | None):
+    """(deployment, each framework's answer to it) by SERVE_RECOMMENDATION; the optimum when no tie
+    runs, or when ``frameworks`` is None (--any-plan)."""
+    from perfmodel.exports import serving_frameworks
+
+    from .serve import serving_ties
+
+    best = planning.result.best
+    answer = lambda d: serving_frameworks(planning.spec, planning.pools(d), planning.request.model,  # noqa: E731
+                                          frameworks)
+    first = answer(best)
+    if frameworks is None or any(why is None for why in first.values()):
+        return best, first
+    ties = serving_ties(best, planning.result.top, planning.options.objective)
+    for d, tie in zip(planning.result.top, ties):
+        runs = answer(d) if tie else {}
+        if any(why is None for why in runs.values()):
+            return d, runs
+    return best, first
 
 
 def plan_serve(request: PlanServeRequest | None = None, /, *, db=None,
@@ -168,7 +213,12 @@ def plan_serve(request: PlanServeRequest | None = None, /, *, db=None,
                                                   if free.best is not None else None),
                      "uncapped_optimum_under_cap": capped_p99(spec, machines, free.best, demand, options)
                      if free.best is not None else None}
-    return ServePlanning(request, spec, systems, demand, options, result, machines, baseline, power_cap)
+    planning = ServePlanning(request, spec, systems, demand, options, result, machines, baseline, power_cap)
+    from perfmodel.exports import SERVING
+
+    deployment, runs_on = _recommend_deployment(planning, None if request.any_plan else
+                                                (request.framework,) if request.framework else SERVING)
+    return replace(planning, recommended=deployment, runs_on=runs_on)
 
 
 METHODS = ("round-robin", "greedy", "affinity")

@@ -78,7 +78,9 @@ class PlanTrainRequest:
     pricing: str = option("cloud", PRICING_HELP, choices=PRICING)
     price: tuple[str, ...] = option((), PRICE_HELP)
     power_cap_kw: float | None = option(None, "Largest IT power of all devices, kW.")
-    memory_headroom: float = option(0.0, "Share of HBM to keep free beyond the reserve, from 0 to 1.")
+    deadline: float | None = option(None, "Longest run, days (needs --tokens): plans that take longer are left out.")
+    memory_headroom: float | None = option(None, "Share of HBM to keep free beyond the reserve, from 0 to 1 "
+                                                 "(default: the database's hbm-headroom-fraction, 0.05).")
     precisions: str = option(TRAIN_DEFAULTS["precision"], "Allowed GEMM precisions, comma separated (fp8 only when "
                                                           "named here).", choices=TRAIN_PRECISIONS, many=True)
     offload: bool = option(True, "Consider offloading state.")
@@ -95,6 +97,8 @@ class PlanTrainRequest:
                                    choices=TRAINING_FRAMEWORKS)
     baseline: str | None = option(None, "Also find the best plan of a named heuristic on the optimum's system and "
                                         "print how much the optimum gains over it.", choices=tuple(TRAIN_BASELINES))
+    any_plan: bool = option(False, "Recommend the optimum itself, not the plan the README's rule picks within its "
+                                   "range (one a framework runs, without offload, with fewer parallel dimensions).")
 
     def resolve(self, db):
         """(spec, [(system, devices)], workload, SearchOptions), or a one-line error naming the flag."""
@@ -115,6 +119,8 @@ class PlanTrainRequest:
             raise SpecError(f"--tokens needs 0 to 1e18, has {self.tokens:g}")
         _in_range("--budget", self.budget, 0, 1e15)
         _in_range("--power-cap-kw", self.power_cap_kw, 0, 1e15)
+        _in_range("--deadline", self.deadline, 0, 1e9)
+        headroom = db.constants["hbm-headroom-fraction"].value if self.memory_headroom is None else self.memory_headroom
         precisions = names("--precisions", self.precisions, TRAIN_PRECISIONS)
         if not self.system:
             raise SpecError("--system needs at least one system")
@@ -124,10 +130,13 @@ class PlanTrainRequest:
         options = SearchOptions(objective=self.objective, budget_usd=self.budget, pricing=self.pricing,
                                 prices=parse_prices(db, self.price),
                                 power_cap_w=self.power_cap_kw * 1e3 if self.power_cap_kw else None,
-                                memory_headroom=self.memory_headroom, offload=self.offload, top=self.top,
+                                memory_headroom=headroom, deadline_s=self.deadline * 86400.0 if self.deadline else None,
+                                offload=self.offload, top=self.top,
                                 space=self._space(precisions, names("--sharding", self.sharding, SHARDING),
                                                   names("--cp-comms", self.cp_comms, CP_COMMS)),
-                                routing=_routing(spec, self), runnable_tie=self.framework is None)
+                                routing=_routing(spec, self),
+                                recommend_on=None if self.any_plan else
+                                ((self.framework,) if self.framework else TRAINING_FRAMEWORKS))
         return spec, pairs, TrainWorkload(self.global_batch, self.seq_len, self.tokens), options
 
 
@@ -281,6 +290,8 @@ class PlanServeRequest:
                                          "implies it).", choices=SERVING_FRAMEWORKS)
     baseline: str | None = option(None, "Also find the best deployment of a named heuristic and print how much the "
                                         "optimum gains over it.", choices=tuple(SERVE_BASELINES))
+    any_plan: bool = option(False, "Recommend the optimum itself, not the first tie (best first) a serving "
+                                   "framework runs as written.")
 
     def resolve(self, db):
         """(spec, systems, Demand, ServeSearchOptions), or a one-line error naming the flag."""

@@ -886,6 +886,20 @@ def capped_p99(spec, machines: dict, deployment: Deployment, demand: Demand, opt
     return {**out, "ttft_p99_slowdown": ratio("ttft_p99_s"), "tpot_p90_slowdown": ratio("tpot_p90_s")}
 
 
+def deployment_error(d) -> float:
+    """Relative half-width of a deployment's prediction: its least certain pool latency's."""
+    return max(max(p.ttft_error, p.tpot_error) for p in d.pools)
+
+
+def serving_ties(best, deployments: list, objective: str) -> list[bool]:
+    """Whether each deployment's objective range (+- its prediction error) overlaps the best's."""
+    def value(d):
+        v = {"cost": d.usd_per_hour, "energy": d.power_w, "devices": d.devices, "latency": d.latency_s}[objective]
+        return float("inf") if v is None else float(v)
+    high = value(best) * (1.0 + deployment_error(best))
+    return [d != best and value(d) * (1.0 - deployment_error(d)) <= high for d in deployments]
+
+
 def raise_if_infeasible(result: ServeSearchResult) -> None:
     if result.best is None:
         what = "within the limits" if "binds" in result.closest else "meets the demand and SLOs"

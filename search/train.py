@@ -19,6 +19,7 @@ the CP-SAT models (microseconds), re-checked against the cost model.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from .requests import TRAIN_OBJECTIVES as OBJECTIVES
 PARTS = (("optimizer_place", "optimizer states"), ("grad_place", "gradients"), ("param_place", "weights"))
 OPTIMIZER, GRADIENTS = 0, 1  # their indices in PARTS
 US = 1e6  # CP-SAT works in integer microseconds
+DAY = 86400.0  # seconds
 
 
 @dataclass(frozen=True)
@@ -49,13 +51,15 @@ class SearchOptions:
     budget_usd: float | None = None       # cost of the whole run
     power_cap_w: float | None = None      # IT power of all devices, with their node share
     memory_headroom: float = 0.0          # share of HBM to leave free beyond the named reserve
+    deadline_s: float | None = None       # longest run (its tokens at the plan's throughput), seconds
     offload: bool = True
     top: int = 10
     space: SpaceOptions = field(default_factory=SpaceOptions)
     routing: object = None                # RoutingStats: EP imbalance from a placement, per EP degree
     pricing: str = "cloud"                # cost basis (perfmodel.power.run_cost)
     prices: dict = field(default_factory=dict)   # the user's USD per device-hour by system
-    runnable_tie: bool = False            # when no framework runs the optimum, find the best tie one runs
+    # Frameworks the recommendation must run on as written (RECOMMENDATION); None: the optimum is the answer.
+    recommend_on: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -110,7 +114,8 @@ class SearchResult:
     ties: list[dict] = field(default_factory=list)   # plans whose predicted range overlaps the best's
     tie_count: int = 0
     limits: dict | None = None          # when plans fit but the budget or power cap excludes all
-    runnable: dict | None = None        # the best tie a framework runs as written, when the optimum is not
+    recommended: dict | None = None     # the plan RECOMMENDATION picks near the optimum, with ``runs_on``
+    near_count: int = 0                 # plans whose prediction lies within the optimum's range (the optimum too)
 
 
 PLAN_FIELDS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "interleave", "ends_as_layers", "micro_batch", "zero",
@@ -144,19 +149,22 @@ def _table(result, cols: dict[str, np.ndarray], mask, candidate: int, machine: M
                         ("run_cost_usd", result.run_cost_usd), ("run_time_s", result.run_time_s),
                         ("step_time_low_s", result.step_time_low_s), ("step_time_high_s", result.step_time_high_s)):
         out[name] = np.broadcast_to(value, mask.shape)[idx].astype(float)
+    out["hbm_fill"] = out["hbm_used_bytes"] / machine.hbm_bytes
     out["candidate"] = np.full(len(idx), candidate)
     out["devices"] = np.full(len(idx), machine.devices)
     return PlanTable(out)
 
 
 def _constraints(table: PlanTable, options: SearchOptions) -> np.ndarray:
-    """Per-row mask of the user's constraints (budget, power cap, headroom); counts go to evidence."""
+    """Per-row mask of the user's limits on the whole run (budget, power cap, deadline)."""
     c = table.columns
     ok = np.ones(len(table), dtype=bool)
     if options.budget_usd is not None:
         ok &= np.nan_to_num(c["run_cost_usd"], nan=np.inf) <= options.budget_usd
     if options.power_cap_w is not None:
         ok &= c["power_w"] * c["devices"] <= options.power_cap_w
+    if options.deadline_s is not None:
+        ok &= c["run_time_s"] <= options.deadline_s
     return ok
 
 
@@ -437,6 +445,8 @@ def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[
         raise UnknownNameError("objective", options.objective, OBJECTIVES)
     if options.budget_usd is not None and not work.tokens:
         raise SpecError("--budget needs --tokens (the budget caps the cost of the whole run)")
+    if options.deadline_s is not None and not work.tokens:
+        raise SpecError("--deadline needs --tokens (the deadline caps the time of the whole run)")
     if not 0 <= options.memory_headroom < 1:
         raise SpecError(f"--memory-headroom needs a fraction in [0, 1), has {options.memory_headroom}")
     # Names as the database spells them (lookups are case-insensitive; results are keyed by these).
@@ -449,14 +459,15 @@ def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[
     limits = None
     if len(everything):
         allowed = _constraints(everything, options)
-        counter["budget or power cap"] += int((~allowed).sum())
+        counter[LIMITS] += int((~allowed).sum())
         if not allowed.any():
             c = everything.columns
             limits = {"run_cost_usd": float(np.nanmin(c["run_cost_usd"])) if np.isfinite(c["run_cost_usd"]).any()
-                      else None, "power_w": float(np.min(c["power_w"] * c["devices"]))}
+                      else None, "power_w": float(np.min(c["power_w"] * c["devices"])),
+                      "run_time_s": float(np.min(c["run_time_s"]))}
         everything = everything.take(np.flatnonzero(allowed))
-        if not counter["budget or power cap"]:
-            del counter["budget or power cap"]
+        if not counter[LIMITS]:
+            del counter[LIMITS]
     evidence = Evidence(
         declared_space=sum(declared_size(o.declared) for o in outcomes),
         evaluated=sum(o.evaluated for o in outcomes), feasible=sum(o.feasible for o in outcomes),
@@ -487,9 +498,11 @@ def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[
     result = SearchResult(best=describe(best_i), top=[describe(i) for i in order], pareto=[describe(i) for i in front],
                           evidence=evidence, machines=machines, ties=[describe(i) for i in ties[:TIES_SHOWN]],
                           tie_count=len(ties))
-    if options.runnable_tie:
-        result.runnable = _first_runnable(spec, work, machines, [result.best] + [describe(i) for i in
-                                                                             ties[:RUNNABLE_SCAN]])
+    near = _near(everything, objective, best_i)
+    result.near_count = len(near)
+    if options.recommend_on is not None:
+        result.recommended = _recommend(spec, work, machines, everything, objective, near, describe,
+                                        options.recommend_on)
     problems = check_plans(spec, result, work, options)
     if problems:
         evidence.status, evidence.gap = "FEASIBLE", None
@@ -519,8 +532,9 @@ def check_plans(spec: TransformerSpec, result: "SearchResult", work: TrainWorklo
     value = {"time": lambda p: p["step_time_s"], "cost": lambda p: p["run_cost_usd"] or np.inf,
              "energy": lambda p: p["energy_per_token_j"],
              "devices": lambda p: p["devices"] + p["step_time_s"] * 1e-9}[options.objective]
-    listed = {repr(sorted((k, v) for k, v in p.items() if k != "reproduce")): p   # each distinct row once
-              for p in [result.best] + result.top + result.pareto + result.ties}
+    listed = {repr(sorted((k, v) for k, v in p.items() if k not in ("reproduce", "runs_on"))): p  # each row once
+              for p in [result.best] + result.top + result.pareto + result.ties
+              + ([result.recommended] if result.recommended else [])}
     by_machine: dict[tuple[str, int], list[dict]] = {}
     for p in listed.values():
         by_machine.setdefault((p["system"], p["devices"]), []).append(p)
@@ -544,23 +558,46 @@ def check_plans(spec: TransformerSpec, result: "SearchResult", work: TrainWorklo
 
 
 TIES_SHOWN = 10
-# Ties scanned, best first, for one that a framework runs as written (each costs one export per framework).
+# Near plans exported, in RECOMMENDATION's order, for one a framework runs as written (each costs one
+# export per framework).
 RUNNABLE_SCAN = 200
+LIMITS = "budget, power cap or deadline"
 
 
-def _first_runnable(spec: TransformerSpec, work: TrainWorkload, machines: dict, rows: list[dict]) -> dict | None:
-    """The first of ``rows`` (the optimum, then its ties, best first) that some training framework
-    runs as written, with those frameworks (``runs_on``); None when the optimum itself runs or none
-    of them does."""
+# The recommendation among plans the model cannot tell apart (README, "Which plan plan train recommends").
+RECOMMENDATION = ("among the plans whose predicted step lies within the optimum's range: one that a framework runs "
+                  "as written, then one without offload, then the fewest parallel dimensions (tp, pp, dp, cp, ep "
+                  "above 1), then the faster")
+PARALLEL_DIMENSIONS = ("tp", "pp", "dp", "cp", "ep")
+
+
+def _near(table: PlanTable, objective: np.ndarray, best: int) -> np.ndarray:
+    """The plans (the optimum among them) whose objective's prediction lies within the optimum's
+    range: the step's upper bound taken as a ratio of the objective, as ``_ties`` does."""
+    c = table.columns
+    high = objective[best] * c["step_time_high_s"][best] / max(float(c["step_time_s"][best]), 1e-30)
+    return np.flatnonzero((objective <= high) & np.isfinite(objective))
+
+
+def _recommend(spec: TransformerSpec, work: TrainWorkload, machines: dict, table: PlanTable, objective: np.ndarray,
+               near: np.ndarray, describe: Callable[[int], dict], frameworks: tuple[str, ...]) -> dict:
+    """The plan RECOMMENDATION picks among ``near``, with the frameworks of ``frameworks`` that run it
+    (``runs_on``). Plans are ranked by the rule's later criteria first (vectorized), then the first
+    RUNNABLE_SCAN of them exported until one runs; when none does, the optimum, with ``runs_on`` empty."""
     from perfmodel.exports import training_frameworks
 
-    for k, row in enumerate(rows):
+    c = table.columns
+    offloaded = sum(c[k] != PLACES.index("hbm") for k, _ in PARTS)
+    dimensions = sum(c[k] > 1 for k in PARALLEL_DIMENSIONS)
+    ranked = near[np.lexsort((objective[near], dimensions[near], offloaded[near] > 0))]
+    for i in ranked[:RUNNABLE_SCAN]:
+        row = describe(i)
         runs = training_frameworks(spec, machines[(row["system"], row["devices"])], TrainPlan(**row["plan"]), work,
-                                   spec.name)
-        frameworks = [name for name, why in runs.items() if why is None]
-        if frameworks:
-            return None if k == 0 else {**row, "runs_on": frameworks}
-    return None
+                                   spec.name, frameworks)
+        on = [name for name, why in runs.items() if why is None]
+        if on:
+            return {**row, "runs_on": on}
+    return {**describe(near[np.argmin(objective[near])]), "runs_on": []}
 
 
 def _ties(table: PlanTable, objective: np.ndarray, best: int, name: str) -> np.ndarray:
@@ -617,7 +654,7 @@ def _describe(row: dict, candidates) -> dict:
     for key in ("optimizer_place", "grad_place", "param_place"):
         plan[key] = PLACES[int(plan[key])]
     metrics = {k: float(row[k]) for k in ("step_time_s", "step_time_low_s", "step_time_high_s", "tokens_per_s", "mfu",
-                                          "hbm_used_bytes", "power_w", "energy_per_token_j",
+                                          "hbm_used_bytes", "hbm_fill", "power_w", "energy_per_token_j",
                                           "cost_per_million_tokens_usd", "run_cost_usd", "run_time_s")}
     # Unknown values (a cost without a price) are None, never NaN.
     return {"system": system, "devices": int(row["devices"]), "plan": plan,
@@ -654,4 +691,9 @@ def _limit_message(limits: dict, options: SearchOptions | None) -> str:
     if options is not None and options.power_cap_w is not None and power > options.power_cap_w:
         parts.append(f"the power cap binds: the lowest-power feasible plan draws {power / 1e3:,.1f} kW, the cap is "
                      f"{options.power_cap_w / 1e3:,.1f} kW; raise --power-cap-kw to at least {power / 1e3:,.1f}")
-    return "no plan within the limits; " + "; ".join(parts or ["the budget and power cap together bind"])
+    days = limits["run_time_s"] / DAY
+    if options is not None and options.deadline_s is not None and days > options.deadline_s / DAY:
+        parts.append(f"the deadline binds: the fastest feasible plan runs {days:,.1f} days, the deadline is "
+                     f"{options.deadline_s / DAY:,.1f}; raise --deadline to at least {math.ceil(days * 10) / 10:,.1f} "
+                     "or allow more devices")
+    return "no plan within the limits; " + "; ".join(parts or ["the budget, power cap and deadline together bind"])

@@ -35,10 +35,32 @@ def _checkout_view(tmp_path: Path) -> Path:
     return tmp_path
 
 
+WIDTH = 80
+
+
+def _machine_readable(command: str) -> bool:
+    """Output meant for programs (JSON, CSV, the YAML schema), not read at a terminal."""
+    return any(flag in command.split() for flag in ("--json", "--csv")) or command.startswith("perfmodel hardware schema")
+
+
 @pytest.mark.parametrize("command", COMMANDS)
-def test_readme_command_runs(command, monkeypatch, capsys, tmp_path):
+def test_readme_command_runs_and_reads_at_80_columns(command, monkeypatch, capsys, tmp_path):
+    """Each README command runs as written; on an 80-column terminal its output fits, and no table
+    column is narrower than its longest word (render.SQUEEZED names any table that had to cut one)."""
+    from rich.cells import cell_len
+    from rich.console import Console
+
+    from perfmodel.cli import render
+
     monkeypatch.chdir(_checkout_view(tmp_path))
+    monkeypatch.setattr(render, "console", Console(width=WIDTH, highlight=False, soft_wrap=False, emoji=False))
+    monkeypatch.setattr(render, "SQUEEZED", [])
     assert main(shlex.split(command)[1:]) == 0, capsys.readouterr().err
+    if _machine_readable(command):
+        return
+    out = capsys.readouterr().out
+    assert not [line for line in out.splitlines() if cell_len(line) > WIDTH]
+    assert not render.SQUEEZED, f"tables that cut a word at {WIDTH} columns: {render.SQUEEZED}"
 
 
 @pytest.mark.parametrize("index", range(sum(lang == "python" for lang, _ in BLOCKS)))

@@ -93,15 +93,18 @@ def training_files(framework: str, spec, machine, plan, work, model_ref: str) ->
     return WRITERS[framework](job)
 
 
-def training_frameworks(spec, machine, plan, work, model_ref: str) -> dict[str, str | None]:
-    """Each training framework's answer to the plan: None when it runs it as written, else why not
-    (the one line ``--export`` would print)."""
-    return _answers(TRAINING, lambda framework: training_files(framework, spec, machine, plan, work, model_ref))
+def training_frameworks(spec, machine, plan, work, model_ref: str,
+                        frameworks: tuple[str, ...] | None = None) -> dict[str, str | None]:
+    """Each training framework's answer (of ``frameworks``, default all) to the plan: None when it
+    runs it as written, else why not (the one line ``--export`` would print)."""
+    return _answers(frameworks or TRAINING,
+                    lambda framework: training_files(framework, spec, machine, plan, work, model_ref))
 
 
-def serving_frameworks(spec, pools, model_ref: str) -> dict[str, str | None]:
-    """Each serving framework's answer to a deployment's pools, as ``training_frameworks``."""
-    return _answers(SERVING, lambda framework: serving_files(framework, spec, pools, model_ref))
+def serving_frameworks(spec, pools, model_ref: str, frameworks: tuple[str, ...] | None = None) -> dict[str, str | None]:
+    """Each serving framework's answer (of ``frameworks``, default all) to a deployment's pools, as
+    ``training_frameworks``."""
+    return _answers(frameworks or SERVING, lambda framework: serving_files(framework, spec, pools, model_ref))
 
 
 def _answers(frameworks, write) -> dict[str, str | None]:

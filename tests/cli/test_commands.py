@@ -200,7 +200,8 @@ def test_validate_json(capsys):
 def test_plan_default_runs_and_proves(capsys):
     code, out, err = run(capsys, "plan")
     assert code == 0, err
-    assert "optimal plan" in out and "OPTIMAL" in out and "step time by component" in out
+    assert "recommended" in out and "OPTIMAL" in out and "step time by component" in out
+    assert len(out.splitlines()) <= 60
 
 
 def test_plan_train_json_is_reproducible(capsys):
@@ -248,9 +249,22 @@ def test_plan_serve_runs_on_the_issue_systems(capsys):
 def test_plan_serve_tables_and_heterogeneous_candidates(capsys):
     code, out, err = run(capsys, "plan", "serve", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--system",
                          "mi300x-8x", "--rate", "5", "--input-len", "mean=2048,p50=1500,p90=4096",
-                         "--output-len", "256", "--objective", "energy", "--pareto")
+                         "--output-len", "256", "--objective", "energy", "--pareto", "--verbose")
     assert code == 0, err
-    assert "optimal deployment" in out and "fleet" in out and "Pareto front" in out and "evidence" in out
+    assert "recommended deployment" in out and "fleet" in out and "Pareto front" in out and "evidence" in out
+
+
+def test_plan_serve_recommends_a_deployment_a_framework_runs(capsys):
+    """The recommended deployment runs on a serving framework as written; it is the optimum or one of
+    its ties; --any-plan returns the optimum; the default output is short."""
+    args = ("plan", "serve", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--rate", "10")
+    doc = run_json(capsys, *args)
+    assert any(why is None for why in doc["runs_on"].values())
+    assert doc["recommended"] == doc["best"] or doc["recommended"] in [doc["top"][i] for i in doc["top_ties"]]
+    assert run_json(capsys, *args, "--any-plan")["recommended"] == doc["best"]
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and "recommended deployment" in out and "single-configuration deployments" not in out
+    assert len(out.splitlines()) <= 60
 
 
 def test_plan_serve_prints_ranges_and_ties(capsys):
@@ -409,19 +423,45 @@ def test_a_device_without_measured_kernels_says_so_and_widens_its_range(capsys):
     assert code == 0 and "mi300x has no measured kernels" in " ".join(out.split()), err
 
 
-def test_plan_train_names_the_best_tie_a_framework_runs(capsys):
-    """When no framework runs the optimum as written, plan train names the best plan within its range
-    that one does (and which), with its reproduce command; when one runs it, nothing more is said."""
-    doc = run_json(capsys, "plan", "train", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--devices", "64",
-                   "--global-batch", "512", "--seq-len", "8192")
-    best, tie = doc["best"], doc.get("runnable_tie")
-    assert not any(why is None for why in doc["runs_on"].values())
-    assert tie is not None and tie["runs_on"] and set(tie["runs_on"]) <= set(doc["runs_on"])
-    assert tie["step_time_low_s"] <= best["step_time_high_s"] and tie["step_time_s"] >= best["step_time_s"]
-    assert tie["reproduce"].startswith("perfmodel estimate train")
-    runs = run_json(capsys, "plan", "train", "--model", "llama-3.1-8b", "--system", "dgx-h100", "--devices", "8",
-                    "--global-batch", "64", "--framework", "megatron")
-    assert "runnable_tie" not in runs
+def test_plan_train_recommends_by_its_stated_rule(capsys):
+    """The recommendation is a plan within the optimum's range that a framework runs as written,
+    without offload, with the fewest parallel dimensions among those; --any-plan returns the optimum;
+    --framework keeps to that framework."""
+    args = ("plan", "train", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--devices", "64",
+            "--global-batch", "512", "--seq-len", "8192")
+    doc = run_json(capsys, *args)
+    best, answer = doc["best"], doc["recommended"]
+    assert answer["runs_on"] and {"megatron", "nemo"} & set(answer["runs_on"])
+    assert [name for name, why in doc["runs_on"].items() if why is None] == answer["runs_on"]
+    assert best["step_time_s"] <= answer["step_time_s"] <= best["step_time_high_s"]
+    assert all(answer["plan"][k] == "hbm" for k in ("optimizer_place", "grad_place", "param_place"))
+    assert answer["hbm_fill"] <= 1 - doc["memory_headroom"] + 1e-12 and doc["memory_headroom"] == 0.05
+    assert answer["reproduce"].startswith("perfmodel estimate train") and "framework" in doc["recommendation"]
+    dimensions = lambda row: sum(row["plan"][k] > 1 for k in ("tp", "pp", "dp", "cp", "ep"))  # noqa: E731
+    assert dimensions(answer) <= dimensions(best)
+    fastest = run_json(capsys, *args, "--any-plan")
+    assert fastest["recommended"]["plan"] == fastest["best"]["plan"] == best["plan"]
+    only = run_json(capsys, "plan", "train", "--model", "llama-3.1-8b", "--system", "dgx-h100", "--devices", "8",
+                    "--global-batch", "64", "--framework", "torchtitan")
+    assert only["recommended"]["runs_on"] == ["torchtitan"]
+
+
+def test_plan_train_deadline_and_a_run_over_a_year(capsys):
+    """--objective cost without --deadline warns when the run takes more than a year; with
+    --deadline 90 every listed plan finishes in 90 days, and an impossible deadline exits 3 naming it."""
+    args = ("plan", "train", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--global-batch", "512",
+            "--seq-len", "8192", "--devices", "64", "--devices", "128", "--devices", "256", "--objective", "cost")
+    doc = run_json(capsys, *args, "--tokens", "15e12")
+    assert doc["recommended"]["run_time_s"] > 365 * 86400 and "years" in doc["warnings"][0]
+    code, out, _ = run(capsys, *args, "--tokens", "15e12")
+    assert code == 0 and "--deadline DAYS" in " ".join(out.split())
+    args = args[:10] + ("--devices", "32", "--devices", "64", "--objective", "cost")   # 300 and 150 days
+    cheapest = run_json(capsys, *args)
+    assert any(row["run_time_s"] > 200 * 86400 for row in cheapest["top"]) and not cheapest["warnings"]
+    kept = run_json(capsys, *args, "--deadline", "200")
+    assert all(row["run_time_s"] <= 200 * 86400 for row in [kept["best"], kept["recommended"]] + kept["top"])
+    code, _, err = run(capsys, *args, "--deadline", "1")
+    assert code == 3 and "the deadline binds" in err and err.count("\n") == 1
 
 
 def test_a_large_bubble_names_the_interleave_that_shortens_it(capsys):

@@ -63,9 +63,8 @@ def test_validate_keeps_every_case_name(narrow, capsys):
     from perfmodel.validation import load_cases
 
     assert main(["validate"]) == 0
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("│")]
-    first_column = "".join(line.split("│")[1].strip() for line in rows)
-    assert all(case.id in first_column for case in load_cases())
+    words = set(capsys.readouterr().out.split())
+    assert all(case.id in words for case in load_cases())
 
 
 def test_fleets_are_counted_in_devices_and_nodes(narrow, capsys):
@@ -78,12 +77,12 @@ def test_reproduce_commands_paste_as_one_command(narrow, capsys):
     """A reproduce command cut into lines ending in a backslash is the same command to a shell."""
     assert main(["plan"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    start = next(i for i, line in enumerate(lines) if "#1 reproduce:" in line)
+    start = next(i for i, line in enumerate(lines) if "recommended: perfmodel" in line)
     block = [lines[start]]
     while block[-1].endswith(" \\"):
         block.append(lines[start + len(block)])
     assert len(block) > 1
-    command = " ".join(line.rstrip("\\").strip() for line in block).split("reproduce: ", 1)[1]
+    command = " ".join(line.rstrip("\\").strip() for line in block).split("recommended: ", 1)[1]
     argv = shlex.split(command)
     assert argv[:3] == ["perfmodel", "estimate", "train"]
     assert main(argv[1:]) == 0

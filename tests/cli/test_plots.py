@@ -122,7 +122,7 @@ def test_breakdown_table_adds_up_to_the_step(docs, tmp_path):
 
 
 def test_memory_tiers_follow_the_plans_placement(docs):
-    best = docs["plan train"]["best"]
+    best = docs["plan train"]["recommended"]
     tiers = plots.tier_parts(best["breakdown"], best["plan"])
     for tier, info in best["breakdown"]["memory_tiers"].items():
         assert sum(tiers[tier].values()) == pytest.approx(info["used_bytes"], rel=1e-6, abs=1.0)
