@@ -209,6 +209,15 @@ def _system_text(doc: dict) -> str:
 
 # --- output ------------------------------------------------------------------------------------
 
+def check_available() -> None:
+    """Before a long search: a SpecError when matplotlib is not installed, so that --plot fails
+    before the work, not after it."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise SpecError("plotting needs matplotlib: pip install 'perfmodel[plot]'") from None
+
+
 @contextmanager
 def _drawing(size=FIGSIZE_IN):
     """A new matplotlib Figure (constrained layout) inside perfmodel's style, or a SpecError

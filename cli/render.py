@@ -923,8 +923,10 @@ def _print_power_cap(p: dict) -> None:
     laid = p.get("uncapped_optimum_under_cap")
     if laid is not None:
         capped, free = laid["capped"], laid["uncapped"]
-        console.print(f"  the uncapped optimum, capped: TTFT p99 {_ms(capped['ttft_p99_s'])} against "
-                      f"{_ms(free['ttft_p99_s'])} ({_times(laid['ttft_p99_slowdown'])}), TPOT p90 "
+        ttft = ("unbounded (its prefill queue is unstable: requests arrive faster than the capped servers "
+                "prefill them)" if capped.get("queue_unstable") else
+                f"{_ms(capped['ttft_p99_s'])} against {_ms(free['ttft_p99_s'])} ({_times(laid['ttft_p99_slowdown'])})")
+        console.print(f"  the uncapped optimum, capped: TTFT p99 {ttft}, TPOT p90 "
                       f"{_ms(capped['tpot_p90_s'])} against {_ms(free['tpot_p90_s'])} "
                       f"({_times(laid['tpot_p90_slowdown'])})", markup=False)
     for name, ratio in p["devices_per_budget_vs_tdp"].items():
@@ -957,7 +959,12 @@ def _print_baseline(b: dict) -> None:
 
 def _searched(db, request, output, kind: str, search, what: str):
     """(request, planning): ``--export`` checked before the search, which then keeps to what that
-    framework runs; the search run under a progress bar (silent for --json and --csv)."""
+    framework runs; the search run under a progress bar (silent for --json and --csv). --plot
+    without matplotlib fails before the search."""
+    if output.plot:
+        from .plots import check_available
+
+        check_available()
     if output.export:
         from perfmodel.exports import check_framework
 

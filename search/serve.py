@@ -501,7 +501,8 @@ def search_serving(spec: TransformerSpec, db: Database, systems: list[str], dema
         status="INFEASIBLE", gap=0.0, seconds=0.0)
     if not options_list:
         evidence.seconds = time.perf_counter() - started
-        return ServeSearchResult(None, [], [], evidence, closest=_closest(counter, pools.fastest, demand))
+        return ServeSearchResult(None, [], [], evidence,
+                                 closest=_closest(counter, pools.fastest, demand, options.max_devices))
     if not any(np.isfinite(instance.per_instance(i)) for i in range(len(options_list))):
         from perfmodel.power import cost_basis
 
@@ -516,7 +517,7 @@ def search_serving(spec: TransformerSpec, db: Database, systems: list[str], dema
     evidence.seconds = time.perf_counter() - started
     if best is None:
         return ServeSearchResult(None, [], [], evidence, closest=_binding_limits(instance) or
-                                 _closest(counter, pools.fastest, demand))
+                                 _closest(counter, pools.fastest, demand, options.max_devices))
     listed = _listed(instance, singles, demand, options.top)
     to_deployment = lambda s: _deployment(instance, s, demand)  # noqa: E731
     return ServeSearchResult(best=to_deployment(best), top=[to_deployment(s) for s in listed["top"]],
@@ -562,8 +563,8 @@ def _fastest(spec, demand: Demand, pools: PoolOptions, options: ServeSearchOptio
     if best is None:
         closest = (f"no deployment meets the targets on {options.max_devices:,} devices"
                    + (" within the power cap and budget" if options.power_cap_w or options.budget_usd_per_hour else "")
-                   + "; " + _closest(pools.counter, pools.fastest, demand)) if opts else \
-            _closest(pools.counter, pools.fastest, demand)
+                   + "; " + _closest(pools.counter, pools.fastest, demand, options.max_devices)) if opts else \
+            _closest(pools.counter, pools.fastest, demand, options.max_devices)
         evidence.status = "INFEASIBLE"
         return ServeSearchResult(None, [], [], evidence, closest=closest)
     top = [d for d in map(deployment, found[:options.top]) if d is not None]
@@ -834,17 +835,23 @@ def _binding_limits(instance: FleetInstance) -> str:
     return "; ".join(parts)
 
 
-def _closest(counter: dict, fastest: dict, demand: Demand) -> str:
-    """What the nearest configurations lack: the best latencies any instance that fits reaches."""
+def _closest(counter: dict, fastest: dict, demand: Demand, max_devices: int | None = None) -> str:
+    """What binds when no deployment is feasible: a latency target no instance that fits reaches
+    (by how much), else the request rate no instance count within the limits carries."""
     parts = []
-    if "tpot_p90" in fastest and demand.tpot_p90 is not None:
-        parts.append(f"the fastest decode instance reaches TPOT p90 {fastest['tpot_p90'] * 1e3:,.3g} ms "
-                     f"(target {demand.tpot_p90 * 1e3:,.3g} ms)")
-    if "prefill_p90" in fastest and demand.ttft_p90 is not None:
-        parts.append(f"the fastest prefill takes {fastest['prefill_p90'] * 1e3:,.3g} ms before any queueing "
-                     f"(TTFT target {demand.ttft_p90 * 1e3:,.3g} ms)")
+    for key, target, what in (("tpot_p90", demand.tpot_p90, "the fastest decode instance reaches TPOT p90"),
+                              ("prefill_p90", demand.ttft_p90, "the fastest prefill takes, before any queueing,")):
+        if key in fastest and target is not None and fastest[key] > target:
+            parts.append(f"{what} {fastest[key] * 1e3:,.3g} ms, over the {target * 1e3:,.3g} ms target by "
+                         f"{fastest[key] / target - 1:.0%}")
     if not fastest:
         parts.append("no instance configuration fits in memory on the candidate systems")
+    elif not parts:
+        unloaded = ", ".join(f"{name} {fastest[key] * 1e3:,.3g} ms" for key, name in
+                             (("tpot_p90", "decode TPOT p90"), ("prefill_p90", "prefill")) if key in fastest)
+        parts.append(f"the request rate binds: some instance meets every latency target unloaded ({unloaded}), "
+                     "but no instance count " + (f"within --max-devices {max_devices:,} " if max_devices else "")
+                     + f"carries {demand.rate:,.4g} requests/s within them")
     if counter:
         worst = max(counter.items(), key=lambda kv: kv[1])
         parts.append(f"most configurations fail on {worst[0]} ({worst[1]:,})")
@@ -881,8 +888,12 @@ def capped_p99(spec, machines: dict, deployment: Deployment, demand: Demand, opt
                 ttft99 = max(ttft99, float(ttft[0.99]))
             if pool.role != "prefill":
                 tpot90 = max(tpot90, float(t90))
-        out[cap_name] = {"ttft_p99_s": ttft99, "tpot_p90_s": tpot90}
-    ratio = lambda k: out["capped"][k] / out["uncapped"][k] if out["uncapped"][k] else None  # noqa: E731
+        # An unstable queue (arrivals beyond what the capped servers carry) has no finite tail: None.
+        out[cap_name] = {k: (v if math.isfinite(v) else None) for k, v in (("ttft_p99_s", ttft99),
+                                                                           ("tpot_p90_s", tpot90))}
+        out[cap_name]["queue_unstable"] = not math.isfinite(ttft99)
+    ratio = lambda k: (out["capped"][k] / out["uncapped"][k]  # noqa: E731
+                       if out["uncapped"][k] and out["capped"][k] is not None else None)
     return {**out, "ttft_p99_slowdown": ratio("ttft_p99_s"), "tpot_p90_slowdown": ratio("tpot_p90_s")}
 
 

@@ -475,3 +475,23 @@ def test_a_large_bubble_names_the_interleave_that_shortens_it(capsys):
     assert faster < doc["step_time_s"]
     assert "hint" not in run_json(capsys, *args[:-4], "--interleave", "2", "--global-batch", "8", "--seq-len",
                                   "4096")["result"]
+
+
+def test_serving_failures_name_what_binds(capsys):
+    """A failure names the target that binds and by how much, never one that is met: a TTFT target
+    under the fastest prefill, or, with every target met unloaded, the rate under --max-devices."""
+    code, _, err = run(capsys, "plan", "serve", "--model", "llama-3.1-8b", "--ttft-p90-ms", "10")
+    assert code == 3 and "over the 10 ms target by" in err and "TPOT" not in err and err.count("\n") == 1
+    code, _, err = run(capsys, "plan", "serve", "--model", "llama-3.1-8b", "--max-devices", "1", "--rate", "1000")
+    assert code == 3 and "the request rate binds" in err and "--max-devices 1" in err and "over the" not in err
+
+
+def test_a_power_cap_that_destabilizes_the_queue_says_so(capsys):
+    """Capped below what keeps the uncapped optimum's prefill queue stable, its TTFT p99 is unbounded:
+    said in words (never 'infx'), null in JSON."""
+    args = ("plan", "serve", "--power-cap-w", "250")
+    laid = run_json(capsys, *args)["power_cap"]["uncapped_optimum_under_cap"]
+    assert laid["capped"]["queue_unstable"] and laid["capped"]["ttft_p99_s"] is None
+    assert laid["ttft_p99_slowdown"] is None and laid["tpot_p90_slowdown"] > 1
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and "unbounded" in out and "inf" not in out.replace("information", "")

@@ -190,6 +190,16 @@ def test_missing_matplotlib_names_the_extra(docs, tmp_path, monkeypatch):
         plots.compare(docs["compare"], tmp_path / "c.png")
 
 
+def test_plot_without_matplotlib_fails_before_the_search(monkeypatch, capsys):
+    """--plot without matplotlib is one line and exit 2 before any search runs (nothing lost)."""
+    from perfmodel.cli.app import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setattr("perfmodel.search.api.plan_train", lambda *a, **k: pytest.fail("the search ran"))
+    assert main(["plan", "train", "--plot", "p.png"]) == 2
+    assert "perfmodel[plot]" in capsys.readouterr().err
+
+
 def test_importing_plots_does_not_import_matplotlib():
     code = "import sys, perfmodel.cli.plots; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -52,6 +52,14 @@ def test_precision_support_is_listed_not_derived(db):
     assert not db.accelerator("ascend-910c").supports("fp8")
 
 
+def test_an_older_generation_is_not_priced_above_a_newer_one_owned(db):
+    """Owned prices per device follow the generations (A100 < H100 < H200): a purchase price older
+    than its successor's would tilt every mixed-fleet question toward the newer device."""
+    per_device = {name: db.system(name).node_price_usd / db.system(name).devices_per_node
+                  for name in ("dgx-a100", "dgx-h100", "hgx-h200")}
+    assert per_device["dgx-a100"] < per_device["dgx-h100"] < per_device["hgx-h200"]
+
+
 def test_aliases_and_case_resolve(db):
     assert db.accelerator("H100").name == "h100-sxm"
     assert db.entry("DGX-H100").name == "dgx-h100"
