@@ -1689,10 +1689,11 @@ def _score_moe(acc, gemm):
     return mape, provenance.split(", ", 1)[1]
 
 
-def _fit_moe(db, acc, table, source, seed):
+def _fit_moe(db, acc, table, source, seed, gemm=None):
     """Grouped-GEMM fits by recipe on measured MoE layers (aiconfigurator's TensorRT-LLM
     ``moe_perf`` table, or a table of that form), their source and note; None when an
-    aiconfigurator install has no such rows for the device."""
+    aiconfigurator install has no such rows for the device. The full-tile rates are those of the
+    ``gemm`` fits refitted in the same run, else of the device's calibration entry."""
     from perfmodel.hardware_db.errors import SpecError
     from perfmodel.calibrate import fit_grouped_gemm
     from perfmodel.machine import GROUPED_MATH
@@ -1719,7 +1720,7 @@ def _fit_moe(db, acc, table, source, seed):
         backend = f"TensorRT-LLM {version} {'/'.join(kernels)}" if source else "/".join(kernels)
         # The tensor cores' full-tile rate is the device's dense GEMM fit's (the grouped kernel
         # adds costs per group, per input pass and per tile, never a faster core).
-        dense = db.calibration(acc.name).gemm.get(math)
+        dense = gemm[math].kernel if gemm and math in gemm else db.calibration(acc.name).gemm.get(math)
         results[recipe] = fit_grouped_gemm(*cols, acc.peak_flops[math], hbm, hbm * streaming, acc.compute_units, x, w,
                                            backend, seed, compute_fraction=dense.compute_fraction if dense else None)
     if not results:
@@ -1866,7 +1867,7 @@ def calibrate_all(db, device: str, source: str | None, out, seed: int, json_out:
     dispatch, dispatch_from, dispatch_note = _fit_dispatch(db, acc, None, source, seed, None)
     normal, normal_from, normal_note = _fit_dispatch(db, acc, None, source, seed, None, "normal")
     moe = _score_moe(acc, gemm)
-    grouped = _fit_moe(db, acc, None, source, seed)
+    grouped = _fit_moe(db, acc, None, source, seed, gemm)
     blocks = _gemm_blocks(gemm) | {"attention": _attention_block(attention, mla), "collectives": coll.as_yaml(),
                                    "dispatch": dispatch.as_yaml(), "dispatch normal": normal.as_yaml()}
     if grouped:

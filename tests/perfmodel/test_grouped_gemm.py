@@ -172,3 +172,12 @@ def test_calibrate_moe_cli_writes_a_loadable_entry_that_keeps_the_other_fits(tmp
     machine = build_machine(load_database([tmp_path]), "dgx-h100")
     assert machine.grouped_kernels["fp8"].launch_s == pytest.approx(out["fit"]["fp8"]["launch_us"] * 1e-6)
     assert machine.gemm_kernel("bf16").source == "fitted"
+
+
+def test_an_moe_estimate_says_where_its_expert_gemm_constants_came_from(db, h100):
+    from perfmodel.report import constants_from
+
+    spec = load_model("mixtral-8x7b")
+    assert constants_from(h100, spec, serving=True)["expert_gemm"] == "fitted (measured MoE layers)"
+    assert constants_from(build_machine(db, "mi300x-8x"), spec, serving=True)["expert_gemm"] == "as the GEMMs"
+    assert "expert_gemm" not in constants_from(h100, load_model("llama-3.1-8b"), serving=True)
