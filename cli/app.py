@@ -406,6 +406,26 @@ def calibrate_dispatch(
     render.calibrate_dispatch(database(ctx), device, table, source, system, out, seed, json_out, kernels)
 
 
+@calibrate_app.command("moe")
+def calibrate_moe(
+    ctx: typer.Context,
+    device: MeasuredOn = "h100-sxm",
+    table: Annotated[Optional[Path], typer.Option(help="Measured MoE layers: a table in the form of aiconfigurator's "
+                                                       "moe_perf.parquet.")] = None,
+    source: Annotated[Optional[str], typer.Option("--from", help="aiconfigurator: the TensorRT-LLM MoE table the "
+                                                               "installed aiconfigurator-core ships.")] = None,
+    out: CalibrationOut = None,
+    seed: SplitSeed = 0,
+    json_out: JsonFlag = False,
+) -> None:
+    """Fit the routed experts' grouped GEMMs (the GEMM kernel's terms, a cost per expert group and
+    the passes over their inputs) per precision to measured MoE layers; print the error on the MoE
+    shapes held out; write a calibration entry."""
+    from . import render
+
+    render.calibrate_moe(database(ctx), device, table, source, out, seed, json_out)
+
+
 @calibrate_app.command("collectives")
 def calibrate_collectives(
     ctx: typer.Context,

@@ -1450,7 +1450,8 @@ def _constants(report) -> str:
     """Where an estimate's constants came from, for its summary line."""
     c = report["constants_from"]
     exchange = f", MoE exchange {c['expert_exchange']}" if "expert_exchange" in c else ""
-    return f"GEMM {c['gemm']}, attention {c['attention']}, collectives {c['collectives']}{exchange}"
+    experts = f", MoE expert GEMMs {c['expert_gemm']}" if "expert_gemm" in c else ""
+    return f"GEMM {c['gemm']}, attention {c['attention']}, collectives {c['collectives']}{exchange}{experts}"
 
 
 # --- calibrate ---------------------------------------------------------------------------------
@@ -1500,6 +1501,8 @@ def write_calibration(db, acc, blocks: dict, notes: list[str], out):
             entry["weight_only"] = {p: _file_units(f.model_dump()) for p, f in own.weight_only.items()}
         if own.attention is not None and "attention" not in blocks:
             entry["attention"] = _file_units(own.attention.model_dump())
+        if own.grouped_gemm and "grouped_gemm" not in blocks:
+            entry["grouped_gemm"] = {p: _file_units(f.model_dump()) for p, f in own.grouped_gemm.items()}
         if own.dispatch is not None and "dispatch" not in blocks:
             entry["dispatch"] = _file_units(own.dispatch.model_dump(exclude_none=True))
     entry.update(blocks)
@@ -1781,6 +1784,81 @@ def _score_moe(acc, gemm):
     return mape, provenance.split(", ", 1)[1]
 
 
+def _fit_moe(db, acc, table, source, seed, gemm=None):
+    """Grouped-GEMM fits by recipe on measured MoE layers (aiconfigurator's TensorRT-LLM
+    ``moe_perf`` table, or a table of that form), their source and note; None when an
+    aiconfigurator install has no such rows for the device. The full-tile rates are those of the
+    ``gemm`` fits refitted in the same run, else of the device's calibration entry."""
+    from perfmodel.hardware_db.errors import SpecError
+    from perfmodel.calibrate import fit_grouped_gemm
+    from perfmodel.machine import GROUPED_MATH
+
+    from .timings_io import aiconfigurator_moe_table, read_moe_layer_timings
+
+    if not acc.compute_units:
+        raise SpecError(f"{acc.name} has no compute_units (SMs / CUs) in the database; GEMM tiles need it")
+    path, provenance = aiconfigurator_moe_table(acc.name) if source else (table, f"the measurements in {table.name}")
+    try:
+        timings = read_moe_layer_timings(path)
+    except SpecError:
+        if source:
+            return None
+        raise
+    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
+    hbm, streaming = acc.hbm_bytes_per_s, db.calibration(acc.name).hbm_fraction or 1.0   # vector ops' HBM share
+    version = path.parent.name
+    results = {}
+    for recipe, (cols, x, w, kernels) in sorted(timings.items()):
+        math = GROUPED_MATH[recipe] or sixteen
+        if math not in acc.peak_flops:
+            continue
+        backend = f"TensorRT-LLM {version} {'/'.join(kernels)}" if source else "/".join(kernels)
+        # The tensor cores' full-tile rate is the device's dense GEMM fit's (the grouped kernel
+        # adds costs per group, per input pass and per tile, never a faster core).
+        dense = gemm[math].kernel if gemm and math in gemm else db.calibration(acc.name).gemm.get(math)
+        results[recipe] = fit_grouped_gemm(*cols, acc.peak_flops[math], hbm, hbm * streaming, acc.compute_units, x, w,
+                                           backend, seed, compute_fraction=dense.compute_fraction if dense else None)
+    if not results:
+        return None
+    note = (f"grouped_gemm: routed experts' grouped GEMMs fitted by perfmodel calibrate moe (seed {seed}) on the "
+            f"balanced rows of {provenance} ("
+            + "; ".join(f"{p}: {r.backend}" for p, r in results.items())
+            + "), less the permute and activation passes layer_ops runs beside them, at the full-tile rate of the "
+              "device's GEMM fit where it has one; held out by MoE shape (half of "
+              "the hidden / expert width / experts / top-k shapes): "
+            + "; ".join(f"{p} {r.train_rows} rows fitted, {r.test_rows} held out, MAPE {r.held_out_mape:.1%} "
+                        f"(p90 {r.held_out_p90:.1%})" for p, r in results.items()))
+    return results, provenance, note
+
+
+def _moe_table(acc, provenance, results) -> None:
+    t = Table(title=f"MoE grouped GEMMs on {acc.name}, fitted on {provenance}", title_justify="left")
+    for col in ("recipe", "compute", "memory", "launch", "per group", "input passes", "tile overhead",
+                "held-out error (p90)"):
+        t.add_column(col, justify="left" if col == "recipe" else "right", whole=col == "recipe" or None)
+    for p, r in results.items():
+        k = r.kernel
+        t.add_row(p, f"{k.compute_fraction:.1%}", f"{k.memory_fraction:.1%}", f"{k.launch_s * 1e6:.2f} us",
+                  f"{k.group_launch_s * 1e6:.3f} us", f"{k.cast:.2f}", f"{k.tile_overhead:.2f}",
+                  f"{r.held_out_mape:.1%} ({r.held_out_p90:.1%})")
+    console.print(t)
+    console.print("kernels: " + "; ".join(f"{p} {r.backend}" for p, r in results.items())
+                  + "; held out by MoE shape: the shapes left out were never seen by the fit", style="dim")
+
+
+def calibrate_moe(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
+    from perfmodel.hardware_db.errors import SpecError
+
+    acc = _calibration_source(db, device, table, source, seed)
+    fitted = _fit_moe(db, acc, table, source, seed)
+    if fitted is None:
+        raise SpecError(f"this aiconfigurator install has no TensorRT-LLM MoE rows for {acc.name}")
+    results, provenance, note = fitted
+    _report_fit(db, acc, {"grouped_gemm": {p: r.as_yaml() for p, r in results.items()}},
+                {p: r.held_out_p90 for p, r in results.items()}, provenance, [note], out, json_out,
+                lambda: _moe_table(acc, provenance, results))
+
+
 def calibrate_attention(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
     acc = _calibration_source(db, device, table, source, seed)
     results, provenance, note = _fit_attention(acc, table, source, seed)
@@ -1884,15 +1962,20 @@ def calibrate_all(db, device: str, source: str | None, out, seed: int, json_out:
     dispatch, dispatch_from, dispatch_note = _fit_dispatch(db, acc, None, source, seed, None)
     normal, normal_from, normal_note = _fit_dispatch(db, acc, None, source, seed, None, "normal")
     moe = _score_moe(acc, gemm)
+    grouped = _fit_moe(db, acc, None, source, seed, gemm)
     blocks = _gemm_blocks(gemm) | {"attention": _attention_block(attention, mla), "collectives": coll.as_yaml(),
                                    "dispatch": dispatch.as_yaml(), "dispatch normal": normal.as_yaml()}
-    notes = [gemm_note, attention_note] + ([mla[2]] if mla else []) + [coll_note, dispatch_note, normal_note]
+    if grouped:
+        blocks["grouped_gemm"] = {p: r.as_yaml() for p, r in grouped[0].items()}
+    notes = [gemm_note, attention_note] + ([mla[2]] if mla else []) + [coll_note, dispatch_note, normal_note] \
+        + ([grouped[2]] if grouped else [])
     written = write_calibration(db, acc, blocks, notes, out)
     families = {f"gemm {p}": r.held_out_mape for p, r in gemm.items()}
     families.update({f"attention {ph} {p}": r.held_out_mape for (ph, p), r in attention.items()})
     families.update({f"mla {ph} (module)": r.held_out_mape for ph, r in (mla[0] if mla else {}).items()})
     if moe is not None:
         families["moe fp8 (the fp8 GEMM fit, scored, not refitted)"] = moe[0]
+    families.update({f"moe grouped gemm {p}": r.held_out_mape for p, r in (grouped[0] if grouped else {}).items()})
     families.update({f"nccl {op}": v for op, v in coll.held_out_mape.items()})
     families.update({f"deepep low-latency {op}": v for op, v in dispatch.op_mape.items()})
     families.update({f"deepep normal {op}": v for op, v in normal.op_mape.items()})
@@ -1900,13 +1983,16 @@ def calibrate_all(db, device: str, source: str | None, out, seed: int, json_out:
         emit_json({"device": acc.name, "sources": {"gemm": gemm_from, "attention": attention_from,
                                                    "mla": mla[1] if mla else None,
                                                    "collectives": coll_from, "dispatch": dispatch_from,
-                                                   "dispatch normal": normal_from, "moe": moe[1] if moe else None},
+                                                   "dispatch normal": normal_from, "moe": moe[1] if moe else None,
+                                                   "grouped_gemm": grouped[1] if grouped else None},
                    "held_out_mape": families, "fit": blocks, "written": str(written) if written else None})
         return
     _gemm_table(acc, gemm_from, gemm)
     _attention_table(acc, attention_from, attention, mla)
     _dispatch_table(acc, dispatch_from, dispatch)
     _dispatch_table(acc, normal_from, normal, "normal")
+    if grouped:
+        _moe_table(acc, grouped[1], grouped[0])
     t = Table(title=f"held-out error per kernel family on {acc.name}", title_justify="left")
     t.add_column("family")
     t.add_column("held-out MAPE", justify="right")

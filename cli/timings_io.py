@@ -24,7 +24,9 @@ Formats:
   kv_cache_dtype, latency in ms; ``wideep_deepep_ll_perf.parquet``: node_num, hidden_size, num_token,
   num_topk, dispatch_avg_t_us and combine_avg_t_us, fp8 dispatch and bf16 combine;
   ``wideep_deepep_normal_perf.parquet``: the same shape columns and num_experts, and per op the SMs it
-  ran on and its transmit and notify times in us); reading Parquet needs pyarrow.
+  ran on and its transmit and notify times in us; ``moe_perf.parquet``, or a CSV with its columns:
+  kernel_source, moe_dtype, distribution, num_tokens, hidden_size, inter_size, topk, num_experts,
+  moe_tp_size, moe_ep_size and latency in ms, one measured MoE layer a row); reading Parquet needs pyarrow.
 """
 
 from __future__ import annotations
@@ -43,7 +45,10 @@ MAX_TABLE_BYTES = 64 << 20   # about 1.5 M rows; aiconfigurator's largest table 
 RANGES = {"seconds": (1e-9, 1e3), "bytes": (1.0, 1e13), "ranks": (1.0, 1e6), "ranks_per_node": (1.0, 1e4),
           "m": (1.0, 1e8), "n": (1.0, 1e8), "k": (1.0, 1e8), "batch": (1.0, 1e7), "seq_len": (1.0, 1e8),
           "heads": (1.0, 1e5), "kv_heads": (1.0, 1e5), "head_dim": (1.0, 1e5), "tokens": (1.0, 1e8),
-          "top_k": (1.0, 1e4), "experts": (1.0, 1e6), "hidden": (1.0, 1e7)}
+          "top_k": (1.0, 1e4), "experts": (1.0, 1e6), "hidden": (1.0, 1e7),
+          # aiconfigurator's MoE table as CSV (latency in ms)
+          "num_tokens": (1.0, 1e8), "hidden_size": (1.0, 1e7), "inter_size": (1.0, 1e7), "topk": (1.0, 1e4),
+          "num_experts": (1.0, 1e6), "moe_tp_size": (1.0, 1e6), "moe_ep_size": (1.0, 1e6), "latency": (1e-6, 1e6)}
 PARQUET_RANGES = {"latency": (1e-6, 1e6), "m": RANGES["m"], "n": RANGES["n"], "k": RANGES["k"],
                   "num_gpus": RANGES["ranks"], "message_size": (1.0, 1e13), "batch_size": RANGES["batch"],
                   "isl": RANGES["seq_len"], "num_heads": RANGES["heads"], "num_key_value_heads": RANGES["kv_heads"],
@@ -52,7 +57,9 @@ PARQUET_RANGES = {"latency": (1e-6, 1e6), "m": RANGES["m"], "n": RANGES["n"], "k
                   "combine_avg_t_us": (1e-3, 1e9), "num_experts": RANGES["experts"],
                   "dispatch_sms": (1.0, 1e4), "combine_sms": (1.0, 1e4),
                   "dispatch_transmit_us": (1e-3, 1e9), "combine_transmit_us": (1e-3, 1e9),
-                  "dispatch_notify_us": (0.0, 1e9), "combine_notify_us": (0.0, 1e9)}
+                  "dispatch_notify_us": (0.0, 1e9), "combine_notify_us": (0.0, 1e9),
+                  "num_tokens": RANGES["num_tokens"], "inter_size": RANGES["inter_size"], "topk": RANGES["topk"],
+                  "moe_tp_size": RANGES["moe_tp_size"], "moe_ep_size": RANGES["moe_ep_size"]}
 DTYPE_BYTES = {"half": 2, "float16": 2, "bfloat16": 2, "bf16": 2, "fp16": 2, "int8": 1, "fp8": 1, "float": 4}
 COLUMNS = ("op", "ranks", "bytes", "seconds")
 GEMM_COLUMNS = ("m", "n", "k", "dtype", "seconds")
@@ -211,6 +218,64 @@ def read_moe_timings(path: Path) -> tuple:
         raise SpecError(f"{path}: no uniformly routed fp8 MoE rows")
     cols = ("num_tokens", "moe_ep_size", "num_experts", "topk", "hidden_size", "inter_size")
     return tuple([float(t[c][i]) for i in keep] for c in cols) + ([t["latency"][i] * 1e-3 for i in keep],)
+
+
+# TensorRT-LLM's MoE kernels in aiconfigurator's ``moe_perf`` tables, by kernel_source: gated
+# (SwiGLU) or not. CUTLASS grouped GEMMs, DeepGEMM's for block-scaled fp8 on Blackwell, and the
+# torch flow of the MXFP4 weight-only kernels; the min-latency NVFP4 twin is another kernel.
+MOE_KERNELS = {"moe_torch_flow_cutlass": True, "moe_torch_flow_nongated": False, "deepgemm": True,
+               "moe_torch_flow": True}
+# aiconfigurator's moe_dtype -> (perfmodel's grouped-GEMM recipe, input bytes, weight bytes).
+MOE_DTYPES = {"bfloat16": ("bf16", 2.0, 2.0), "fp8": ("fp8", 1.0, 1.0), "fp8_block": ("fp8_block", 1.0, 1.0),
+              "w4a16_mxfp4": ("w4a16", 2.0, 0.5), "nvfp4": ("fp4", 0.5, 0.5)}
+MOE_COLUMNS = ("kernel_source", "moe_dtype", "distribution", "num_tokens", "hidden_size", "inter_size", "topk",
+               "num_experts", "moe_tp_size", "moe_ep_size", "latency")
+
+
+def read_moe_layer_timings(path: Path) -> dict[str, tuple]:
+    """Per grouped-GEMM recipe, ((tokens, ep, etp, experts, top_k, hidden, expert_hidden, gated,
+    seconds), in_bytes, weight_bytes, kernels) of the balanced rows of aiconfigurator's MoE table
+    (``moe_perf.parquet``, TensorRT-LLM, or a CSV with its columns) that ran one of MOE_KERNELS."""
+    if not path.is_file():
+        raise SpecError(f"{path}: no such file")
+    if path.suffix.lower() == ".parquet":
+        t = _parquet(path, MOE_COLUMNS, "moe_perf")
+    else:
+        t = {c: [] for c in MOE_COLUMNS}
+        numeric = MOE_COLUMNS[3:]
+        for line, row in _csv_rows(path, MOE_COLUMNS):
+            for c in MOE_COLUMNS[:3]:
+                t[c].append(str(row[c]).strip())
+            for c, value in zip(numeric, _numbers(row, numeric, path, line)):
+                t[c].append(value)
+    out: dict[str, tuple] = {}
+    rows: dict[str, list] = {}
+    for i, (kernel, dtype, dist) in enumerate(zip(t["kernel_source"], t["moe_dtype"], t["distribution"])):
+        if dist == "balanced" and kernel in MOE_KERNELS and dtype in MOE_DTYPES:
+            rows.setdefault(dtype, []).append(i)
+    for dtype, keep in rows.items():
+        recipe, x, w = MOE_DTYPES[dtype]
+        cols = [[float(t[c][i]) for i in keep] for c in ("num_tokens", "moe_ep_size", "moe_tp_size", "num_experts",
+                                                         "topk", "hidden_size", "inter_size")]
+        gated = [float(MOE_KERNELS[t["kernel_source"][i]]) for i in keep]
+        kernels = sorted({t["kernel_source"][i] for i in keep})
+        out[recipe] = (tuple(cols) + (gated, [t["latency"][i] * 1e-3 for i in keep]), x, w, kernels)
+    if not out:
+        raise SpecError(f"{path}: no balanced rows of {', '.join(MOE_KERNELS)}")
+    return out
+
+
+def aiconfigurator_moe_table(device: str) -> tuple[Path, str]:
+    """The TensorRT-LLM MoE table aiconfigurator-core ships for ``device`` with the most balanced
+    rows of MOE_KERNELS (a later version may hold only a few re-measured shapes), and its provenance."""
+    newest, provenance = aiconfigurator_table(device, "moe/trtllm", "moe_perf.parquet")
+    root = newest.parents[1]
+
+    def balanced(path):
+        t = _parquet(path, ("kernel_source", "distribution"), "moe_perf")
+        return sum(k in MOE_KERNELS and d == "balanced" for k, d in zip(t["kernel_source"], t["distribution"]))
+    best = max(sorted(root.glob("*/moe_perf.parquet")), key=balanced)
+    return best, f"{provenance.split(', ', 1)[0]}, {best.relative_to(root.parents[2])}"
 
 
 DISPATCH_COLUMNS = ("op", "ranks", "ranks_per_node", "tokens", "top_k", "hidden", "dtype", "seconds")

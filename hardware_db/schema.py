@@ -348,6 +348,35 @@ class GemmFit(BaseModel):
     samples: Annotated[int, Field(ge=1)]
 
 
+# Grouped-GEMM fits a device may carry: the routed experts' GEMMs at each precision and scaling
+# recipe measured (bf16; fp8 with one scale per tensor; fp8 with 128-element block scales, as
+# DeepSeek-V3's checkpoint is quantized; fp4 weights over bf16 math; NVFP4 weights and activations).
+GroupedPrecision = Literal["bf16", "fp8", "fp8_block", "w4a16", "fp4"]
+
+
+class GroupedGemmFit(BaseModel):
+    """The routed experts' grouped GEMMs (perfmodel.kernels.GemmKernel with ``groups``) at one
+    precision, fitted on measured MoE layers by ``perfmodel calibrate moe``: the GEMM fit's terms
+    plus a fixed cost per group (``group_launch_us``) and ``input_passes``, the fitted passes over
+    the GEMMs' inputs (3 bytes an element each) of the permute, quantize and activation kernels
+    around them. ``backend``: the implementation measured (framework, version, kernel); held-out
+    errors are those of the MoE shapes left out."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
+    units: Annotated[int, Field(ge=1, le=100_000)]
+    compute_fraction: Fraction
+    memory_fraction: Fraction
+    launch_us: LatencyUs
+    sharpness: Annotated[float, Field(ge=1, le=1000)]
+    tile_overhead: Annotated[float, Field(ge=0, le=10_000)]
+    group_launch_us: LatencyUs
+    input_passes: Annotated[float, Field(ge=0, le=1000)]
+    backend: str
+    held_out_mape: Annotated[float, Field(ge=0, le=10)]
+    held_out_p90: Annotated[float, Field(ge=0, le=100)]
+    samples: Annotated[int, Field(ge=1)]
+
+
 class AttentionFit(BaseModel):
     """Attention-core kernel time (perfmodel.kernels.AttentionKernel), prefill at one precision or
     decode, fitted on measured attention kernels by ``perfmodel calibrate attention``."""
@@ -418,6 +447,7 @@ class Calibration(Entry):
     collectives: CollectiveFit | None = None   # measured collective costs inside the scale-up domain
     gemm: dict[Precision, GemmFit] = {}        # measured GEMM kernel costs by precision
     weight_only: dict[Literal["int8", "int4"], GemmFit] = {}   # int8 / int4 weights in bf16 GEMMs
+    grouped_gemm: dict[GroupedPrecision, GroupedGemmFit] = {}  # measured MoE expert GEMMs by precision
     attention: AttentionFits | None = None     # measured attention kernel costs
     dispatch: DispatchFit | None = None        # measured MoE dispatch / combine (DeepEP low-latency, normal)
 

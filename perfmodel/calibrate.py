@@ -16,6 +16,11 @@ squares on the log of predicted over measured time (relative errors weigh every 
 alike) on a seeded share of the rows; the rest are held out and their mean absolute percentage
 error is reported per op.
 
+MoE grouped GEMMs (the routed experts' two GEMMs, ``roofline.routed_expert_gemms``): per precision
+and scaling recipe, the GEMM kernel's terms at the device's full-tile rate, a fixed cost per expert
+group and the passes over the GEMMs' inputs of the kernels around them, fitted on measured MoE
+layers less the vector work ``layer_ops`` charges beside them; held out by MoE shape.
+
 MoE expert exchanges (DeepEP's low-latency kernels of decode, ``collectives.expert_exchange_time``,
 and its normal kernels of prefill, ``collectives.normal_exchange_time``): per op a launch and the
 shares of the scale-up and scale-out links, and one latency of leaving the domain, fitted by the
@@ -25,7 +30,7 @@ domains the group spans. Pure functions of arrays: file reading lives in the CLI
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -443,3 +448,107 @@ def score_moe(kernel: GemmKernel, tokens, ep, num_experts, top_k, hidden, expert
     predicted = kernel.time(rows, 2.0 * f, h, 1.0, 1.0, 2.0, read) + kernel.time(rows, h, f, 1.0, 1.0, 2.0, read)
     error = np.abs(predicted / sec - 1.0)
     return float(error.mean()), float(np.quantile(error, 0.9))
+
+
+@dataclass(frozen=True)
+class GroupedGemmCalibration(KernelCalibration):
+    """The routed experts' grouped-GEMM kernel at one precision, fitted on measured MoE layers,
+    with the implementation measured (``backend``); held out by MoE shape."""
+
+    backend: str = ""
+
+    def as_yaml(self) -> dict:
+        """One precision of a calibration entry's ``grouped_gemm`` block, in the database's units."""
+        k = self.kernel
+        return {"units": int(k.units), "compute_fraction": round(float(k.compute_fraction), 4),
+                "memory_fraction": round(float(k.memory_fraction), 4), "launch_us": round(float(k.launch_s) * 1e6, 3),
+                "sharpness": round(float(k.sharpness), 3), "tile_overhead": round(float(k.tile_overhead), 4),
+                "group_launch_us": round(float(k.group_launch_s) * 1e6, 4), "input_passes": round(float(k.cast), 4),
+                "backend": self.backend, "held_out_mape": round(self.held_out_mape, 4),
+                "held_out_p90": round(self.held_out_p90, 4), "samples": self.train_rows + self.test_rows}
+
+
+def moe_layer_parts(tokens, ep, etp, num_experts, top_k, hidden, expert_hidden, gated, act_bytes: float,
+                    bytes_per_s: float) -> tuple:
+    """(GEMM shapes, vector seconds) of one measured MoE layer as ``roofline.layer_ops`` runs it:
+    ``tokens`` reach each of ``ep`` x ``etp`` ranks (TensorRT-LLM's MoE op: every rank routes all
+    of them to its E / ep experts, each split ``etp`` ways), balanced routing; the routed experts'
+    two grouped GEMMs (``roofline.routed_expert_gemms``) over the experts hit, and the vector work
+    layer_ops charges beside them (the permute and unpermute passes, the activation) at
+    ``bytes_per_s``."""
+    from .roofline import PERMUTE_ROW_PASSES, PERMUTE_TOKEN_PASSES, routed_expert_gemms
+    from .serving import distinct_experts
+
+    t, n, tp, e, k, h, f = (np.asarray(x, dtype=float) for x in (tokens, ep, etp, num_experts, top_k, hidden,
+                                                                 expert_hidden))
+    gated = np.asarray(gated, dtype=bool)
+    rows = t * k / n
+    read = np.minimum(np.ceil(e / n), e / n * distinct_experts(e, k, t) / e)
+    f_e = f / tp
+    up, down = routed_expert_gemms(rows, read, h, f_e, True)
+    up = replace(up, n=np.where(gated, up.n, f_e))
+    passes = np.where(gated, 3.0, 2.0)        # activation: read gate and up (or one), write the product
+    vector = ((PERMUTE_ROW_PASSES * rows + PERMUTE_TOKEN_PASSES * t) * h * act_bytes
+              + rows * f_e * (2.0 * (passes - 1.0) + act_bytes)) / bytes_per_s
+    return (up, down), vector
+
+
+def shape_split(shape_ids, seed: int, held_out: float) -> np.ndarray:
+    """True for the rows to fit on: a seeded ``held_out`` share of the distinct shapes (an MoE
+    model's hidden, expert width, experts and top-k) is left out whole, with all its token counts
+    and parallel layouts (at least one shape each way)."""
+    ids = np.unique(shape_ids)
+    left = np.random.default_rng(seed).permutation(ids)[:min(max(int(round(len(ids) * held_out)), 1), len(ids) - 1)]
+    return ~np.isin(shape_ids, left)
+
+
+def fit_grouped_gemm(tokens, ep, etp, num_experts, top_k, hidden, expert_hidden, gated, seconds, peak: float,
+                     bandwidth: float, vector_bytes_per_s: float, units: int, in_bytes: float, weight_bytes: float,
+                     backend: str = "", seed: int = 0, held_out: float = 0.5,
+                     compute_fraction: float | None = None) -> GroupedGemmCalibration:
+    """Fit the routed experts' grouped-GEMM kernel (``GemmKernel`` with its per-group cost and
+    input passes) to measured MoE layers at one precision, one row per layer (see
+    ``moe_layer_parts``): each row's time is the two grouped GEMMs plus the vector work layer_ops
+    runs beside them. Seven terms: the GEMM fit's compute and memory fractions, launch, blend and
+    tile overhead, a fixed cost per group, and the passes over the GEMMs' inputs of the permute,
+    quantize and activation kernels the vector model leaves out. A given ``compute_fraction``
+    (the device's dense GEMM fit's full-tile rate) is kept, not fitted: the grouped kernel runs
+    the same tensor cores, and left free the fit drifts to the peak with a larger tile overhead
+    (same held-out error on H100). Robust least squares as the GEMM fit; held out by shape
+    (``shape_split``): an MoE model's shapes never seen in the fit."""
+    from scipy.optimize import least_squares
+
+    cols = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (tokens, ep, etp, num_experts, top_k, hidden,
+                                                                      expert_hidden, gated, seconds)))
+    t, n, tp, e, k, h, f, g, sec = cols
+    if sec.ndim != 1 or len(sec) < 20:
+        raise SpecError(f"MoE timings need at least 20 rows, has {sec.size}")
+    if not all(np.all(np.isfinite(x)) and np.all(x > 0) for x in (t, n, tp, e, k, h, f, sec)) or np.any(k > e):
+        raise SpecError("MoE timings need positive finite shapes and seconds, and top_k at most the experts")
+    shapes = np.unique(np.stack([h, f, e, k]), axis=1, return_inverse=True)[1].ravel()
+    if len(np.unique(shapes)) < 2:
+        raise SpecError("MoE timings need at least two MoE shapes (hidden, expert width, experts, top-k) "
+                        "to hold one out")
+    (up, down), vector = moe_layer_parts(t, n, tp, e, k, h, f, g > 0, in_bytes, vector_bytes_per_s)
+    sigmoid = lambda v: 1.0 / (1.0 + np.exp(-v))                                  # noqa: E731
+
+    def unpack(x) -> GemmKernel:
+        rate = float(sigmoid(x[0])) if compute_fraction is None else float(compute_fraction)
+        return GemmKernel(peak=peak, bandwidth=bandwidth, compute_fraction=rate,
+                          memory_fraction=float(sigmoid(x[1])), launch_s=float(np.exp(x[2])),
+                          sharpness=float(1.0 + np.exp(x[3])), tile_overhead=float(np.exp(x[4])),
+                          group_launch_s=float(np.exp(x[5])), cast=float(np.exp(x[6])), units=int(units),
+                          source="fitted")
+
+    def predict(kernel, rows):
+        return sum(kernel.time(x.m[rows], x.n[rows], x.k[rows], in_bytes, weight_bytes, 2.0, x.groups[rows])
+                   for x in (up, down)) + vector[rows]
+
+    train = shape_split(shapes, seed, held_out)
+    # Start: 80% of the peak and of HBM, 10 us launch, p = 3, tile overhead 8, 0.1 us a group, half a pass.
+    x0 = np.array([np.log(4.0), np.log(4.0), np.log(1e-5), np.log(2.0), np.log(8.0), np.log(1e-7), np.log(0.5)])
+    x = least_squares(lambda v: predict(unpack(v), train) / sec[train] - 1.0, x0, loss="soft_l1", f_scale=0.1).x
+    fitted = unpack(x)
+    error = np.abs(predict(fitted, ~train) / sec[~train] - 1.0)
+    return GroupedGemmCalibration(fitted, float(error.mean()), float(np.quantile(error, 0.9)), int(train.sum()),
+                                  int((~train).sum()), backend)

@@ -16,6 +16,11 @@ quantization"). The library picks the fastest tile of a fixed set, and splits K 
     cast    = M K x 3 bytes / (bandwidth x memory_fraction) when the plan quantizes its activations
               to 8 bits in a kernel of its own (read bf16, write fp8)
 
+A grouped GEMM (``groups`` experts' GEMMs in one kernel, the routed experts of an MoE layer) adds
+``group_launch_s`` per group; its own fit (``perfmodel calibrate moe``, on measured MoE layers)
+sets ``cast`` to a fitted number of such passes over the inputs: the permute, quantize and
+activation kernels around the grouped GEMMs that the layer's vector operators leave out.
+
 p (``sharpness``) blends the two roofline terms (p -> infinity is Williams et al. 2009's max).
 The parameters are fitted per device and precision on measured GEMM timings by ``perfmodel
 calibrate gemm``; a device without measurements runs the plain roofline (no launch, no tiles,
@@ -40,7 +45,7 @@ _TILE_COLS = np.array([tn for _, tn in TILES], dtype=float)
 # GemmKernel fields a GEMM's time reads that may hold one value per plan (plans of several
 # precisions in one call).
 PER_PLAN_FIELDS = ("peak", "bandwidth", "compute_fraction", "memory_fraction", "launch_s", "sharpness",
-                   "tile_overhead", "cast")
+                   "tile_overhead", "cast", "group_launch_s")
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class GemmKernel:
     units: int = 0                  # SMs / CUs; 0: no tile or wave quantization
     cast: object = 0.0              # 1: an activation-quantization kernel precedes the GEMM
     cast_launch_s: object = 0.0     # the part of launch_s that is the quantization kernels' own
+    group_launch_s: object = 0.0    # fixed cost per group of a grouped GEMM (an expert's setup), s
     source: str = "datasheet"       # "fitted", "datasheet" (peak x the device's measured fraction) or "default"
 
     def fused(self) -> "GemmKernel":
@@ -118,7 +124,7 @@ class GemmKernel:
         with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
             blended = np.where(np.isinf(p), big, big * ((compute / big) ** p + (memory / big) ** p) ** (1.0 / p))
         cast = self.cast * g * m * k * 3.0 / (self.bandwidth * self.memory_fraction)
-        return self.launch_s + blended + cast
+        return self.launch_s + blended + cast + self.group_launch_s * g
 
     def _compute(self, m, n, k, g):
         rate = self.peak * self.compute_fraction

@@ -50,6 +50,7 @@ class Machine:
     decode_attention: dict[str, AttentionKernel] | None = None     # decode, by KV precision (fitted only)
     mla_attention: dict[str, AttentionKernel] | None = None        # MLA core: "prefill", "decode" (fitted only)
     weight_only_kernels: dict[str, GemmKernel] | None = None   # int8 / int4 weights in bf16 GEMMs (fitted only)
+    grouped_kernels: dict[str, GemmKernel] | None = None   # routed experts' grouped GEMMs by recipe (fitted only)
     gemm_error: float = 0.0               # relative error of compute time: the GEMM fit's held-out MAPE
     collective_error: float = 0.0         # relative error of a collective's time: its fit's held-out MAPE
     step_error: float = 0.0               # relative error of the whole step left after the parts' errors
@@ -96,6 +97,35 @@ class Machine:
         keeps the bf16 kernel: one framework's int8 kernel says nothing of another's int4 one."""
         fitted = (self.weight_only_kernels or {}).get(quant.weight) if quant.activation == "a16" else None
         return (fitted or self.gemm_kernel(quant.gemm_precision)).fused()
+
+    def grouped_kernel(self, precision, block: bool = False, weight: str | None = None,
+                       in_framework: bool = False) -> GemmKernel | None:
+        """The routed experts' grouped-GEMM kernel fitted on measured MoE layers at ``precision``
+        (a name, or PRECISIONS codes, one per plan), or None (the routed experts then run on the
+        GEMM kernel, as before the fit). fp8 takes the block-scaled fit when ``block`` (a model
+        whose checkpoint is fp8 with 128 x 128 weight blocks) and the device has one, else the
+        per-tensor one; bf16 math over int4 / fp4 ``weight`` takes the 4-bit weight-only fit.
+        ``in_framework``: the compute rate scaled by framework-gemm-efficiency, as training's
+        GEMMs are (the fit is on serving kernels, which that factor does not describe)."""
+        fits = self.grouped_kernels or {}
+        if not fits:
+            return None
+        if not isinstance(precision, str):
+            codes = np.unique(np.asarray(precision))
+            if len(codes) != 1:
+                return None                       # plans of several precisions: the GEMM kernel for all
+            precision = PRECISIONS[int(codes[0])]
+        if weight in ("int4", "fp4") and precision == self.math16:
+            key = "w4a16"
+        elif weight in ("int8",) and precision == self.math16:
+            return None                           # int8 weight-only experts: not measured
+        else:
+            key = "fp8_block" if precision == "fp8" and block and "fp8_block" in fits else precision
+        kernel = fits.get(key)
+        if kernel is None or not in_framework:
+            return kernel
+        return replace(kernel, compute_fraction=kernel.compute_fraction * self.constants.get(
+            "framework-gemm-efficiency", 1.0))
 
     def attention_kernel(self, precision: str, decode: bool = False, latent: bool = False) -> AttentionKernel | None:
         """The fitted attention kernel for prefill at attention ``precision``, or for decode over
@@ -218,6 +248,8 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
     sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
     weight_only = {w: gemm_kernel(acc.peak_flops[sixteen], acc.hbm_bytes_per_s, cal, default, sixteen, in_framework,
                                   launch, fit=f) for w, f in cal.weight_only.items()}
+    grouped = {p: grouped_kernel(acc.peak_flops[GROUPED_MATH[p] or sixteen], acc.hbm_bytes_per_s, f)
+               for p, f in cal.grouped_gemm.items() if (GROUPED_MATH[p] or sixteen) in acc.peak_flops}
     # Full-tile GEMM rate: the fitted kernel's, else the measured large-GEMM fraction's.
     achievable = {p: acc.peak_flops[p] * k.compute_fraction for p, k in kernels.items()}
     host_link = db.link(acc.host_link).bytes_per_s if acc.host_link else 0.0
@@ -238,7 +270,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
         pricing=pricing, price_override={k.lower(): v for k, v in (prices or {}).items()}.get(system.name.lower()),
         unpriced=dict(system.unpriced),
         scale_up_domain=domain, gemm_kernels=kernels, attention_kernels=prefill, decode_attention=decode,
-        mla_attention=mla, weight_only_kernels=weight_only,
+        mla_attention=mla, weight_only_kernels=weight_only, grouped_kernels=grouped,
         gemm_error=max([f.held_out_mape for f in cal.gemm.values()] or [constants.get("unfitted-gemm-error", 0.0)]),
         step_error=constants.get("framework-fit-error" if cal.gemm else "unmeasured-kernels-error", 0.0),
         # Communication is +- the larger of the NCCL fit's and the expert-exchange fits' errors.
@@ -262,6 +294,21 @@ def matmul_fraction(own: dict, default: dict, precision: str) -> float:
             if p in table:
                 return table[p]
     raise UnsupportedPrecisionError(f"no matmul_fraction for {precision} in the calibration data")
+
+
+# The math precision of each grouped-GEMM recipe (calibration.yaml ``grouped_gemm`` keys); None:
+# the device's 16-bit format.
+GROUPED_MATH = {"bf16": None, "fp8": "fp8", "fp8_block": "fp8", "w4a16": None, "fp4": "fp4"}
+
+
+def grouped_kernel(peak: float, hbm_bytes_per_s: float, fit) -> GemmKernel:
+    """The grouped-GEMM kernel of a fit on measured MoE layers (calibration.yaml ``grouped_gemm``)
+    at the ``peak`` of its math precision: the GEMM kernel's terms, its fixed cost per group, and
+    its passes over the inputs (perfmodel.kernels)."""
+    return GemmKernel(peak=peak, bandwidth=hbm_bytes_per_s, compute_fraction=fit.compute_fraction,
+                      memory_fraction=fit.memory_fraction, launch_s=fit.launch_us, sharpness=fit.sharpness,
+                      tile_overhead=fit.tile_overhead, units=fit.units, cast=fit.input_passes,
+                      group_launch_s=fit.group_launch_us, source="fitted")
 
 
 def fitted_dispatch(fit) -> FittedDispatch | None:

@@ -179,6 +179,8 @@ def constants_from(machine: Machine, spec=None, serving: bool = False) -> dict:
     if spec is not None and spec.moe:
         found["expert_exchange"] = _exchange_source(machine.topology) if serving else \
             "all-to-all as collectives (Megatron-Core's dispatcher)"
+        # The routed experts' grouped GEMMs: their own fit on measured MoE layers, else the GEMM kernel.
+        found["expert_gemm"] = "fitted (measured MoE layers)" if machine.grouped_kernels else "as the GEMMs"
     caveat = unmeasured_caveat(machine)
     if caveat:
         found["caveat"] = caveat

@@ -30,12 +30,25 @@ def roofline(flops, bytes_moved, flops_per_s, bytes_per_s):
 @dataclass(frozen=True)
 class Gemm:
     """One GEMM kernel of an operator: ``m`` rows (tokens) x ``k`` by ``k`` x ``n`` weights, run
-    for ``groups`` experts at once (a grouped GEMM)."""
+    for ``groups`` experts at once (a grouped GEMM); ``routed``: the routed experts' grouped GEMMs,
+    which take the device's grouped-GEMM fit where it has one (``ops_time``)."""
 
     m: object
     n: object
     k: object
     groups: object = 1.0
+    routed: bool = False
+
+
+def routed_expert_gemms(rows, experts, hidden, expert_hidden, gated: bool = True) -> tuple[Gemm, Gemm]:
+    """The routed experts' grouped GEMMs on one device: gate-up (``hidden`` -> 2 x ``expert_hidden``
+    gated, else 1 x) then down, over the ``experts`` it reads, each with an equal share of its
+    ``rows`` token-expert rows (TensorRT-LLM's and SGLang's MoE: two grouped GEMMs around the
+    activation)."""
+    per_expert = np.asarray(rows, dtype=float) / np.maximum(experts, 1e-9)
+    up = (2.0 if gated else 1.0) * np.asarray(expert_hidden, dtype=float)
+    return (Gemm(per_expert, up, hidden, experts, routed=True),
+            Gemm(per_expert, hidden, expert_hidden, experts, routed=True))
 
 
 @dataclass(frozen=True)
@@ -153,7 +166,7 @@ def flash_backward_over_forward(keys, slowdown: tuple = (1.0, 0.0)):
 
 def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel | None = None,
              attention: AttentionKernel | None = None, keep_bytes: bool = True, with_backward: bool = True,
-             attention_backward: tuple = (1.0, 0.0)) -> OpTimes:
+             attention_backward: tuple = (1.0, 0.0), grouped: GemmKernel | None = None) -> OpTimes:
     """Each operator's time on one device, and their sum (one op after another).
 
     ``rates`` maps an operator's unit ("gemm", "attention", "vector") to achievable FLOP/s. With a
@@ -162,14 +175,16 @@ def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel 
     weight-gradient (k x m by m x n) GEMMs. With an ``attention`` kernel, a FlashAttention core
     takes that model's time (an MLA core only from a kernel fitted on MLA, except in prefill,
     where the FlashAttention fit also serves); its backward is flash_backward_over_forward times
-    its forward (``attention_backward``: the slowdown constants). Every other operator is a
+    its forward (``attention_backward``: the slowdown constants). With a ``grouped`` kernel (the
+    device's fit on measured MoE layers), the routed experts' grouped GEMMs take its time instead
+    of ``kernel``'s, forward and backward. Every other operator is a
     roofline, and its backward twice its forward (Narayanan et al. 2021 Sec. 5.1). ``keep_bytes``:
     also carry each operator's HBM bytes (for the roofline report; a search leaves them out).
     ``with_backward`` False: a forward pass only (serving), every backward time 0.
     """
     seconds, bound, flops, backward, traffic = {}, {}, {}, {}, {}
     total, mean, back = 0.0, 0.0, 0.0
-    gemm_seconds = _gemm_seconds(ops, kernel, with_backward) if kernel is not None else {}
+    gemm_seconds = _gemm_seconds(ops, kernel, with_backward, grouped) if kernel is not None else {}
     for op in ops:
         work = op.flops * op.attention.padding if op.attention is not None else op.flops
         t, cb = roofline(work, op.bytes, rates[op.unit], bytes_per_s)
@@ -192,25 +207,31 @@ def ops_time(ops: list[Op], rates: dict, bytes_per_s: float, kernel: GemmKernel 
     return OpTimes(total, seconds, bound, flops, mean, backward, back, traffic)
 
 
-def _gemm_seconds(ops: list[Op], kernel: GemmKernel, with_backward: bool) -> dict:
+def _gemm_seconds(ops: list[Op], kernel: GemmKernel, with_backward: bool, grouped: GemmKernel | None = None) -> dict:
     """(forward, backward) kernel seconds of every operator that lists GEMMs, all timed in one
-    kernel evaluation: the forward M x K x N GEMM, and backward the data gradient (m x n by n x k)
-    and the weight gradient (k x m by m x n)."""
-    shapes, owners = [], []
-    for op in ops:
-        x, w, y = op.element_bytes
-        for g in op.gemms:
-            shapes.append((g.m, g.n, g.k, x, w, y, g.groups))
-            owners.append((op.name, 0))
-            if with_backward:
-                shapes += [(g.m, g.k, g.n, y, w, x, g.groups), (g.k, g.n, g.m, x, y, w, g.groups)]
-                owners += [(op.name, 1), (op.name, 1)]
+    kernel evaluation per kernel: the forward M x K x N GEMM, and backward the data gradient
+    (m x n by n x k) and the weight gradient (k x m by m x n). Routed experts' GEMMs run on
+    ``grouped`` when given."""
     out: dict = {op.name: [0.0, 0.0] for op in ops if op.gemms}
-    timed = iter(zip(owners, kernel.times(shapes) if shapes else []))
-    for (name, part), seconds in timed:
-        if part:                                    # data and weight gradients, summed as a pair
-            seconds = seconds + next(timed)[1]
-        out[name][part] = out[name][part] + seconds
+    for runs, routed in ((kernel, False), (grouped, True)):
+        if runs is None:                            # no grouped fit: the routed GEMMs stay on ``kernel``
+            continue
+        shapes, owners = [], []
+        for op in ops:
+            x, w, y = op.element_bytes
+            for g in op.gemms:
+                if grouped is not None and g.routed != routed:
+                    continue
+                shapes.append((g.m, g.n, g.k, x, w, y, g.groups))
+                owners.append((op.name, 0))
+                if with_backward:
+                    shapes += [(g.m, g.k, g.n, y, w, x, g.groups), (g.k, g.n, g.m, x, y, w, g.groups)]
+                    owners += [(op.name, 1), (op.name, 1)]
+        timed = iter(zip(owners, runs.times(shapes) if shapes else []))
+        for (name, part), seconds in timed:
+            if part:                                # data and weight gradients, summed as a pair
+                seconds = seconds + next(timed)[1]
+            out[name][part] = out[name][part] + seconds
     return out
 
 
@@ -339,8 +360,7 @@ def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight
         # each with its share of the busiest device's rows; shared experts as dense GEMMs.
         f_e = m.expert_ffn_hidden_size / layout.etp
         up = (2.0 if spec.mlp == "gated" else 1.0) * f_e
-        per_expert = busiest / np.maximum(read, 1e-9)
-        kernels = (Gemm(per_expert, up, h, read), Gemm(per_expert, h, f_e, read))
+        kernels = routed_expert_gemms(busiest, read, h, f_e, spec.mlp == "gated")
         if m.num_shared_experts:
             f_s = m.num_shared_experts * m.expert_ffn_hidden_size / t
             kernels += (Gemm(n, f_s * up / f_e, h), Gemm(n, h, f_s))

@@ -115,6 +115,7 @@ class Instance:
     moe_frac: float
     imbalance: object
     mtp_drafts: np.ndarray         # draft tokens per step from the multi-token-prediction module
+    grouped: object = None         # routed experts' grouped-GEMM kernel fitted on measured MoE layers, or None
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,11 @@ def _instance(spec: TransformerSpec, machine: Machine, plan: ServePlan) -> Insta
         local_batch=batch / dpa, layers=np.ceil(spec.num_layers / pp),
         moe_frac=spec.moe_layers / spec.num_layers if spec.moe else 0.0,
         imbalance=np.where(given > 0, given, machine.constants.get("moe-load-imbalance", 1.0)) if spec.moe else 1.0,
-        mtp_drafts=np.asarray(plan.mtp_draft_tokens, dtype=float))
+        mtp_drafts=np.asarray(plan.mtp_draft_tokens, dtype=float),
+        # A checkpoint released in fp8 is block-scaled (DeepSeek-V3's 128 x 128 weight blocks; the
+        # catalog's native_precision): its experts run the block-scaled grouped GEMMs.
+        grouped=machine.grouped_kernel(quant.gemm_precision, block=spec.native_precision == "fp8",
+                                       weight=quant.weight) if spec.moe else None)
 
 
 def _phase(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local, context, decode: bool,
@@ -236,7 +241,8 @@ def _pass(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local,
         read = lay.expert_slots(spec) * distinct_experts(spec.moe.num_experts, spec.moe.top_k,
                                                           tokens_local * lay.dp / lay.edp) / spec.moe.num_experts
         parts.append(ops_time(layer_ops(spec, tokens_local, context, lay, moe_layer=True, imbalance=inst.imbalance,
-                                        experts_read=read, **kw), inst.rates, bw, *kernels, with_backward=False)
+                                        experts_read=read, **kw), inst.rates, bw, *kernels, with_backward=False,
+                              grouped=inst.grouped)
                      .scaled(inst.layers * inst.moe_frac))
     # Logits of the last position only, on the last stage.
     head = ops_time(lm_head_ops(spec, inst.local_batch, lay.tp, q.weight_bytes, q.activation_bytes,

@@ -402,8 +402,12 @@ def _layer_times(spec: TransformerSpec, machine: Machine, precision, sp, flash, 
     kb = dict(keep_bytes=keep_bytes, attention_backward=(machine.constants.get("attention-backward-slowdown", 1.0),
                                                          machine.constants.get("attention-backward-slowdown-1k", 0.0)))
     dense = ops_time(layer_ops(spec, tokens, context, lay, **kw), rates, bw, *kernels, **kb)
+    # Routed experts on the grouped-GEMM fit where the device has one (fp8 block-scaled for a
+    # model trained in fp8 with block scales, DeepSeek-V3 Sec. 3.3), at the framework's rate.
+    grouped = machine.grouped_kernel(precision, block=spec.native_precision == "fp8", in_framework=True) \
+        if spec.moe else None
     moe = ops_time(layer_ops(spec, tokens, context, lay, moe_layer=True, imbalance=imbalance, **kw),
-                   rates, bw, *kernels, **kb) if spec.moe else None
+                   rates, bw, *kernels, grouped=grouped, **kb) if spec.moe else None
     # The output head keeps 16 bits in fp8 training: Megatron-Core's output layer is a plain
     # ColumnParallelLinear, outside Transformer Engine's fp8 autocast (models/gpt/gpt_model.py), and
     # DeepSeek-V3 keeps 'the embedding module, the output head' in BF16 (Sec. 3.3.1).
@@ -414,7 +418,7 @@ def _layer_times(spec: TransformerSpec, machine: Machine, precision, sp, flash, 
     if spec.mtp_layers:   # the last stage also runs the multi-token-prediction depths (DeepSeek-V3 Sec. 2.2)
         ops = mtp_ops(spec, tokens, context, lay, sp, gemm_input_bytes, imbalance, flash)
         head_op = [op.name in ("mtp lm head", "mtp cross entropy") for op in ops]
-        mtp = merge(ops_time([op for op, h in zip(ops, head_op) if not h], rates, bw, *kernels, **kb),
+        mtp = merge(ops_time([op for op, h in zip(ops, head_op) if not h], rates, bw, *kernels, grouped=grouped, **kb),
                     ops_time([op for op, h in zip(ops, head_op) if h], head_rates, bw, *head_kernels, **kb)
                     ).scaled(spec.mtp_layers)
     return dense, moe, head, mtp

@@ -250,8 +250,10 @@ def _faster(machine, compute: float, memory: float, links: float):
     fitted = replace(topo.fitted, link=topo.fitted.link * links) if topo.fitted else None
     kernels = {p: replace(k, peak=k.peak * compute, bandwidth=k.bandwidth * memory)
                for p, k in machine.gemm_kernels.items()}
+    grouped = {p: replace(k, peak=k.peak * compute, bandwidth=k.bandwidth * memory)
+               for p, k in (machine.grouped_kernels or {}).items()}
     return replace(machine, achievable_flops={p: v * compute for p, v in machine.achievable_flops.items()},
-                   hbm_bytes_per_s=machine.hbm_bytes_per_s * memory, gemm_kernels=kernels,
+                   hbm_bytes_per_s=machine.hbm_bytes_per_s * memory, gemm_kernels=kernels, grouped_kernels=grouped,
                    topology=replace(topo, bw=topo.bw * links, fitted=fitted))
 
 
@@ -262,7 +264,14 @@ def _with_fp8_as_twice(machine, precision: str):
     from dataclasses import replace
 
     own = machine.gemm_kernels[precision]
+    # The routed experts' grouped kernel likewise: the plan's own at twice the rate, for both fp8 recipes.
+    grouped = dict(machine.grouped_kernels or {})
+    if precision in grouped:
+        grouped.update({p: replace(grouped[precision], peak=grouped[precision].peak * 2.0) for p in ("fp8", "fp8_block")})
+    else:
+        grouped = {p: k for p, k in grouped.items() if p not in ("fp8", "fp8_block")}
     return replace(machine, gemm_kernels={**machine.gemm_kernels, "fp8": replace(own, peak=own.peak * 2.0)},
+                   grouped_kernels=grouped,
                    achievable_flops={**machine.achievable_flops, "fp8": 2.0 * machine.achievable_flops[precision]})
 
 
