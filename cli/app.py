@@ -82,7 +82,9 @@ def database(ctx: typer.Context):
 @hardware_app.command("list")
 def hardware_list(ctx: typer.Context, json_out: JsonFlag = False, csv_out: CsvFlag = False,
                   kind: Annotated[Optional[str], typer.Option(
-                      help="Only this kind: accelerators, cpus, memory, links or systems.")] = None) -> None:
+                      help="This kind only (accelerators, cpus, memory, links, systems, calibrations, constants), or "
+                           "all; the tables default to accelerators and systems, --json and --csv to all.")] = None
+                  ) -> None:
     """List the database's entries by kind."""
     from . import render
 
@@ -275,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     from perfmodel.hardware_db.errors import PerfmodelError
 
     try:
-        app(args=argv, prog_name="perfmodel", standalone_mode=False)
+        app(args=global_options_first(sys.argv[1:] if argv is None else list(argv)), prog_name="perfmodel",
+            standalone_mode=False)
     except PerfmodelError as exc:
         print(f"Error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
@@ -297,6 +300,24 @@ def main(argv: list[str] | None = None) -> int:
         print("Error: " + " ".join(message.split()), file=sys.stderr)
         return 2
     return 0
+
+
+def global_options_first(argv: list[str]) -> list[str]:
+    """``--hardware-db DIR`` (or ``--hardware-db=DIR``) wherever it stands on the line, moved before the
+    command, where the app reads it: ``perfmodel plan train --hardware-db mine`` works as typed."""
+    front, rest, i = [], [], 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            rest += argv[i:]
+            break
+        if word == "--hardware-db" and i + 1 < len(argv):
+            front += argv[i:i + 2]
+            i += 2
+            continue
+        (front if word.startswith("--hardware-db=") else rest).append(word)
+        i += 1
+    return front + rest
 
 
 def one_line(text: str) -> str:

@@ -133,11 +133,16 @@ def _entry_summary(entry) -> str:
             f"tiers {' > '.join(t.name for t in entry.tiers)}")
 
 
+# What a planner picks from: the kinds ``hardware list`` prints without --kind.
+PLANNED_KINDS = ("accelerators", "systems")
+
+
 def hardware_list(db, kind: str | None, json_out: bool, csv_out: bool = False) -> None:
     kinds = list(ENTRY_KINDS)
-    if kind is not None and kind not in kinds:
-        raise UnknownNameError("kind", kind, kinds)
-    kinds = [kind] if kind else kinds
+    if kind is not None and kind not in kinds + ["all"]:
+        raise UnknownNameError("kind", kind, kinds + ["all"])
+    machine_readable = json_out or csv_out
+    kinds = [kind] if kind not in (None, "all") else kinds if kind == "all" or machine_readable else list(PLANNED_KINDS)
     if json_out:
         emit_json({k: sorted(getattr(db, k)) for k in kinds})
         return
@@ -156,6 +161,9 @@ def hardware_list(db, kind: str | None, json_out: bool, csv_out: bool = False) -
             e = getattr(db, k)[name]
             table.add_row(name, e.display_name, _entry_summary(e))
         console.print(table)
+    if kind is None:
+        rest = ", ".join(f"{len(getattr(db, k)):,} {k}" for k in ENTRY_KINDS if k not in PLANNED_KINDS)
+        console.print(f"also in the database: {rest}; --kind KIND (or all) lists them", markup=False, style="dim")
 
 
 def _entry_json(db, entry, nodes) -> dict[str, Any]:
@@ -170,6 +178,9 @@ def _entry_json(db, entry, nodes) -> dict[str, Any]:
         data["devices"] = system.devices
         data["levels"] = [vars(level) for level in db.levels(system)]
         data["memory_per_device"] = [vars(t) for t in db.memory_tiers(system)]
+        from perfmodel.comparison import device_hour_prices
+
+        data.update(device_hour_prices(db, system.name))
     return data
 
 
@@ -222,7 +233,8 @@ def hardware_show(db, name: str, nodes: int | None, json_out: bool) -> None:
 
 
 _SI_SUFFIX = (("_bytes_per_s", rate), ("_bytes", size), ("latency_s", units.seconds), ("_w", watts),
-              ("_usd", units.usd), ("_usd_per_hour", lambda v: f"{units.usd(v)} per hour"))
+              ("_usd", units.usd), ("_usd_per_hour", lambda v: f"{units.usd(v)} per hour"),
+              ("_usd_per_device_hour", lambda v: f"{units.usd(v)} per device-hour"))
 
 
 def _pretty_si(key: str, value: Any) -> str:
@@ -978,7 +990,7 @@ def _searched(db, request, output, kind: str, search, what: str):
 
 
 def plan_train(db, request, output) -> None:
-    from perfmodel.report import train_report, unmeasured_caveat
+    from perfmodel.report import train_report, unmeasured_caveat, winner_caveats
     from perfmodel.search.api import plan_train as search
     from perfmodel.search.train import RECOMMENDATION
     from perfmodel.training import TrainPlan
@@ -1033,7 +1045,8 @@ def plan_train(db, request, output) -> None:
     if result.recommended:
         console.print(f"why this plan: {RECOMMENDATION} ({result.near_count:,} plans lie within the range, "
                       f"{result.tie_count:,} overlap it); --any-plan recommends the optimum", markup=False, style="dim")
-    _print_remarks([unmeasured_caveat(m) for m in result.machines.values()] + warnings)
+    _print_remarks([unmeasured_caveat(m) for m in result.machines.values()] + warnings
+                   + winner_caveats(answer["system"], list(result.machines.values()), options.objective))
     if output.verbose:
         _print_plan_lists(result, work, db, pareto)
     if "baseline" in doc:
@@ -1218,9 +1231,10 @@ def _deployment_json(d) -> dict:
 def _deployments_table(title: str, deployments: list, ties: list[bool] | None = None, db=None) -> Table:
     """Deployments: each pool as instances x devices per instance (``decode 2x8``), the fleet, p90 latencies, cost
     per million output tokens and energy per output token."""
-    table = Table(title=title, title_justify="left")
+    table = Table(title=title, title_justify="left", pad_edge=False)   # two cells more for mixed pools
     for col in ("#", "pools", "fleet", "TTFT p90", "TPOT p90", "latency", "$/M tok", "energy"):
-        table.add_column(col, justify="left" if col in ("pools", "fleet") else "right")
+        table.add_column(col, justify="left" if col in ("pools", "fleet") else "right",
+                         whole=False if col == "#" else None)   # "12 ≈" may wrap its mark
     for i, d in enumerate(deployments, start=1):
         mixed = len({p.system for p in d.pools}) > 1
         pools = "\n".join(f"{p.role} {p.instances:,}x{p.devices_per_instance}" + (f" {p.system}" if mixed else "")
@@ -1246,7 +1260,7 @@ def _deployments_csv(deployments: list) -> list[dict]:
 
 
 def plan_serve(db, request, output) -> None:
-    from perfmodel.report import unmeasured_caveat
+    from perfmodel.report import unmeasured_caveat, winner_caveats
     from perfmodel.search.api import SERVE_RECOMMENDATION, plan_serve as search
     from perfmodel.search.serve import deployment_error, serving_ties
 
@@ -1320,7 +1334,9 @@ def plan_serve(db, request, output) -> None:
                                       ("cost per million output tokens", _usd(best.usd_per_million_tokens)),
                                       ("energy per output token (with PUE)", joules(best.joules_per_token))]))
     _print_runs_on(doc["runs_on"])
-    _print_remarks([unmeasured_caveat(planning.machines[p.system]) for p in best.pools])
+    _print_remarks([unmeasured_caveat(planning.machines[p.system]) for p in best.pools]
+                   + [c for p in best.pools for c in winner_caveats(p.system, list(planning.machines.values()),
+                                                                    options.objective)])
     ties = serving_ties(result.best, result.top, options.objective)
     if output.verbose:
         console.print(_deployments_table(f"top {len(result.top)} single-configuration deployments", result.top,
@@ -1558,7 +1574,8 @@ def _fit_gemm(acc, table, source, seed):
                              aiconfigurator_weight_only_table, read_gemm_timings)
 
     if not acc.compute_units:
-        raise SpecError(f"{acc.name} has no compute_units (SMs / CUs) in the database; GEMM tiles need it")
+        raise SpecError(f"{acc.name} has no compute_units (SMs / CUs) in the database; GEMM tiles need it: add "
+                        f"compute_units: N to its entry (in a --hardware-db YAML; the vendor's datasheet gives N)")
     path, provenance = (aiconfigurator_table(acc.name, "gemm/trtllm", "gemm_perf.parquet") if source
                         else (table, f"the measurements in {table.name}"))
     results = {}
@@ -1605,7 +1622,8 @@ def _fit_attention(acc, table, source, seed):
     from .timings_io import MAX_DECODE_GROUP, aiconfigurator_table, read_attention_timings
 
     if not acc.compute_units:
-        raise SpecError(f"{acc.name} has no compute_units (SMs / CUs) in the database; attention tiles need it")
+        raise SpecError(f"{acc.name} has no compute_units (SMs / CUs) in the database; attention tiles need it: add "
+                        f"compute_units: N to its entry (in a --hardware-db YAML; the vendor's datasheet gives N)")
     if source:
         prefill_path, provenance = aiconfigurator_table(acc.name, "attention/trtllm", "context_attention_perf.parquet")
         decode_path, decode_from = aiconfigurator_table(acc.name, "attention/trtllm", "generation_attention_perf.parquet")
@@ -1796,7 +1814,8 @@ def _fit_moe(db, acc, table, source, seed, gemm=None):
     from .timings_io import aiconfigurator_moe_table, read_moe_layer_timings
 
     if not acc.compute_units:
-        raise SpecError(f"{acc.name} has no compute_units (SMs / CUs) in the database; GEMM tiles need it")
+        raise SpecError(f"{acc.name} has no compute_units (SMs / CUs) in the database; GEMM tiles need it: add "
+                        f"compute_units: N to its entry (in a --hardware-db YAML; the vendor's datasheet gives N)")
     path, provenance = aiconfigurator_moe_table(acc.name) if source else (table, f"the measurements in {table.name}")
     try:
         timings = read_moe_layer_timings(path)
@@ -1833,13 +1852,14 @@ def _fit_moe(db, acc, table, source, seed, gemm=None):
 
 def _moe_table(acc, provenance, results) -> None:
     t = Table(title=f"MoE grouped GEMMs on {acc.name}, fitted on {provenance}", title_justify="left")
-    for col in ("recipe", "compute", "memory", "launch", "per group", "input passes", "tile overhead",
+    for col in ("recipe", "compute", "memory", "launch (us)", "per group (us)", "input passes", "tile overhead",
                 "held-out error (p90)"):
-        t.add_column(col, justify="left" if col == "recipe" else "right", whole=col == "recipe" or None)
+        t.add_column(col, justify="left" if col == "recipe" else "right",
+                     whole=col == "recipe" or (None if col != "held-out error (p90)" else False))
     for p, r in results.items():
         k = r.kernel
-        t.add_row(p, f"{k.compute_fraction:.1%}", f"{k.memory_fraction:.1%}", f"{k.launch_s * 1e6:.2f} us",
-                  f"{k.group_launch_s * 1e6:.3f} us", f"{k.cast:.2f}", f"{k.tile_overhead:.2f}",
+        t.add_row(p, f"{k.compute_fraction:.1%}", f"{k.memory_fraction:.1%}", f"{k.launch_s * 1e6:.2f}",
+                  f"{k.group_launch_s * 1e6:.3f}", f"{k.cast:.2f}", f"{k.tile_overhead:.2f}",
                   f"{r.held_out_mape:.1%} ({r.held_out_p90:.1%})")
     console.print(t)
     console.print("kernels: " + "; ".join(f"{p} {r.backend}" for p, r in results.items())

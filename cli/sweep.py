@@ -115,6 +115,8 @@ def report_doc(out: str, metric: str, heatmap: str | None, plot: str | None, wor
     found = [s for s in sensitivity(meta, rows) if workload is None or s.workload == workload]
     doc = {"name": meta["name"], "metric": metric, "parameters": meta["parameters"],
            "points": len({r["point"] for r in rows}),
+           # Without a swept price every point pays the base system's: cost follows throughput alone.
+           "price_held": "price_usd_per_hour" not in meta["parameters"],
            "sensitivity": [{"workload": s.workload, "parameters": list(s.parameters), "elasticities": s.elasticities,
                             "r2": s.r2, "points": s.points, "strongest": {m: s.strongest(m) for m in s.elasticities}}
                            for s in found]}
@@ -155,6 +157,10 @@ def print_report(doc: dict) -> None:
     from .render import Table
 
     metric = doc["metric"]
+    if doc.get("price_held"):
+        console.print("price held: every point pays the base system's price per device-hour, so cost and tokens "
+                      "per dollar move with throughput alone (sweep price_usd_per_hour to move it)", markup=False,
+                      style="dim")
     for s in doc["sensitivity"]:
         table = Table(title=f"{s['workload']}: elasticity d ln(metric) / d ln(parameter), {doc['points']:,} points",
                       title_justify="left")
@@ -227,6 +233,12 @@ def _heatmap_figure(h: dict, path: str) -> str:
         ax.set_ylabel(h["y"])
         ax.set_title(f"{h['metric']} ({h['workload']})")
         fig.colorbar(image, ax=ax, label=h["metric"])
+        if values.size <= 144:                      # each cell labelled with its value (12 x 12 at most)
+            middle = np.nanmean(values) if np.isfinite(values).any() else 0.0
+            for (j, i), v in np.ndenumerate(values):
+                if v == v:
+                    ax.text(i, j, fmt(v), ha="center", va="center", fontsize=7,
+                            color="black" if v > middle else "white")
         rows = tuple((fmt(y), *("-" if v != v else fmt(v) for v in line)) for y, line in zip(h["y_values"], values))
         table = Table((f"{h['y']} / {h['x']}", *(fmt(x) for x in h["x_values"])), rows)
         return str(_save(fig, target, kind, f"{h['metric']} over {h['x']} x {h['y']}", table))

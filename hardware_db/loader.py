@@ -56,17 +56,34 @@ class MemoryTier:
 
 
 def format_validation_error(err: ValidationError, where: str) -> str:
-    """One line from a pydantic error: ``where:field: message`` (the first problem, with a count)."""
-    first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"])
-    msg = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        msg = "unknown field (check its spelling and unit suffix)"
-    elif first["type"] == "missing":
-        msg = "missing field"
-    more = len(err.errors()) - 1
-    tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
-    return f"{where}:{loc}: {msg}{tail}" if loc else f"{where}: {msg}{tail}"
+    """One line from a pydantic error: ``where:field: message``, every problem of the entry (the
+    first ten, with a count of the rest), so that a file is fixed in one pass."""
+    problems = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        msg = e["msg"].removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field (check its spelling and unit suffix)"
+        elif e["type"] == "missing":
+            msg = "missing field"
+        problems.append(f"{loc}: {msg}" if loc else msg)
+    more = len(problems) - 10
+    tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more > 0 else ""
+    return f"{where}:" + "; ".join(problems[:10]) + tail
+
+
+def _validate_all(entries: Iterable[tuple[Any, dict, str]]) -> list:
+    """Each (model, entry, where) validated; every failing entry's problems raised together as one
+    SpecError line (a file's mistakes all at once, not one per run)."""
+    out, problems = [], []
+    for model, entry, where in entries:
+        try:
+            out.append(model.model_validate(entry))
+        except ValidationError as exc:
+            problems.append(format_validation_error(exc, where))
+    if problems:
+        raise SpecError("; ".join(problems))
+    return out
 
 
 def _raw_entries(path: Path) -> Iterable[tuple[str, dict]]:
@@ -309,18 +326,18 @@ def _validated(files: list[Path]) -> Database:
             raw[kind][name] = entry
             where[kind, name] = str(path)
     _merge_extends(raw, where)
-    tables: dict[str, dict[str, Any]] = {}
     owner: dict[str, str] = {}
+    pending = []
     for kind, model in ENTRY_KINDS.items():
-        tables[kind] = {}
         for name, entry in raw[kind].items():
             if name in owner:
                 raise SpecError(f"{where[kind, name]}: name '{name}' is used by a {owner[name]} entry too")
             owner[name] = kind
-            try:
-                tables[kind][name] = model.model_validate(entry)
-            except ValidationError as exc:
-                raise SpecError(format_validation_error(exc, f"{where[kind, name]}:{kind}.{name}")) from None
+            pending.append((kind, name, model, entry))
+    valid = _validate_all((model, entry, f"{where[kind, name]}:{kind}.{name}") for kind, name, model, entry in pending)
+    tables = {kind: {} for kind in ENTRY_KINDS}
+    for (kind, name, _, _), entry in zip(pending, valid):
+        tables[kind][name] = entry
     db = Database(**tables, files=tuple(str(p) for p in files))
     _check_references(db)
     return db
@@ -344,8 +361,5 @@ def check_file(path: os.PathLike | str) -> list[Entry]:
                 continue
             inherited = {k: v for k, v in own[kind, parent].items() if k != "aliases"}  # aliases stay the parent's
             entry = {**inherited, **{k: v for k, v in entry.items() if k != "extends"}}
-        try:
-            out.append(ENTRY_KINDS[kind].model_validate(entry))
-        except ValidationError as exc:
-            raise SpecError(format_validation_error(exc, f"{path}:{kind}.{entry['name']}")) from None
-    return out
+        out.append((ENTRY_KINDS[kind], entry, f"{path}:{kind}.{entry['name']}"))
+    return _validate_all(out)

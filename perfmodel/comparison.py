@@ -38,6 +38,8 @@ def metrics() -> tuple[Metric, ...]:
         Metric("bf16_flops_per_w", "bf16 per watt", "TFLOP/s/W", 1e12, True),
         Metric("fp8_flops_per_w", "fp8 per watt", "TFLOP/s/W", 1e12, True),
         Metric("price_usd", "price", "USD", 1.0, False),
+        Metric("cloud_usd_per_device_hour", "cloud rent per device-hour", "USD", 1.0, False),
+        Metric("owned_usd_per_device_hour", "owned cost per device-hour at TDP", "USD", 1.0, False),
         Metric("bf16_flops_per_usd", "bf16 per dollar", "GFLOP/s/USD", 1e9, True),
         Metric("devices", "devices", "", 1.0, True),
         Metric("gemm_constants", "GEMM constants from", "", 1.0, True),
@@ -103,12 +105,29 @@ def profile(name: str, db: Database) -> dict[str, float | str | None]:
     for p in ("bf16", "fp8"):
         peak = acc.peak_flops.get(p)
         out[f"{p}_flops_per_w"] = peak / acc.tdp_w if peak else None
+    out.update(device_hour_prices(db, system.name) if system else
+               {"cloud_usd_per_device_hour": acc.cloud_usd_per_hour, "owned_usd_per_device_hour": None})
     bf16 = acc.peak_flops.get("bf16")
     out["bf16_flops_per_usd"] = bf16 / out["price_usd"] if bf16 and out["price_usd"] else None
     out["gemm_constants"], out["compute_error"] = gemm_provenance(acc, db)
     # The whole-step error measured for the device's kind of constants (perfmodel.machine.Machine.interval).
     out["step_error"] = db.constant("framework-fit-error" if db.calibration(acc.name).gemm
                                     else "unmeasured-kernels-error")
+    return out
+
+
+def device_hour_prices(db: Database, system_name: str) -> dict[str, float | None]:
+    """What a plan charges per device-hour on a system, on each cost basis (perfmodel.power.run_cost):
+    the cloud rent, and the owned total cost with the device drawing its TDP (and node share). None
+    where the database has no price."""
+    from perfmodel.machine import build_machine
+    from perfmodel.power import run_cost
+
+    out = {}
+    for basis in ("cloud", "owned"):
+        machine = build_machine(db, system_name, None, basis)
+        usd = float(run_cost(machine, machine.tdp_w + machine.overhead_w_per_device))
+        out[f"{basis}_usd_per_device_hour"] = usd if usd == usd else None
     return out
 
 

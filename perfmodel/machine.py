@@ -54,14 +54,17 @@ class Machine:
     gemm_error: float = 0.0               # relative error of compute time: the GEMM fit's held-out MAPE
     collective_error: float = 0.0         # relative error of a collective's time: its fit's held-out MAPE
     step_error: float = 0.0               # relative error of the whole step left after the parts' errors
+    serving_error: float = 0.0            # held-out error of serving predictions: a serving range's least half-width
 
-    def interval(self, total, compute, communication):
+    def interval(self, total, compute, communication, least: float = 0.0):
         """(low, high) of a predicted time ``total`` (s) of which ``compute`` and ``communication``
         are parts: each part +- its family's held-out error, and the whole +- the step error measured
         for the device's kind of constants (framework-fit-error with kernel fits,
         unmeasured-kernels-error without), added (errors taken as fully correlated: a conservative
-        range)."""
-        half = compute * self.gemm_error + communication * self.collective_error + total * self.step_error
+        range). ``least``: the smallest half-width, as a share of ``total`` (a family's measured
+        end-to-end error, e.g. serving_error)."""
+        half = np.maximum(compute * self.gemm_error + communication * self.collective_error + total * self.step_error,
+                          total * least)
         return np.maximum(total - half, 0.0), total + half
 
     @property
@@ -273,6 +276,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
         mla_attention=mla, weight_only_kernels=weight_only, grouped_kernels=grouped,
         gemm_error=max([f.held_out_mape for f in cal.gemm.values()] or [constants.get("unfitted-gemm-error", 0.0)]),
         step_error=constants.get("framework-fit-error" if cal.gemm else "unmeasured-kernels-error", 0.0),
+        serving_error=constants.get("serving-error", 0.0),
         # Communication is +- the larger of the NCCL fit's and the expert-exchange fits' errors.
         collective_error=max([constants.get("unfitted-collective-error", 0.0)]
                              + ([float(np.mean(list(fit.held_out_mape.values())))] if fit and fit.held_out_mape else [])

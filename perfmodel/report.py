@@ -217,6 +217,24 @@ def unmeasured_caveat(machine: Machine) -> str | None:
             "devices) and does not cover another vendor's software stack")
 
 
+def winner_caveats(answer_system: str, machines: list[Machine], objective: str) -> list[str]:
+    """When systems compete, what the winner's lead rests on that the range does not show: constants
+    without kernel measurements against a measured rival, and, on cost, one quoted price per system."""
+    systems = {m.system.name: m for m in machines}
+    if len(systems) < 2:
+        return []
+    out = []
+    answer = systems[answer_system]
+    measured = sorted(name for name, m in systems.items() if m.kernels_measured and name != answer_system)
+    if not answer.kernels_measured and measured:
+        out.append(f"the answer runs on {answer_system}, whose kernels are unmeasured, against measured "
+                   f"{', '.join(measured)}: its lead rests on constants no kernel on it has checked")
+    if objective == "cost":
+        out.append("the cost ranking rests on one quoted price per system (the cost basis below names each); "
+                   "--price SYSTEM=USD_PER_DEVICE_HOUR ranks them at yours")
+    return out
+
+
 # A pipeline bubble above this share of the step is worth a line: Narayanan et al. 2021 (Sec. 2.2.2)
 # introduce the interleaved schedule for it, and every practiced large pipeline here runs one.
 BUBBLE_WORTH_A_HINT = 0.25

@@ -465,11 +465,13 @@ def _placed(spec: TransformerSpec, machine: Machine, work: ServeWorkload, phased
         prefill_operator_work={k: (f, prefill.ops.bytes[k]) for k, f in prefill.ops.flops.items()},
         decode_operator_work={k: (f, decode.ops.bytes[k]) for k, f in decode.ops.flops.items()},
         quant=inst.quant,
-        ttft_range_s=machine.interval(ttft, pp * prefill.ops.total, np.maximum(ttft - pp * prefill.ops.total, 0.0)),
+        ttft_range_s=machine.interval(ttft, pp * prefill.ops.total, np.maximum(ttft - pp * prefill.ops.total, 0.0),
+                                      machine.serving_error),
         weight_stream_s=weight_stream, prefill_power_w=prefill_power, prefill_clock=pre_clock,
         decode_clock=dec_clock,
         tpot_range_s=tuple(np.asarray(x) / per_step for x in machine.interval(
-            step_time, pp * decode.ops.total, np.maximum(step_time - pp * decode.ops.total, 0.0))))
+            step_time, pp * decode.ops.total, np.maximum(step_time - pp * decode.ops.total, 0.0),
+            machine.serving_error)))
 
 
 def kv_transfer_time(spec: TransformerSpec, prompt_tokens: float, kv_precision: str, prefill: Machine,

@@ -266,6 +266,13 @@ def unmeasured_kernels_error(db: Database, cases: list[Case] | None = None) -> f
     return summarize([predict(c, stripped) for c in cases])["held_out_by_kind"]["training"]["mape"]
 
 
+def serving_error(db: Database, cases: list[Case] | None = None) -> float:
+    """Held-out serving error (MAPE) of the model: the least width a serving prediction's range
+    carries (``serving-error``)."""
+    cases = [c for c in (load_cases() if cases is None else cases) if c.kind == "serving" and not c.calibration]
+    return summarize([predict(c, db) for c in cases])["held_out_by_kind"]["serving"]["mape"]
+
+
 def with_constant(db: Database, name: str, value: float) -> Database:
     """The same database with one named constant set to ``value``."""
     from dataclasses import replace

@@ -369,8 +369,10 @@ def apply_point(db, base: str, values: dict[str, float]):
 
 TRAIN_METRICS = ("step_time_s", "tokens_per_s", "mfu", "cost_per_million_tokens_usd", "energy_per_token_j",
                  "run_cost_usd", "hbm_used_bytes", "power_w")
-SERVE_METRICS = ("devices", "usd_per_hour", "usd_per_million_tokens", "joules_per_token", "ttft_p90_s", "tpot_p90_s",
-                 "latency_s", "power_w")
+SERVE_METRICS = ("devices", "usd_per_hour", "ttft_p90_s", "tpot_p90_s", "latency_s", "power_w")
+# Serving rows carry the training rows' names for what both measure (one --metric vocabulary):
+# a deployment's cost per million output tokens and energy per output token.
+SERVE_SHARED = {"cost_per_million_tokens_usd": "usd_per_million_tokens", "energy_per_token_j": "joules_per_token"}
 
 
 def evaluate_point(spec: SweepSpec, index: int, values: dict[str, float], db) -> list[dict]:
@@ -417,8 +419,9 @@ def _serve_row(w: Workload, db, system: str) -> dict:
     planning = plan_serve(db=db, **{**w.fields, "system": (system,)})
     best = planning.best
     row = {"status": planning.evidence.status, "mode": best.mode, **{k: getattr(best, k) for k in SERVE_METRICS},
+           **{shared: getattr(best, own) for shared, own in SERVE_SHARED.items()},
            "pools": ";".join(f"{p.role}:{p.instances}x{p.devices_per_instance}" for p in best.pools)}
-    row["tokens_per_usd"] = _tokens_per_usd(row["usd_per_million_tokens"])
+    row["tokens_per_usd"] = _tokens_per_usd(row["cost_per_million_tokens_usd"])
     return row
 
 
@@ -451,10 +454,12 @@ def evaluate_batch(spec_text: str, dirs: tuple[str, ...], batch: list[tuple[int,
 
 
 def batches(todo: list[tuple[int, dict]], workers: int, most: int = 200) -> list[list[tuple[int, dict]]]:
-    """Tasks of consecutive points: at most ``most`` each and about eight per worker, so that the
-    pool stays busy to the end and scheduling costs little against a point's search."""
-    size = max(1, min(most, math.ceil(len(todo) / max(workers * 8, 1))))
-    return [todo[i:i + size] for i in range(0, len(todo), size)]
+    """Tasks of consecutive points: first one point per worker, so that progress and its rate (and the
+    time left) show after one point's search, then at most ``most`` each and about eight per worker,
+    so that the pool stays busy to the end and scheduling costs little against a point's search."""
+    first, rest = todo[:workers], todo[workers:]
+    size = max(1, min(most, math.ceil(len(rest) / max(workers * 8, 1))))
+    return [[point] for point in first] + [rest[i:i + size] for i in range(0, len(rest), size)]
 
 
 @dataclass
@@ -577,7 +582,7 @@ def columns(spec: SweepSpec) -> list[str]:
 # --- sensitivity -----------------------------------------------------------------------------
 
 METRICS = ("tokens_per_usd", "tokens_per_s", "step_time_s", "mfu", "energy_per_token_j", "cost_per_million_tokens_usd",
-           "usd_per_million_tokens", "devices", "joules_per_token", "ttft_p90_s", "tpot_p90_s")
+           "devices", "ttft_p90_s", "tpot_p90_s", "latency_s")
 
 
 @dataclass(frozen=True)
@@ -634,8 +639,7 @@ def pareto_points(rows: list[dict], workload: str) -> tuple[str, str, list[dict]
 
     mine = [r for r in rows if r.get("workload") == workload and r.get("status") in ("OPTIMAL", "FEASIBLE")]
     serve = any(r.get("latency_s") is not None for r in mine)
-    time_key, cost_key = ("latency_s", "usd_per_million_tokens") if serve else ("step_time_s",
-                                                                                  "cost_per_million_tokens_usd")
+    time_key, cost_key = ("latency_s" if serve else "step_time_s"), "cost_per_million_tokens_usd"
     usable = [r for r in mine if isinstance(r.get(time_key), (int, float)) and isinstance(r.get(cost_key), (int, float))]
     if not usable:
         return time_key, cost_key, []

@@ -566,9 +566,9 @@ LIMITS = "budget, power cap or deadline"
 
 # The recommendation among plans the model cannot tell apart (README, "Which plan plan train recommends").
 RECOMMENDATION = ("among the plans whose predicted step lies within the optimum's range: one that a framework runs "
-                  "as written, then one without offload, then the fewest parallel dimensions (tp, pp, dp, cp, ep "
-                  "above 1), then the faster")
-PARALLEL_DIMENSIONS = ("tp", "pp", "dp", "cp", "ep")
+                  "as written, then one without offload, then the fewest model-parallel dimensions (tp, pp, cp, ep "
+                  "above 1; data parallelism is free), then the faster")
+PARALLEL_DIMENSIONS = ("tp", "pp", "cp", "ep")
 
 
 def _near(table: PlanTable, objective: np.ndarray, best: int) -> np.ndarray:

@@ -437,7 +437,7 @@ def test_plan_train_recommends_by_its_stated_rule(capsys):
     assert all(answer["plan"][k] == "hbm" for k in ("optimizer_place", "grad_place", "param_place"))
     assert answer["hbm_fill"] <= 1 - doc["memory_headroom"] + 1e-12 and doc["memory_headroom"] == 0.05
     assert answer["reproduce"].startswith("perfmodel estimate train") and "framework" in doc["recommendation"]
-    dimensions = lambda row: sum(row["plan"][k] > 1 for k in ("tp", "pp", "dp", "cp", "ep"))  # noqa: E731
+    dimensions = lambda row: sum(row["plan"][k] > 1 for k in ("tp", "pp", "cp", "ep"))  # noqa: E731
     assert dimensions(answer) <= dimensions(best)
     fastest = run_json(capsys, *args, "--any-plan")
     assert fastest["recommended"]["plan"] == fastest["best"]["plan"] == best["plan"]
@@ -495,3 +495,18 @@ def test_a_power_cap_that_destabilizes_the_queue_says_so(capsys):
     assert laid["ttft_p99_slowdown"] is None and laid["tpot_p90_slowdown"] > 1
     code, out, _ = run(capsys, *args)
     assert code == 0 and "unbounded" in out and "inf" not in out.replace("information", "")
+
+
+def test_a_win_resting_on_unmeasured_constants_or_one_price_says_so(capsys):
+    """Across systems, a winner without kernel measurements against a measured rival, and any cost
+    ranking (one quoted price per system), each get one line."""
+    args = ("plan", "train", "--model", "llama-3.1-8b", "--system", "dgx-h100", "--system", "mi300x-8x",
+            "--devices", "8", "--global-batch", "64", "--objective", "cost")
+    doc = run_json(capsys, *args)
+    code, out, _ = run(capsys, *args)
+    text = " ".join(out.split())
+    assert code == 0 and "the cost ranking rests on one quoted price per system" in text
+    if doc["recommended"]["system"] == "mi300x-8x":
+        assert "whose kernels are unmeasured, against measured dgx-h100" in text
+    code, out, _ = run(capsys, "plan", "train", "--model", "llama-3.1-8b", "--devices", "8", "--global-batch", "64")
+    assert "rests on" not in out

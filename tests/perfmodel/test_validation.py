@@ -50,6 +50,21 @@ def test_the_calibrated_constant_is_the_fit_of_its_set(db):
     assert db.constant("framework-fit-error") == pytest.approx(fit["mape_after"], abs=0.005)
 
 
+def test_serving_ranges_carry_the_measured_serving_error(db):
+    """A serving prediction's range is at least the held-out serving error wide, and that constant is
+    what validate measures."""
+    from perfmodel.machine import build_machine
+    from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving
+    from perfmodel.catalog import load_model
+    from perfmodel.validation import serving_error
+
+    assert db.constant("serving-error") == pytest.approx(serving_error(db), abs=0.005)
+    r = estimate_serving(load_model("llama-3.1-8b"), build_machine(db, "dgx-h100", 1), ServePlan(batch=8),
+                         ServeWorkload(2048, 512))
+    for low_high, value in ((r.ttft_range_s, r.ttft_s), (r.tpot_range_s, r.tpot_s)):
+        assert float(low_high[1]) >= float(value) * (1 + db.constant("serving-error")) * (1 - 1e-9)
+
+
 def test_the_unmeasured_device_error_is_measured_with_the_fits_removed(db):
     """A device without kernel measurements carries the step error the model makes where the kernel
     fits are removed on purpose: measured, larger than with them, and what its range adds."""

@@ -160,3 +160,15 @@ def test_peaks_per_precision_and_the_pareto_front(tmp_path, capsys, db):
     costs = [p["cost_per_million_tokens_usd"] for p in front["points"]]
     assert times == sorted(times) and costs == sorted(costs, reverse=True)   # non-dominated: faster costs more
     assert all(p["price_usd_per_hour"] == 1.0 for p in front["points"])      # the same speed, cheaper
+
+
+def test_the_first_tasks_are_one_point_each_so_progress_shows_early():
+    """Progress (and its rate) moves after one point's search per worker, not after a whole batch;
+    every point is in exactly one task, in order."""
+    from perfmodel.search.sweep import batches
+
+    todo = [(i, {}) for i in range(1000)]
+    tasks = batches(todo, 2)
+    assert [len(t) for t in tasks[:2]] == [1, 1]
+    assert [p for t in tasks for p in t] == todo
+    assert max(len(t) for t in tasks) <= 200
