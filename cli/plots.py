@@ -334,7 +334,10 @@ def _pareto_data(doc: dict, kind: str) -> _ParetoData:
                        for m in ("ttft", "tpot"))
         costs = [("usd_per_hour", "cost per hour (USD)"), ("usd_per_million_tokens", "cost per million tokens (USD)")]
         energy = ("joules_per_token", "energy per token (J)")
-        texts = [f"{r.get('devices', '?')} dev: " + serve_plan_text(r) for r in front]
+        mixed = len(doc.get("systems") or []) > 1
+        where = lambda r: (" " + "+".join(dict.fromkeys(str(p.get("system")) for p in r.get("pools") or []))  # noqa: E731
+                           if mixed else "")
+        texts = [f"{r.get('devices', '?')} dev{where(r)}: " + serve_plan_text(r) for r in front]
         rate = _number(doc.get("demand") or {}, "rate")
         title = (f"Pareto front of {doc.get('model', '?')} serving on {', '.join(map(str, doc.get('systems') or []))}"
                  + (f" at {rate[1]:g} requests/s" if rate else ""))
@@ -345,7 +348,7 @@ def _pareto_data(doc: dict, kind: str) -> _ParetoData:
     for p in panels:
         if not all(_number(r, p.key) for r in rows):
             raise SpecError(f"the pareto plot needs '{p.key}' in every plan of the document; some have none")
-    order = sorted(range(len(front)), key=lambda i: (front[i][panels[0].key], front[i][cost[0]]))
+    order = range(len(front))     # numbered as the command's Pareto table lists them
     return _ParetoData(title, panels, cost[0], cost[1], energy[0], energy[1], tuple(front[i] for i in order),
                        tuple(others), best, tuple(texts[i] for i in order), str(doc.get("objective", "?")))
 

@@ -237,3 +237,14 @@ def test_a_component_named_in_a_tier_goes_there():
     result = {"memory_per_device_bytes": {"weights": 6.0, "kv cache": 0.0, "kv cache in ddr": 3.0},
               "memory_tiers": {"hbm": {"used_bytes": 6.0, "capacity_bytes": 20.0}}}
     assert plots.tier_parts(result, {"kv_place": "ddr"}) == {"hbm": {"weights": 6.0}, "ddr": {"kv cache in ddr": 3.0}}
+
+
+def test_pareto_chart_numbers_the_front_as_the_table_lists_it_and_names_mixed_systems():
+    """The chart's key #k is the command's Pareto table row #k; over several systems each point
+    names the systems its pools run on."""
+    doc = _run_json(["plan", "serve", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--system", "mi300x-8x",
+                     "--rate", "20", "--pareto"])
+    data = plots._pareto_data(doc, "plan-serve-pareto")
+    assert list(data.front) == doc["pareto"]
+    for row, text in zip(data.front, data.texts):
+        assert all(p["system"] in text for p in row["pools"])
