@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -921,7 +922,8 @@ def _print_runs_on(runs_on: dict[str, str | None]) -> None:
     console.print("no framework perfmodel exports runs this plan as written; --framework FRAMEWORK finds the best "
                   "one it runs:", markup=False, style="yellow")
     for name, why in runs_on.items():
-        console.print(f"  {name}: {why}", markup=False)
+        # Each framework's pointer to another ("use --export X") leads nowhere here: none runs it.
+        console.print(f"  {name}: {re.sub(r'; use --export [^;]*?(, or |$)', '; ', why).rstrip('; ')}", markup=False)
 
 
 def _print_power_cap(p: dict) -> None:

@@ -510,3 +510,14 @@ def test_a_win_resting_on_unmeasured_constants_or_one_price_says_so(capsys):
         assert "whose kernels are unmeasured, against measured dgx-h100" in text
     code, out, _ = run(capsys, "plan", "train", "--model", "llama-3.1-8b", "--devices", "8", "--global-batch", "64")
     assert "rests on" not in out
+
+
+def test_when_no_framework_runs_the_answer_none_points_to_another(capsys):
+    """--any-plan keeps an optimum no framework runs; each framework then says what it lacks, without
+    sending the reader to another framework that does not run it either (no circle)."""
+    code, out, err = run(capsys, "plan", "train", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--devices", "64",
+                         "--global-batch", "512", "--seq-len", "8192", "--any-plan")
+    text = " ".join(out.split())
+    assert code == 0, err
+    if "no framework perfmodel exports runs this plan" in text:
+        assert "use --export" not in text and "--framework FRAMEWORK finds the best" in text
