@@ -4,7 +4,8 @@ For each published configuration of tests/data/practiced_training.yaml (each ran
 the search plans the same model, system, device count, global batch and sequence length, once over
 the full declared space and once restricted to the published plan's precision and the
 frameworks' usual choices (no offload), and prints predicted published-plan step time over the
-search's pick. A ratio well above 1 says the model believes something practitioners did not
+search's pick; and over the plan ``plan train`` recommends at its defaults (the memory headroom, a
+plan a framework runs, search.train.RECOMMENDATION), at the published precision without offload. A ratio well above 1 says the model believes something practitioners did not
 choose: either a real improvement or a model error, to be read case by case. Each case then names
 the step-time terms (compute, each exposed transfer, the pipeline bubble, the optimizer) that
 separate the two plans most, published minus pick, so that the mechanism to check is explicit.
@@ -25,6 +26,7 @@ from perfmodel.catalog import find_model
 from perfmodel.machine import build_machine
 from perfmodel.training import TrainPlan, TrainWorkload, estimate_training
 from perfmodel.search.space import SpaceOptions
+from perfmodel.exports import TRAINING
 from perfmodel.search.train import SearchOptions, search_training
 
 DATA = Path(__file__).parents[1] / "tests" / "data" / "practiced_training.yaml"
@@ -50,8 +52,8 @@ def _separating(published, pick, terms: int = 2) -> str:
 def main(only: list[str]) -> None:
     db = load_database()
     print(f"{'configuration':34s} {'published plan':46s} {'pred. step':>10s} {'search pick (same precision)':46s}"
-          f" {'step':>8s} {'ratio':>6s} {'any precision':>13s} {'s':>5s}")
-    ratios = []
+          f" {'step':>8s} {'ratio':>6s} {'any precision':>13s} {'recommended':>11s} {'s':>5s}")
+    ratios, recommended = [], []
     for config in yaml.safe_load(DATA.read_text())["configs"]:
         if only and not any(part in config["id"] for part in only):
             continue
@@ -64,23 +66,31 @@ def main(only: list[str]) -> None:
         same = search_training(spec, db, [(config["system"], config["devices"])], work, SearchOptions(
             offload=False, space=SpaceOptions(precisions=(config["plan"]["precision"],))))
         anyp = search_training(spec, db, [(config["system"], config["devices"])], work, SearchOptions(offload=False))
+        advice = search_training(spec, db, [(config["system"], config["devices"])], work, SearchOptions(
+            offload=False, space=SpaceOptions(precisions=(config["plan"]["precision"],)), recommend_on=TRAINING,
+            memory_headroom=db.constant("hbm-headroom-fraction"))).recommended
         seconds = time.perf_counter() - started
         step = float(published.step_time_s)
         fits = "" if str(published.binding) == "" else f" ({published.binding}!)"
         pick = same.best
         ratio = step / pick["step_time_s"] if pick else float("nan")
         ratio_any = step / anyp.best["step_time_s"] if anyp.best else float("nan")
+        ratio_advice = step / advice["step_time_s"] if advice else float("nan")
         print(f"{config['id']:34s} {_label(as_run) + fits:46s} {step:10.3f} "
               f"{_label(pick['plan']) if pick else '-':46s} {pick['step_time_s'] if pick else float('nan'):8.3f} "
-              f"{ratio:6.2f} {ratio_any:13.2f} {seconds:5.1f}")
+              f"{ratio:6.2f} {ratio_any:13.2f} {ratio_advice:11.2f} {seconds:5.1f}")
+        if advice:
+            print(f"{'':34s} recommended {_label(advice['plan'])} (runs on {', '.join(advice['runs_on']) or 'none'})")
         if anyp.best:
             best = estimate_training(spec, machine, TrainPlan(**anyp.best["plan"]), work)
             print(f"{'':34s} any-precision pick {_label(anyp.best['plan'])}; separating terms (s, published - pick): "
                   f"{_separating(published, best)}")
         ratios.append(ratio_any)
-    finite = sorted(r for r in ratios if r == r)
-    print(f"ratios (any precision): median {finite[len(finite) // 2]:.2f}, max {finite[-1]:.2f}, "
-          f"above 1.15: {sum(r > 1.15 for r in finite)} of {len(finite)}")
+        recommended.append(ratio_advice)
+    for name, values in (("any precision", ratios), ("recommended", recommended)):
+        finite = sorted(r for r in values if r == r)
+        print(f"ratios ({name}): median {finite[len(finite) // 2]:.2f}, max {finite[-1]:.2f}, "
+              f"above 1.15: {sum(r > 1.15 for r in finite)} of {len(finite)}")
 
 
 if __name__ == "__main__":
