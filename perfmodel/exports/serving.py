@@ -347,6 +347,8 @@ def _trtllm_options(pool: PoolSpec) -> dict[str, object]:
                                   "kv_cache_config": {"dtype": KV_DTYPES["trtllm"][pool.kv]}}
     if pool.role != "colocated":
         options["cache_transceiver_config"] = {"backend": "DEFAULT"}
+    if pool.role == "prefill":   # context servers run without the overlap scheduler (TRT-LLM's disaggregated examples)
+        options["disable_overlap_scheduler"] = True
     if pool.mtp_draft_tokens:
         options["speculative_config"] = {"decoding_type": "MTP", "num_nextn_predict_layers": pool.mtp_draft_tokens}
     return options
@@ -389,13 +391,21 @@ def trtllm(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
 
 # --- NVIDIA Dynamo ------------------------------------------------------------------------------
 
+def dynamo_image() -> str:
+    """The vLLM runtime image of the vendored Dynamo version, written literally (kubectl expands no
+    environment variables in a manifest): Dynamo's manifests and docs name it
+    ``nvcr.io/nvidia/ai-dynamo/vllm-runtime:<version>``."""
+    return f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{vendored('dynamo').version.lstrip('v')}"
+
+
 def dynamo(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
     """``dynamo-deployment.yaml``: a DynamoGraphDeployment (nvidia.com/v1beta1) with the frontend and
     one vLLM worker component per pool: replicas = instances, GPUs = devices per instance."""
     _checked_pools("dynamo", spec, pools)
     model = _model(spec, model_ref) or "MODEL"
+    image = dynamo_image()
     components = [{"name": "frontend", "type": "frontend", "replicas": 1, "podTemplate": {"spec": {"containers": [
-        {"name": "main", "image": "$DYNAMO_IMAGE", "command": ["python3", "-m", "dynamo.frontend"],
+        {"name": "main", "image": image, "command": ["python3", "-m", "dynamo.frontend"],
          "args": ["--http-port", "8000"]}]}}}]
     for pool in pools:
         if pool.nodes > 1:
@@ -411,7 +421,7 @@ def dynamo(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
                 for k, v in {**own, **engine}.items() for x in ((k,) if v is True else (k, v))]
         role = {"colocated": "worker"}.get(pool.role, pool.role)
         components.append({"name": role, "type": role, "replicas": pool.instances, "podTemplate": {"spec": {"containers": [
-                               {"name": "main", "image": "$DYNAMO_IMAGE", "command": ["python3", "-m", "dynamo.vllm"],
+                               {"name": "main", "image": image, "command": ["python3", "-m", "dynamo.vllm"],
                                 "args": args, "resources": {"limits": {"nvidia.com/gpu": str(pool.devices_per_instance)}}}
                            ]}}})
     deployment = {"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
@@ -431,7 +441,8 @@ def dynamo(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
     header = (f"# {spec.name}: " + "; ".join(p.describe() for p in pools) + "\n"
               f"# Written by perfmodel for {v.citation},\n# with vLLM workers (engine flags checked against "
               f"{engine_v.framework} {engine_v.version}; Dynamo {v.version} pins vLLM "
-              f"{v.engine_versions.get('vllm', '?')}).\n# Set the image (DYNAMO_IMAGE) and apply with kubectl.\n")
+              f"{v.engine_versions.get('vllm', '?')}).\n# Apply with kubectl (the image is the version's vLLM runtime; "
+              "kubectl expands no variables).\n")
     return {"dynamo-deployment.yaml": header + _yaml(deployment) + "\n"}
 
 

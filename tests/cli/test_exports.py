@@ -185,9 +185,15 @@ def test_disaggregated_pools_each_get_their_role(tmp_path):
     trt = serving_files("trtllm", spec, pools, "llama-3.1-70b")
     disagg = yaml.safe_load(trt["disagg-config.yml"])
     assert disagg["context_servers"]["num_instances"] == 3 and disagg["generation_servers"]["num_instances"] == 2
+    # Context servers run without the overlap scheduler, as TRT-LLM's disaggregated examples set them.
+    assert yaml.safe_load(trt["extra-llm-api-config-prefill.yml"])["disable_overlap_scheduler"] is True
+    assert "disable_overlap_scheduler" not in yaml.safe_load(trt["extra-llm-api-config-decode.yml"])
     dyn = yaml.safe_load(serving_files("dynamo", spec, pools, "llama-3.1-70b")["dynamo-deployment.yaml"])
     replicas = {c["type"]: c["replicas"] for c in dyn["spec"]["components"]}
     assert replicas == {"frontend": 1, "prefill": 3, "decode": 2}
+    # kubectl expands no variables: every container names its image literally, the vendored version's runtime.
+    images = {c["podTemplate"]["spec"]["containers"][0]["image"] for c in dyn["spec"]["components"]}
+    assert images == {"nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1"}
     for framework, files in (("vllm", vllm), ("sglang", sglang), ("trtllm", trt)):
         for name, text in files.items():
             (tmp_path / name).write_text(text)
