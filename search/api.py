@@ -78,12 +78,14 @@ class TrainPlanning:
         return estimate_training(self.spec, self.machine_of(row), TrainPlan(**row["plan"]), self.work)
 
     def export(self, framework: str) -> dict[str, str]:
-        """The optimal plan as ``framework``'s launch files (name -> text); ``ExportError`` when the
-        framework cannot run it (search with ``framework=`` to get the best plan it can)."""
+        """The recommended plan as ``framework``'s launch files (name -> text), as ``--export`` writes
+        them; ``ExportError`` when the framework cannot run it (search with ``framework=`` to get the
+        best plan it can)."""
         from perfmodel.exports import training_files
         from perfmodel.training import TrainPlan
 
-        return training_files(framework, self.spec, self.machine, TrainPlan(**self.best["plan"]), self.work,
+        row = self.recommended
+        return training_files(framework, self.spec, self.machine_of(row), TrainPlan(**row["plan"]), self.work,
                               self.request.model)
 
 
@@ -136,8 +138,8 @@ class ServePlanning:
         return self.result.evidence
 
     def export(self, framework: str) -> dict[str, str]:
-        """The optimal deployment as ``framework``'s launch files, per pool (name -> text)."""
-        from perfmodel.exports import deployment_pools, serving_files
+        """The recommended deployment as ``framework``'s launch files, per pool (name -> text)."""
+        from perfmodel.exports import serving_files
 
         return serving_files(framework, self.spec, self.pools(self.recommended), self.request.model)
 
