@@ -325,7 +325,7 @@ def one_line(text: str) -> str:
     return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], text.strip())
 
 
-def run() -> None:  # console-script entry point
+def run() -> None:  # the process entry point, after perfmodel.cli.__main__ has loaded this module
     code = main()
     # The process ends here: keep the interpreter's exit from running full garbage collections over
     # every module, class and function the command imported (they are all freed with the process;

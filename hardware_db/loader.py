@@ -304,7 +304,7 @@ def load_database(user_dirs: Sequence[os.PathLike | str] = ()) -> Database:
     from .cache import cached
 
     files = _yaml_files(BUILTIN_DIR) + [p for d in user_dirs for p in _yaml_files(Path(d))]
-    code = [Path(__file__).with_name(m) for m in ("loader.py", "schema.py", "files.py")]
+    code = [Path(__file__).with_name(m) for m in ("loader.py", "schema.py", "files.py", "yaml_loader.py")]
     return cached("db", code, files, lambda: _validated(files), Database)
 
 

@@ -225,26 +225,70 @@ class AttentionKernel:
         return self.launch_s + np.maximum(compute, memory)
 
 
-_HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
-
-
 def distinct_rows(*args, least: int = 1024):
     """(first, inverse) such that row i of the broadcast 1-D arguments equals row first[inverse[i]],
     or None when there are fewer than ``least`` rows or the grouping fails its check. A search's
-    million plans share a few dozen shapes: evaluating those once is exact and much faster. Rows
-    are grouped by a hash of the arguments that vary (a scalar is the same on every row), and every
-    row is checked equal to its representative."""
-    arrays = [np.asarray(a, dtype=float) for a in args]
+    million plans share a few dozen shapes: evaluating those once is exact and much faster.
+
+    Arguments that come in long runs of one value (a lattice's outer loops: its layouts) are
+    grouped by their runs, exactly; the rows are then grouped by a hash of that group and of the
+    other arguments that vary (a scalar is the same on every row), and every row is checked equal
+    to its representative."""
+    arrays = [_comparable(a) for a in args]
     shape = np.broadcast_shapes(*(a.shape for a in arrays))
     if len(shape) != 1 or shape[0] < least:
         return None
     varying = [np.broadcast_to(a, shape) for a in arrays if a.ndim]
-    # A 64-bit hash of each row's bit patterns (multiply and xor-shift, as splitmix64 mixes).
-    key = np.zeros(shape, dtype=np.uint64)
-    for c in varying:
-        key = (key ^ np.ascontiguousarray(c).view(np.uint64)) * _HASH_MULTIPLIER
-        key ^= key >> np.uint64(29)
+    changed = [b[1:] != b[:-1] for b in map(_bits, varying)]   # bit patterns: 0.0 and -0.0 differ
+    slow = [i for i, ch in enumerate(changed) if (np.count_nonzero(ch) + 1) * RUN_ROWS <= shape[0]]
+    fast = [varying[i] for i in range(len(varying)) if i not in slow]
+    if slow:
+        runs = _run_groups([varying[i] for i in slow], np.logical_or.reduce([changed[i] for i in slow]))
+        if runs is None:
+            return None
+        if not fast:
+            return runs
+        fast.append(runs[1])                 # each row's group of the slow arguments
     # np.unique's stable merge sort is 3x slower: any representative of a group will do.
+    first, inverse = _group(_row_hash(fast))
+    if not all(np.array_equal(c[first].take(inverse), c) for c in fast):
+        return None
+    return first, inverse
+
+
+# Rows per run of one value above which an argument is grouped by its runs rather than sorted.
+RUN_ROWS = 8
+_HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _comparable(a) -> np.ndarray:
+    """An argument of distinct_rows as an array whose equal values have equal bit patterns: 64-bit
+    integers and floats and booleans as they are (integers and booleans compare exactly, as
+    plan columns hold them, without a conversion per row), anything else as floats."""
+    a = np.asarray(a)
+    return a if a.dtype in _EXACT else np.asarray(a, dtype=float)
+
+
+_EXACT = (np.dtype(bool), np.dtype(np.int64), np.dtype(np.float64))
+
+
+def _bits(column: np.ndarray) -> np.ndarray:
+    """The values' bit patterns as 64-bit integers (equal patterns: identical values)."""
+    column = np.ascontiguousarray(column)
+    return column.view(np.uint64) if column.dtype.itemsize == 8 else column.astype(np.uint64)
+
+
+def _row_hash(columns: list) -> np.ndarray:
+    """A 64-bit hash of each row's bit patterns (multiply and xor-shift, as splitmix64 mixes)."""
+    key = np.zeros(np.shape(columns[0]), dtype=np.uint64)
+    for c in columns:
+        key = (key ^ _bits(c)) * _HASH_MULTIPLIER
+        key ^= key >> np.uint64(29)
+    return key
+
+
+def _group(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first, inverse) of equal values of ``key``: groups in ascending order of their key."""
     order = np.argsort(key)
     ordered = key[order]
     starts = np.empty(len(key), dtype=bool)
@@ -252,10 +296,19 @@ def distinct_rows(*args, least: int = 1024):
     np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
     inverse = np.empty(len(key), dtype=np.intp)
     inverse[order] = np.cumsum(starts) - 1
-    first = order[starts]
-    if not all(np.array_equal(c[first][inverse], c) for c in varying):
+    return order[starts], inverse
+
+
+def _run_groups(columns: list, changed: np.ndarray):
+    """distinct_rows' (first, inverse) of ``columns``, whose rows change only where ``changed``
+    (row i + 1 differs from row i): each run is one value, so only the runs' first rows are
+    grouped (by hash, then checked), or None when the check fails."""
+    starts = np.concatenate(([0], np.flatnonzero(changed) + 1))
+    heads = [c[starts] for c in columns]
+    run_first, run_inverse = _group(_row_hash(heads))
+    if not all(np.array_equal(h[run_first][run_inverse], h) for h in heads):
         return None
-    return first, inverse
+    return starts[run_first], np.repeat(run_inverse, np.diff(np.append(starts, len(changed) + 1)))
 
 
 def on_distinct(fn, *args):
@@ -267,6 +320,6 @@ def on_distinct(fn, *args):
     first, inverse = rows
     picked = [np.broadcast_to(a, inverse.shape)[first] if np.ndim(a) else a for a in args]
     out = fn(*picked)
-    if isinstance(out, list):
-        return [np.broadcast_to(o, first.shape)[inverse] for o in out]
-    return np.broadcast_to(out, first.shape)[inverse]
+    if isinstance(out, list):   # take: the same rows as indexing with inverse, faster
+        return [np.broadcast_to(o, first.shape).take(inverse) for o in out]
+    return np.broadcast_to(out, first.shape).take(inverse)

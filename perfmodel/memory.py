@@ -155,10 +155,20 @@ def _ends(ends, pp):
 
 def layers_on_stage(num_layers: int, pp, stage, ends=False, mtp_slots=0):
     """Transformer layers of pipeline stage ``stage`` under ``stage_layers``' split."""
+    return layers_by_stage(num_layers, pp, ends, mtp_slots)(stage)
+
+
+def layers_by_stage(num_layers: int, pp, ends=False, mtp_slots=0):
+    """``layers_on_stage`` as a function of the stage, the split computed once."""
     p = np.maximum(np.asarray(pp, dtype=float), 1.0)
     q, r = stage_layers(num_layers, p, ends, mtp_slots)
-    i, e = np.asarray(stage, dtype=float), _ends(ends, p)
-    return q + (i >= p - r) - e * (i == 0) - e * (1.0 + mtp_slots) * (i == p - 1)
+    e = _ends(ends, p)
+
+    def on(stage):
+        i = np.asarray(stage, dtype=float)
+        return q + (i >= p - r) - e * (i == 0) - e * (1.0 + mtp_slots) * (i == p - 1)
+
+    return on
 
 
 def split_layers(num_layers: int, pp, ends=False, mtp_slots=0):
@@ -166,7 +176,7 @@ def split_layers(num_layers: int, pp, ends=False, mtp_slots=0):
     stage) under ``stage_layers``' split. The stages before the last peak at the first, the second
     (the first short stage past it) or the one before the last (the longest of the long ones)."""
     p = np.maximum(np.asarray(pp, dtype=float), 1.0)
-    on = lambda stage: layers_on_stage(num_layers, p, stage, ends, mtp_slots)  # noqa: E731
+    on = layers_by_stage(num_layers, p, ends, mtp_slots)
     before_last = np.maximum(p - 2.0, 0.0)
     headless = np.maximum(np.maximum(on(0.0), on(np.minimum(1.0, before_last))), on(before_last))
     return on(0.0), np.where(p > 1, headless, 0.0), on(p - 1.0)
@@ -180,7 +190,7 @@ def dualpipe_rank_layers(num_layers: int, pp, ends=False, mtp_slots=0):
     the output head, on one rank), each stage split as ``stage_layers`` splits it. The second is 0
     with two stages or fewer (rank 0's pair is every rank's)."""
     p = np.maximum(np.asarray(pp, dtype=float), 1.0)
-    on = lambda stage: layers_on_stage(num_layers, p, stage, ends, mtp_slots)  # noqa: E731
+    on = layers_by_stage(num_layers, p, ends, mtp_slots)
     others = np.zeros(np.shape(p))
     for i in range(1, int(np.max(p)) // 2):
         others = np.where(i < p / 2.0, np.maximum(others, on(float(i)) + on(p - 1.0 - i)), others)

@@ -203,7 +203,7 @@ def screen_training(spec: TransformerSpec, machine: Machine, plan: TrainPlan, wo
     """Feasibility and memory of every plan, exactly as estimate_training decides them."""
     def block(c: dict) -> Screen:
         sh = _shape(spec, machine, c, work)
-        mem = _memory(spec, machine, c, sh, work)
+        mem = _memory(spec, machine, c, sh, work, parts=False)
         code, shortfall, names = _feasibility(spec, machine, c, sh, mem, work)
         return Screen(code, shortfall, mem.hbm_used, names)
 
@@ -341,10 +341,10 @@ class Exposure:
 class Memory:
     """Bytes per device of the fullest pipeline stage, by part and by tier."""
 
-    parts: dict[str, np.ndarray]
+    parts: dict[str, np.ndarray]   # without parts (_memory's screen): only the offloaded ones
     hbm_used: np.ndarray           # with the reserve
     tier_bytes: dict[str, np.ndarray]
-    stage: np.ndarray
+    stage: np.ndarray | None       # the fullest stage (None without parts)
 
 
 def _shape(spec: TransformerSpec, machine: Machine, c: dict, work: TrainWorkload) -> Shape:
@@ -353,7 +353,9 @@ def _shape(spec: TransformerSpec, machine: Machine, c: dict, work: TrainWorkload
     flash = c["flash"].astype(bool)
     moe = spec.moe is not None
     ends = np.asarray(c["ends_as_layers"], dtype=bool) & (layout.pp > 1)
-    _, headless, last = split_layers(spec.num_layers, layout.pp, ends, spec.mtp_layers)
+    # The plans share few pipeline depths: each split is computed once.
+    _, headless, last = on_distinct(lambda pp, e: list(split_layers(spec.num_layers, pp, e, spec.mtp_layers)),
+                                    layout.pp, ends)
     return Shape(
         layout=layout,
         num_micro=np.maximum(work.global_batch / (np.maximum(c["micro_batch"], 1) * layout.dp), 1.0),
@@ -585,13 +587,17 @@ def _cp_exchange(spec: TransformerSpec, topo, cp_comm, tokens, lay: Layout):
     kv = tokens * kv_w / lay.tp * 2.0                        # this rank's K and V, bytes
     group = lay.cp_group
     ring = (lay.cp - 1) * topo.p2p(kv, group.stride) * 3.0
-    gathered = 2.0 * topo.all_gather(kv * lay.cp, group.stride, group.size) \
-        + topo.reduce_scatter(kv * lay.cp, group.stride, group.size)
-    q_w = spec.num_heads * (spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim if spec.mla else spec.dim_head)
-    out_w = spec.num_heads * (spec.mla.v_head_dim if spec.mla else spec.dim_head)
-    heads = 2.0 * (topo.all_to_all(tokens * q_w / lay.tp * 2.0 + kv, group.stride, group.size)
-                   + topo.all_to_all(tokens * out_w / lay.tp * 2.0, group.stride, group.size))
-    return np.select([cp_comm == CpComm.ALL_GATHER, cp_comm == CpComm.A2A], [gathered, heads], ring)
+    gathering, ulysses = cp_comm == CpComm.ALL_GATHER, cp_comm == CpComm.A2A
+    gathered = heads = 0.0                   # each variant's traffic only where some plan runs it
+    if np.any(gathering):
+        gathered = 2.0 * topo.all_gather(kv * lay.cp, group.stride, group.size) \
+            + topo.reduce_scatter(kv * lay.cp, group.stride, group.size)
+    if np.any(ulysses):
+        q_w = spec.num_heads * (spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim if spec.mla else spec.dim_head)
+        out_w = spec.num_heads * (spec.mla.v_head_dim if spec.mla else spec.dim_head)
+        heads = 2.0 * (topo.all_to_all(tokens * q_w / lay.tp * 2.0 + kv, group.stride, group.size)
+                       + topo.all_to_all(tokens * out_w / lay.tp * 2.0, group.stride, group.size))
+    return np.select([gathering, ulysses], [gathered, heads], ring)
 
 
 def _dense_gathers(machine: Machine, lay: Layout, s: Sharding, dense, full):
@@ -617,12 +623,15 @@ def _reduce_scatter(machine: Machine, group, s: Sharding, grad_bytes):
     arrived and write the reduced slice (0.5 + 0.5 / k, 0.5 / k + 2 / n)."""
     topo = machine.topology
     ring = topo.reduce_scatter(grad_bytes, group.stride, group.size)
-    elements = np.asarray(grad_bytes, dtype=float) / GRAD_BYTES
-    k = topo.inner_members(group.stride, group.size)
-    passes = elements * (2.5 + 0.5 + 1.0 / k + 2.0 / group.size)
-    quantized = topo.two_hop_reduce_scatter(elements * QGZ_BYTES, group.stride, group.size) \
-        + passes / machine.hbm_bytes_per_s
-    return np.where(s.qgz & (group.size > 1), quantized, ring)
+    quantizing = s.qgz & (group.size > 1)
+    quantized = 0.0                          # the qgZ path only where some plan takes it
+    if np.any(quantizing):
+        elements = np.asarray(grad_bytes, dtype=float) / GRAD_BYTES
+        k = topo.inner_members(group.stride, group.size)
+        passes = elements * (2.5 + 0.5 + 1.0 / k + 2.0 / group.size)
+        quantized = topo.two_hop_reduce_scatter(elements * QGZ_BYTES, group.stride, group.size) \
+            + passes / machine.hbm_bytes_per_s
+    return np.where(quantizing, quantized, ring)
 
 
 def _dense_scatters(machine: Machine, lay: Layout, s: Sharding, dense):
@@ -791,10 +800,13 @@ def _attribution(mode, compute, cp_exposed, others, comm, tp_hidden, first, redu
             for i, k in enumerate(transfers)}
 
 
-def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: TrainWorkload) -> Memory:
+def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: TrainWorkload,
+            parts: bool = True) -> Memory:
     """Memory per device of the fullest pipeline stage: the first (embedding, most microbatches in
     flight), the first of the longer stages, or the last (LM head, fp32 logits); model states by
-    ZeRO stage (Rajbhandari et al. 2020), activations by Korthikanti et al. 2022 Eq. 1-2."""
+    ZeRO stage (Rajbhandari et al. 2020), activations by Korthikanti et al. 2022 Eq. 1-2. Without
+    ``parts`` (the screen: the HBM total and the tiers only) the fullest stage's parts are left out,
+    except those offloaded, which the tiers hold."""
     lay = sh.layout
     zero, sp, flash, recompute = c["zero"], c["sp"].astype(bool), c["flash"].astype(bool), c["recompute"]
     s = float(work.seq_len)
@@ -830,28 +842,50 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
     # report, Table 2).
     copies = np.where(dualpipe, 2.0, 1.0)
     for stage, flight, dense, expert in candidates:
-        weights, grads, optim = (dense * d + expert * e for d, e in zip(per_dense, per_expert))
+        weights, grads, optim = (dense * d + expert * e if spec.moe else dense * d
+                                 for d, e in zip(per_dense, per_expert))
         weights, grads = weights * copies, grads * copies
         acts = per_layer * flight
         # The last stage: fp32 logits of its microbatch in flight, for the head and each MTP depth,
         # and the MTP blocks' activations.
         acts = acts + np.where(stage == last, 4.0 * sh.tokens * spec.vocab_size / lay.tp * (1 + spec.mtp_layers)
                                + mtp_acts, 0.0)
-        parts = {"weights": weights, "gradients": grads, "optimizer states": optim, "activations": acts,
-                 "gathered layers (ZeRO-3)": gathered}
-        hbm = acts + gathered + sum(np.where(c[place] == Place.HBM, parts[part], 0.0) for place, part in _OFFLOADABLE)
-        stages.append((parts, hbm))
-    fullest = np.argmax(np.stack(np.broadcast_arrays(*[hbm for _, hbm in stages])), axis=0)
+        held = {"weights": weights, "gradients": grads, "optimizer states": optim, "activations": acts,
+                "gathered layers (ZeRO-3)": gathered}
+        hbm = acts + gathered + sum(_in_hbm(c[place], held[part]) for place, part in _OFFLOADABLE)
+        stages.append((held, hbm))
+    fullest = _first_largest([hbm for _, hbm in stages])
 
     def pick(values):
         return np.choose(fullest, np.broadcast_arrays(*values))
 
-    parts = {k: pick([p[k] for p, _ in stages]) for k in stages[0][0]}
     hbm = pick([hbm for _, hbm in stages])
-    tier_bytes = {name: _tier_bytes(machine, name, c, parts) for name in TIERS}
-    parts["reserve"] = np.full(np.shape(hbm), reserve)
+    names = stages[0][0] if parts else [part for place, part in _OFFLOADABLE if np.any(c[place])]
+    picked = {k: pick([p[k] for p, _ in stages]) for k in names}
+    tier_bytes = {name: _tier_bytes(machine, name, c, picked, np.shape(hbm)) for name in TIERS}
+    if not parts:
+        return Memory(picked, hbm + reserve, tier_bytes, None)
+    picked["reserve"] = np.full(np.shape(hbm), reserve)
     stage = pick([np.broadcast_to(st, np.shape(hbm)) for st, *_ in candidates])
-    return Memory(parts, hbm + reserve, tier_bytes, stage)
+    return Memory(picked, hbm + reserve, tier_bytes, stage)
+
+
+def _in_hbm(place, part_bytes):
+    """The bytes of a part where its place is HBM (code 0), else 0: the bytes themselves when every
+    plan keeps the part in HBM (a search's lattice) and the places add no dimension."""
+    if np.any(place) or np.ndim(place) > np.ndim(part_bytes):
+        return np.where(place == Place.HBM, part_bytes, 0.0)
+    return part_bytes
+
+
+def _first_largest(values: list) -> np.ndarray:
+    """Per row, the index of the first of ``values`` (arrays of equal shape or scalars, none NaN)
+    that is largest: ``np.argmax`` over them stacked, without the stack (a strided reduction)."""
+    index, largest = np.zeros(np.broadcast(*values).shape, dtype=np.intp), values[0]
+    for i, value in enumerate(values[1:], start=1):
+        larger = value > largest
+        index, largest = np.where(larger, i, index), np.where(larger, value, largest)
+    return index
 
 
 def _stage_candidates(spec: TransformerSpec, lay: Layout, num_micro, interleave, ends, dualpipe) -> list[tuple]:
@@ -876,11 +910,14 @@ def _stage_candidates(spec: TransformerSpec, lay: Layout, num_micro, interleave,
     return [tuple(values[i:i + 4]) for i in range(0, len(values), 4)]
 
 
-def _tier_bytes(machine: Machine, name: str, c: dict, parts: dict) -> np.ndarray:
-    """Bytes per device the offloaded parts keep in tier ``name`` (a DDR+CXL place its share)."""
-    out = np.zeros(np.shape(parts["weights"]))
+def _tier_bytes(machine: Machine, name: str, c: dict, parts: dict, shape: tuple) -> np.ndarray:
+    """Bytes per device (an array of ``shape``) the offloaded parts keep in tier ``name`` (a DDR+CXL
+    place its share); ``parts`` holds at least the parts some plan offloads."""
+    out = np.zeros(shape)
     share = interleave_share(machine, name)
     for place, part in _OFFLOADABLE:
+        if not np.any(c[place]):              # every plan keeps this part in HBM
+            continue
         here = (c[place] == PLACES.index(name)) + (c[place] == Place.DDR_CXL) * share
         if np.any(here):                      # a search's lattice keeps every part in HBM
             out = out + parts[part] * here
@@ -920,9 +957,11 @@ def _feasibility(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, me
     violate(s % lay.cp != 0, "cp divides sequence", lay.cp)
     # Ulysses hands each cp rank whole heads of its TP rank's share (MLA trains as full heads).
     kv_heads = spec.num_heads if spec.mla else spec.kv_heads
-    violate((c["cp_comm"] == CpComm.A2A) & (lay.cp > 1) & (((spec.num_heads // lay.tp) % lay.cp != 0)
-                                                           | (np.maximum(kv_heads // lay.tp, 1) % lay.cp != 0)),
-            "cp a2a (Ulysses) needs cp to divide the query and KV heads of a TP rank", lay.cp)
+    ulysses = (c["cp_comm"] == CpComm.A2A) & (lay.cp > 1)
+    if np.any(ulysses):                       # the heads' split, only where Ulysses runs
+        ulysses = ulysses & (((spec.num_heads // lay.tp) % lay.cp != 0)
+                             | (np.maximum(kv_heads // lay.tp, 1) % lay.cp != 0))
+    violate(ulysses, "cp a2a (Ulysses) needs cp to divide the query and KV heads of a TP rank", lay.cp)
     # Uneven splits are allowed (the longest stage holds ceil(L / pp) layers and sets the pace).
     violate(lay.pp * v > spec.num_layers + (2 + spec.mtp_layers) * sh.ends,
             "pp x interleave at most the pipeline's slots (the layers; with the ends as layers 2 and the MTP depths "
@@ -932,8 +971,9 @@ def _feasibility(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, me
     violate((c["storage"] == Storage.DEEPSEEK) & (c["precision"] != PRECISIONS.index("fp8")),
             "DeepSeek's low-precision storage caches FP8 activations: it needs fp8 GEMMs", c["precision"])
     dualpipe = c["schedule"] == Schedule.DUALPIPE
-    violate(dualpipe & ((lay.pp % 2 != 0) | (sh.num_micro % 2 != 0) | (v > 1)),
-            "DualPipe needs an even pp, an even number of microbatches and no interleaving", lay.pp)
+    if np.any(dualpipe):                      # its pairing rules, only where DualPipe runs
+        dualpipe = dualpipe & ((lay.pp % 2 != 0) | (sh.num_micro % 2 != 0) | (v > 1))
+    violate(dualpipe, "DualPipe needs an even pp, an even number of microbatches and no interleaving", lay.pp)
     # Offload follows DeepSpeed: optimizer states with ZeRO >= 1 (ZeRO-Offload), gradients with
     # ZeRO >= 2 (partitioned before they leave) and with the optimizer states, parameters with
     # ZeRO-3 (ZeRO-Infinity).

@@ -168,6 +168,7 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
                 "sharding (groups, hpZ, quantized collectives)": max(widest, 1),
                 "recompute": len(recomputes), "sp": 2, "precision": len(precisions),
                 "offload (optimizer x gradients x parameters)": len(options.offload_places) ** 3}
+    comms = {(tp, cp): _cp_comms(spec, tp, cp, options.cp_comms) for tp, cp in itertools.product(tps, cps)}
     rows = []
     for tp, cp, pp in itertools.product(tps, cps, pps):
         if n % (tp * cp * pp):
@@ -182,7 +183,7 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
                         or (ends and spec.mtp_layers and layers_on_stage(spec.num_layers, pp, pp - 1, ends,
                                                                          spec.mtp_layers) < 0):
                     continue
-                for ep, etp, comm in itertools.product(eps, etps, _cp_comms(spec, tp, cp, options.cp_comms)):
+                for ep, etp, comm in itertools.product(eps, etps, comms[tp, cp]):
                     if (etp == 0 and (dp * cp) % ep) or (etp == 1 and (tp == 1 or (tp * dp * cp) % ep)):
                         continue
                     rows.append((tp, pp, dp, cp, ep, etp, v, mb, ends, comm))

@@ -90,7 +90,7 @@ class PlanTable:
         return len(self.columns["step_time_s"]) if self.columns else 0
 
     def row(self, i: int) -> dict:
-        return {k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in self.columns.items()}
+        return {k: v.item(i) for k, v in self.columns.items()}
 
     def take(self, idx) -> "PlanTable":
         return PlanTable({k: v[idx] for k, v in self.columns.items()})
@@ -307,12 +307,11 @@ def _evaluate_candidate(spec, db, system, devices, work, options, counter: Count
         np.ones(len(feasible), dtype=bool), k, machine)
     if progress:
         progress(n)
-    binding = screen.binding
-    counter.update(binding[~screen.feasible].tolist())
+    _count_broken(counter, screen)
     if options.memory_headroom:
         counter["memory headroom"] += int(over_headroom.sum())
     out = _Candidate(machine, plans, declared, n, len(feasible))
-    memory_bound = np.flatnonzero(binding == "hbm")
+    memory_bound = np.flatnonzero(_breaks(screen, "hbm"))
     if len(memory_bound):
         j = memory_bound[int(np.argmin(screen.shortfall[memory_bound]))]
         out.closest = {**{f: np.asarray(cols[f])[j].item() for f in PLAN_FIELDS}, "system": machine.system.name,
@@ -331,6 +330,19 @@ def _evaluate_candidate(spec, db, system, devices, work, options, counter: Count
             out.offloaded = int(checked.feasible.sum())
             out.table = PlanTable.concat([out.table, _table(checked, stacked, checked.feasible, k, machine)])
     return out
+
+
+def _count_broken(counter: Counter, screen) -> None:
+    """Add to ``counter`` the plans that break each rule, by the first rule each breaks (the
+    screen's codes counted, not its names compared row by row)."""
+    for code, plans in enumerate(np.bincount(np.ravel(screen.binding_code))):
+        if code and plans:
+            counter[screen.constraint_names[code - 1]] += int(plans)
+
+
+def _breaks(screen, rule: str) -> np.ndarray:
+    """Per plan, whether ``rule`` is the first rule it breaks (``screen.binding == rule``, by code)."""
+    return np.array([False] + [name == rule for name in screen.constraint_names])[screen.binding_code]
 
 
 def _kind_capacities(machine: Machine, places: list[str]) -> list[tuple[float, list[float]]]:
@@ -621,7 +633,8 @@ def _select(table: PlanTable, objective: np.ndarray) -> int:
     join in. Plans whose objective is unknown (a cost without a price) cannot be chosen.
     """
     cand = table.columns["candidate"]
-    firsts = [int(np.flatnonzero(cand == c)[np.argmin(objective[cand == c])]) for c in np.unique(cand)]
+    firsts = [int(np.flatnonzero(cand == c)[np.argmin(objective[cand == c])])
+              for c in sorted(set(cand.tolist()))]   # not np.unique: it imports numpy.ma
     firsts = [i for i in firsts if np.isfinite(objective[i])]
     if not firsts:
         raise SpecError("no candidate has a price on this basis, so no cost can be minimized; give --price "

@@ -117,6 +117,26 @@ def test_distinct_rows_keep_apart_rows_whose_columns_trade_off():
     assert len(first) == 64 and np.array_equal(a[first][inverse], a) and np.array_equal(b[first][inverse], b)
 
 
+@pytest.mark.parametrize("run", [1, 3, 40])
+@pytest.mark.parametrize("fast_columns", [0, 1, 2])
+def test_distinct_rows_group_as_np_unique_does(run, fast_columns):
+    """Rows in runs (a lattice's layouts: grouped by their runs), in no order (hashed and sorted),
+    and both at once, of floats, integers and booleans, are grouped into the same groups as
+    np.unique's, each row equal to its representative; a NaN, which equals nothing, leaves the rows
+    ungrouped."""
+    rng = np.random.default_rng(run * 10 + fast_columns)
+    n = 6000
+    slow = [np.repeat(rng.choice(values, n // run + 1), run)[:n] for values in ([1.0, 2.0, 4.0], [0, 8])]
+    columns = slow + [rng.choice([0.0, 1.0, 3.0], n), rng.random(n) < 0.5][:fast_columns]   # floats, ints, bools
+    first, inverse = distinct_rows(*columns, 2.5)
+    rows = np.stack(columns, axis=1)
+    assert all(np.array_equal(c[first][inverse], c) for c in columns)
+    assert len(first) == len(np.unique(rows, axis=0))
+    columns[0] = columns[0].copy()
+    columns[0][n // 2] = np.nan
+    assert distinct_rows(*columns) is None
+
+
 @pytest.mark.parametrize("per_plan", [False, True])
 def test_several_gemms_at_once_equal_each_alone(per_plan):
     """``times`` over a pass's GEMMs gives each the same seconds, to the bit, as its own ``time``
