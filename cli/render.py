@@ -1336,7 +1336,7 @@ def plan_serve(db, request, output) -> None:
                                       ("cost per million output tokens", _usd(best.usd_per_million_tokens)),
                                       ("energy per output token (with PUE)", joules(best.joules_per_token))]))
     _print_runs_on(doc["runs_on"])
-    _print_remarks([unmeasured_caveat(planning.machines[p.system]) for p in best.pools]
+    _print_remarks([unmeasured_caveat(planning.machines[p.system], serving=True) for p in best.pools]
                    + [c for p in best.pools for c in winner_caveats(p.system, list(planning.machines.values()),
                                                                     options.objective)])
     ties = serving_ties(result.best, result.top, options.objective)
@@ -1517,6 +1517,8 @@ def write_calibration(db, acc, blocks: dict, notes: list[str], out):
             entry["gemm"] = {p: _file_units(f.model_dump()) for p, f in own.gemm.items()}
         if own.weight_only and "gemm" not in blocks:
             entry["weight_only"] = {p: _file_units(f.model_dump()) for p, f in own.weight_only.items()}
+        if own.block_scaled and "gemm" not in blocks:
+            entry["block_scaled"] = {p: _file_units(f.model_dump()) for p, f in own.block_scaled.items()}
         if own.attention is not None and "attention" not in blocks:
             entry["attention"] = _file_units(own.attention.model_dump())
         if own.grouped_gemm and "grouped_gemm" not in blocks:
@@ -1572,7 +1574,7 @@ def _fit_gemm(acc, table, source, seed):
     from perfmodel.hardware_db.errors import SpecError
     from perfmodel.calibrate import fit_gemm
 
-    from .timings_io import (WEIGHT_ONLY, aiconfigurator_cast_launch, aiconfigurator_table,
+    from .timings_io import (BLOCK_SCALED, WEIGHT_ONLY, aiconfigurator_cast_launch, aiconfigurator_table,
                              aiconfigurator_weight_only_table, read_gemm_timings)
 
     if not acc.compute_units:
@@ -1591,11 +1593,12 @@ def _fit_gemm(acc, table, source, seed):
     cast_launch, cast_from = (aiconfigurator_cast_launch(acc.name) if source and "fp8" in timings else (0.0, ""))
     sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
     for name, (m, n, k, seconds, cast) in sorted(timings.items()):
-        math, weight = (sixteen, WEIGHT_ONLY[name][1]) if name in WEIGHT_ONLY else (name, None)
+        math, weight = (sixteen, WEIGHT_ONLY[name][1]) if name in WEIGHT_ONLY else (BLOCK_SCALED.get(name, name), None)
         if math not in acc.peak_flops:
             raise SpecError(f"{acc.name} has no {math} peak; the timings' {name} rows cannot be fitted")
         results[name] = fit_gemm(m, n, k, seconds, acc.peak_flops[math], acc.hbm_bytes_per_s, acc.compute_units,
-                                 1.0 if math == "fp8" else 2.0, cast, cast_launch, seed, weight_bytes=weight)
+                                 1.0 if math == "fp8" else 2.0, cast, cast_launch if name == "fp8" else 0.0, seed,
+                                 weight_bytes=weight)
     mape = ", ".join(f"{p} {r.held_out_mape:.1%}" for p, r in results.items())
     note = (f"gemm: fitted by perfmodel calibrate (seed {seed}) on {provenance}: "
             + "; ".join(f"{p} {r.train_rows} rows fitted, {r.test_rows} held out" for p, r in results.items())
@@ -1603,17 +1606,21 @@ def _fit_gemm(acc, table, source, seed):
             + (f"; fp8 rows include the activation cast (amax and quantize kernels), whose fixed cost "
                f"{cast_launch * 1e6:.2f} us is the smallest latency of {cast_from}" if cast_launch else "")
             + ("; w8a16 / w4a16: int8 / int4 weights dequantized inside a bf16 GEMM (block weight_only)"
-               if set(results) & set(WEIGHT_ONLY) else ""))
+               if set(results) & set(WEIGHT_ONLY) else "")
+            + ("; fp8_block: fp8 with 128-element block scales, whose rows include the per-token-group "
+               "activation quantization kernel (block block_scaled)" if set(results) & set(BLOCK_SCALED) else ""))
     return results, provenance, note
 
 
 def _gemm_blocks(results) -> dict:
-    """The ``gemm`` block (by precision) and, when measured, the ``weight_only`` one (by weight format)."""
-    from .timings_io import WEIGHT_ONLY
+    """The ``gemm`` block (by precision) and, when measured, the ``weight_only`` one (by weight
+    format) and the ``block_scaled`` one (by math precision)."""
+    from .timings_io import BLOCK_SCALED, WEIGHT_ONLY
 
-    blocks = {"gemm": {p: r.as_yaml() for p, r in results.items() if p not in WEIGHT_ONLY}}
+    blocks = {"gemm": {p: r.as_yaml() for p, r in results.items() if p not in WEIGHT_ONLY and p not in BLOCK_SCALED}}
     weight_only = {WEIGHT_ONLY[p][0]: r.as_yaml() for p, r in results.items() if p in WEIGHT_ONLY}
-    return blocks | ({"weight_only": weight_only} if weight_only else {})
+    block = {BLOCK_SCALED[p]: r.as_yaml() for p, r in results.items() if p in BLOCK_SCALED}
+    return blocks | ({"weight_only": weight_only} if weight_only else {}) | ({"block_scaled": block} if block else {})
 
 
 def _fit_attention(acc, table, source, seed):
@@ -1651,7 +1658,8 @@ def _fit_attention(acc, table, source, seed):
 
 def _fit_mla(acc, gemm, decode_memory, seed):
     """MLA core fits by phase on aiconfigurator's SGLang wide-EP MLA module tables (DeepSeek-V3),
-    with the device's fitted fp8 ``gemm`` kernel for the module's projections and, in decode, the
+    with the device's fitted fp8 ``gemm`` kernel for the module's projections (block-scaled where
+    fitted, as serving runs the checkpoint) and, in decode, the
     HBM fraction ``decode_memory`` of its fitted decode attention; their source and note; None
     when the install has no such tables for the device or there is no fp8 GEMM fit."""
     from perfmodel.hardware_db.errors import SpecError
@@ -1677,7 +1685,7 @@ def _fit_mla(acc, gemm, decode_memory, seed):
         where.append(f"{provenance.split(', ', 1)[1]} ({backend} rows)")
     provenance = f"{provenance.split(', ', 1)[0]}, {' and '.join(where)}"
     note = (f"attention: MLA core fitted by perfmodel calibrate (seed {seed}) on {provenance}, DeepSeek-V3's MLA "
-            f"module less the fitted fp8 GEMMs of its projections, decode at the decode attention fit's HBM share "
+            f"module less the fitted fp8 GEMMs of its projections (block-scaled where fitted), decode at the decode attention fit's HBM share "
             f"{decode_memory:.1%}: "
             + "; ".join(f"{ph} {r.train_rows} rows fitted, {r.test_rows} held out" for ph, r in results.items())
             + "; held-out MAPE of the module " + ", ".join(f"{ph} {r.held_out_mape:.1%}" for ph, r in results.items()))
@@ -1775,12 +1783,17 @@ def _decode_memory(results) -> float | None:
 
 
 def _db_fp8_gemm(db, acc):
-    """The device's fp8 GEMM kernel as its calibration entry fits it (fused activation cast), or None."""
+    """The device's fp8 GEMM kernel of a block-scaled checkpoint (DeepSeek-V3's), as its
+    calibration entry fits it and serving runs it (perfmodel.machine.Machine.serving_kernel), or
+    None."""
     from perfmodel.machine import gemm_kernel
 
     if "fp8" not in acc.peak_flops:
         return None
     cal = db.calibration(acc.name)
+    if "fp8" in cal.block_scaled:
+        return gemm_kernel(acc.peak_flops["fp8"], acc.hbm_bytes_per_s, cal, db.calibration_default(), "fp8", 1.0,
+                           fit=cal.block_scaled["fp8"])
     if "fp8" not in cal.gemm:
         return None
     return gemm_kernel(acc.peak_flops["fp8"], acc.hbm_bytes_per_s, cal, db.calibration_default(), "fp8", 1.0).fused()
@@ -1979,7 +1992,10 @@ def calibrate_all(db, device: str, source: str | None, out, seed: int, json_out:
     acc = _calibration_source(db, device, None, source, seed)
     gemm, gemm_from, gemm_note = _fit_gemm(acc, None, source, seed)
     attention, attention_from, attention_note = _fit_attention(acc, None, source, seed)
-    mla = _fit_mla(acc, gemm["fp8"].kernel.fused() if "fp8" in gemm else None, _decode_memory(attention), seed)
+    # The MLA module's projections as serving runs DeepSeek-V3's block-scaled checkpoint.
+    projections = gemm["fp8_block"].kernel if "fp8_block" in gemm else gemm["fp8"].kernel.fused() if "fp8" in gemm \
+        else None
+    mla = _fit_mla(acc, projections, _decode_memory(attention), seed)
     coll, coll_from, coll_note = _fit_collectives(acc, None, source, seed)
     dispatch, dispatch_from, dispatch_note = _fit_dispatch(db, acc, None, source, seed, None)
     normal, normal_from, normal_note = _fit_dispatch(db, acc, None, source, seed, None, "normal")

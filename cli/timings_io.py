@@ -64,14 +64,19 @@ DTYPE_BYTES = {"half": 2, "float16": 2, "bfloat16": 2, "bf16": 2, "fp16": 2, "in
 COLUMNS = ("op", "ranks", "bytes", "seconds")
 GEMM_COLUMNS = ("m", "n", "k", "dtype", "seconds")
 # GEMM dtypes perfmodel models, as aiconfigurator and users spell them: (precision, includes a cast).
-# Block-scaled fp8 (fp8_block), nvfp4 and weight-only formats are other kernels, not read here.
+# nvfp4 is another kernel, not read here.
 GEMM_DTYPES = {"bfloat16": ("bf16", False), "bf16": ("bf16", False), "float16": ("fp16", False),
                "fp16": ("fp16", False), "fp8": ("fp8", True),
+               # fp8 with 128-element block scales (DeepSeek-V3's checkpoint recipe): the rows
+               # include its per-token-group activation quantization, a kernel of its own.
+               "fp8_block": ("fp8_block", True),
                # Weight-only formats: int8 / int4 weights dequantized inside a bf16 GEMM.
                "int8_wo": ("w8a16", False), "w8a16": ("w8a16", False), "int4_wo": ("w4a16", False),
                "w4a16": ("w4a16", False)}
 # The stored weight format and bytes per weight of each weight-only GEMM.
 WEIGHT_ONLY = {"w8a16": ("int8", 1.0), "w4a16": ("int4", 0.5)}
+# The math precision of each block-scaled GEMM.
+BLOCK_SCALED = {"fp8_block": "fp8"}
 
 
 def read_timings(path: Path) -> tuple[list, list, list, list]:
@@ -127,7 +132,7 @@ def read_gemm_timings(path: Path) -> dict[str, tuple]:
         for column, value in zip(cols, (m, n, k, seconds)):
             column.append(float(value))
     if not out:
-        raise SpecError(f"{path}: no GEMM rows in bf16, fp16, fp8, w8a16 or w4a16")
+        raise SpecError(f"{path}: no GEMM rows in bf16, fp16, fp8, fp8_block, w8a16 or w4a16")
     return out
 
 

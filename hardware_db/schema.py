@@ -447,6 +447,7 @@ class Calibration(Entry):
     collectives: CollectiveFit | None = None   # measured collective costs inside the scale-up domain
     gemm: dict[Precision, GemmFit] = {}        # measured GEMM kernel costs by precision
     weight_only: dict[Literal["int8", "int4"], GemmFit] = {}   # int8 / int4 weights in bf16 GEMMs
+    block_scaled: dict[Literal["fp8"], GemmFit] = {}   # GEMMs with 128-element block scales (serving's fp8 checkpoints)
     grouped_gemm: dict[GroupedPrecision, GroupedGemmFit] = {}  # measured MoE expert GEMMs by precision
     attention: AttentionFits | None = None     # measured attention kernel costs
     dispatch: DispatchFit | None = None        # measured MoE dispatch / combine (DeepEP low-latency, normal)

@@ -9,7 +9,7 @@ its fitted NCCL costs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -19,6 +19,19 @@ from perfmodel.hardware_db.schema import PRECISIONS, Accelerator, System
 
 from .collectives import COLLECTIVES, FittedCollectives, FittedDispatch, Topology
 from .kernels import AttentionKernel, GemmKernel
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """A device's compute models at one GEMM efficiency: the large-GEMM rates by precision and the
+    GEMM and attention kernels (the Machine fields of the same names)."""
+
+    achievable_flops: dict
+    gemm_kernels: dict
+    attention_kernels: dict
+    decode_attention: dict
+    mla_attention: dict
+    weight_only_kernels: dict
 
 
 @dataclass(frozen=True)
@@ -51,10 +64,22 @@ class Machine:
     mla_attention: dict[str, AttentionKernel] | None = None        # MLA core: "prefill", "decode" (fitted only)
     weight_only_kernels: dict[str, GemmKernel] | None = None   # int8 / int4 weights in bf16 GEMMs (fitted only)
     grouped_kernels: dict[str, GemmKernel] | None = None   # routed experts' grouped GEMMs by recipe (fitted only)
+    block_kernels: dict[str, GemmKernel] | None = None     # GEMMs with 128-element block scales by math precision (fitted only)
     gemm_error: float = 0.0               # relative error of compute time: the GEMM fit's held-out MAPE
     collective_error: float = 0.0         # relative error of a collective's time: its fit's held-out MAPE
     step_error: float = 0.0               # relative error of the whole step left after the parts' errors
     serving_error: float = 0.0            # held-out error of serving predictions: a serving range's least half-width
+    serving_kernels: Kernels | None = None  # the same kernels at the serving fits' own rates (no framework factor)
+
+    def for_serving(self) -> "Machine":
+        """The machine as a serving engine runs it: GEMMs and attention at the rates fitted on
+        measured serving kernels (aiconfigurator's TensorRT-LLM tables), without
+        framework-gemm-efficiency, which was fitted on training steps (Narayanan et al. 2021
+        Table 1) and stays in training. Idempotent."""
+        if self.serving_kernels is None:
+            return self
+        return replace(self, serving_kernels=None,
+                       **{f.name: getattr(self.serving_kernels, f.name) for f in fields(Kernels)})
 
     def interval(self, total, compute, communication, least: float = 0.0):
         """(low, high) of a predicted time ``total`` (s) of which ``compute`` and ``communication``
@@ -93,13 +118,23 @@ class Machine:
                           units=first.units, cast=column("cast"), cast_launch_s=column("cast_launch_s"),
                           source=first.source)
 
-    def serving_kernel(self, quant) -> GemmKernel:
+    def serving_kernel(self, quant, block: bool = False) -> GemmKernel:
         """The weight GEMMs' kernel for a serving scheme: the fitted weight-only kernel for int8 or
         int4 weights over bf16 math (its dequantization cost measured), else the kernel at the
-        scheme's GEMM precision; activation casts fused either way. A width without its own fit
-        keeps the bf16 kernel: one framework's int8 kernel says nothing of another's int4 one."""
+        scheme's GEMM precision. A width without its own fit keeps the bf16 kernel: one
+        framework's int8 kernel says nothing of another's int4 one.
+
+        An 8-bit GEMM of a model quantized per tensor runs as the fp8 fit measured it, with its
+        activation quantization (TensorRT-LLM's fp8 Linear: amax and quantize kernels before the
+        GEMM; without them the fit ran 0.52x the measured H100 rows at M <= 16). A checkpoint
+        released in fp8 with 128-element weight blocks (``block``) runs the block-scaled fit
+        (its per-token-group quantization measured with it) where the device has one, else the
+        per-tensor kernel without its casts."""
         fitted = (self.weight_only_kernels or {}).get(quant.weight) if quant.activation == "a16" else None
-        return (fitted or self.gemm_kernel(quant.gemm_precision)).fused()
+        if block and fitted is None and quant.gemm_precision in (self.block_kernels or {}):
+            return self.block_kernels[quant.gemm_precision]
+        kernel = fitted or self.gemm_kernel(quant.gemm_precision)
+        return kernel.fused() if block else kernel
 
     def grouped_kernel(self, precision, block: bool = False, weight: str | None = None,
                        in_framework: bool = False) -> GemmKernel | None:
@@ -243,18 +278,15 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
     default = db.calibration_default()
     # Large-GEMM microbenchmarks overstate what GEMMs reach inside a framework's step (launch
     # gaps, shapes, power capping): one factor, fitted on Narayanan et al. 2021 Table 1 only.
-    in_framework = constants.get("framework-gemm-efficiency", 1.0)
+    # Serving runs at the serving kernel fits' own rates (Machine.for_serving).
     launch = constants.get("unfitted-kernel-launch-us", 0.0) * 1e-6
-    kernels = {p: gemm_kernel(acc.peak_flops[p], acc.hbm_bytes_per_s, cal, default, p, in_framework, launch)
-               for p in acc.peak_flops}
-    prefill, decode, mla = attention_kernels(acc, cal, in_framework)
+    training = device_kernels(acc, cal, default, constants.get("framework-gemm-efficiency", 1.0), launch)
+    serving = device_kernels(acc, cal, default, 1.0, launch)
     sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
-    weight_only = {w: gemm_kernel(acc.peak_flops[sixteen], acc.hbm_bytes_per_s, cal, default, sixteen, in_framework,
-                                  launch, fit=f) for w, f in cal.weight_only.items()}
     grouped = {p: grouped_kernel(acc.peak_flops[GROUPED_MATH[p] or sixteen], acc.hbm_bytes_per_s, f)
                for p, f in cal.grouped_gemm.items() if (GROUPED_MATH[p] or sixteen) in acc.peak_flops}
-    # Full-tile GEMM rate: the fitted kernel's, else the measured large-GEMM fraction's.
-    achievable = {p: acc.peak_flops[p] * k.compute_fraction for p, k in kernels.items()}
+    block = {p: gemm_kernel(acc.peak_flops[p], acc.hbm_bytes_per_s, cal, default, p, 1.0, fit=f)
+             for p, f in cal.block_scaled.items() if p in acc.peak_flops}
     host_link = db.link(acc.host_link).bytes_per_s if acc.host_link else 0.0
     idle = acc.idle_w if acc.idle_w is not None else acc.tdp_w * constants.get("idle-power-fraction", 0.0)
     overhead = (system.node_overhead_w or 0.0) / per_node
@@ -266,14 +298,14 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
         price = None
     return Machine(
         system=system, accelerator=acc, devices=int(devices), topology=topology,
-        memory_tiers=db.memory_tiers(system, int(devices)), peak_flops=dict(acc.peak_flops), achievable_flops=achievable,
+        memory_tiers=db.memory_tiers(system, int(devices)), peak_flops=dict(acc.peak_flops),
         hbm_bytes=acc.hbm_bytes, hbm_bytes_per_s=acc.hbm_bytes_per_s * (cal.hbm_fraction or 1.0),
         host_bytes_per_s=host_link, tdp_w=acc.tdp_w, idle_w=idle, overhead_w_per_device=overhead,
         price_usd_per_device=price, cloud_usd_per_hour=acc.cloud_usd_per_hour, constants=constants,
         pricing=pricing, price_override={k.lower(): v for k, v in (prices or {}).items()}.get(system.name.lower()),
         unpriced=dict(system.unpriced),
-        scale_up_domain=domain, gemm_kernels=kernels, attention_kernels=prefill, decode_attention=decode,
-        mla_attention=mla, weight_only_kernels=weight_only, grouped_kernels=grouped,
+        scale_up_domain=domain, **{f.name: getattr(training, f.name) for f in fields(Kernels)},
+        serving_kernels=serving, grouped_kernels=grouped, block_kernels=block,
         gemm_error=max([f.held_out_mape for f in cal.gemm.values()] or [constants.get("unfitted-gemm-error", 0.0)]),
         step_error=constants.get("framework-fit-error" if cal.gemm else "unmeasured-kernels-error", 0.0),
         serving_error=constants.get("serving-error", 0.0),
@@ -282,6 +314,22 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
                              + ([float(np.mean(list(fit.held_out_mape.values())))] if fit and fit.held_out_mape else [])
                              + ([cal.dispatch.held_out_mape] if cal.dispatch else [])
                              + ([cal.dispatch.normal.held_out_mape] if cal.dispatch and cal.dispatch.normal else [])))
+
+
+def device_kernels(acc, cal, default, in_framework: float, launch_s: float) -> Kernels:
+    """The device's GEMM and attention kernels and large-GEMM rates with their compute rates
+    scaled by ``in_framework`` (framework-gemm-efficiency for training, 1 for serving);
+    ``launch_s``: the fixed cost of a GEMM on a device without GEMM fits."""
+    kernels = {p: gemm_kernel(acc.peak_flops[p], acc.hbm_bytes_per_s, cal, default, p, in_framework, launch_s)
+               for p in acc.peak_flops}
+    prefill, decode, mla = attention_kernels(acc, cal, in_framework)
+    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
+    weight_only = {w: gemm_kernel(acc.peak_flops[sixteen], acc.hbm_bytes_per_s, cal, default, sixteen, in_framework,
+                                  launch_s, fit=f) for w, f in cal.weight_only.items()}
+    # Full-tile GEMM rate: the fitted kernel's, else the measured large-GEMM fraction's.
+    achievable = {p: acc.peak_flops[p] * k.compute_fraction for p, k in kernels.items()}
+    return Kernels(achievable_flops=achievable, gemm_kernels=kernels, attention_kernels=prefill,
+                   decode_attention=decode, mla_attention=mla, weight_only_kernels=weight_only)
 
 
 NEAREST = {"fp16": ("bf16",), "bf16": ("fp16",), "int8": ("fp8", "bf16"), "fp8": ("int8", "bf16"),

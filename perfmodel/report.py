@@ -181,7 +181,7 @@ def constants_from(machine: Machine, spec=None, serving: bool = False) -> dict:
             "all-to-all as collectives (Megatron-Core's dispatcher)"
         # The routed experts' grouped GEMMs: their own fit on measured MoE layers, else the GEMM kernel.
         found["expert_gemm"] = "fitted (measured MoE layers)" if machine.grouped_kernels else "as the GEMMs"
-    caveat = unmeasured_caveat(machine)
+    caveat = unmeasured_caveat(machine, serving)
     if caveat:
         found["caveat"] = caveat
     return found
@@ -199,17 +199,21 @@ def _exchange_source(topology) -> str:
         + " link model"
 
 
-def unmeasured_caveat(machine: Machine) -> str | None:
+def unmeasured_caveat(machine: Machine, serving: bool = False) -> str | None:
     """For a device without measured GEMM kernels, one sentence of what its numbers rest on and
-    what its range does not cover; None for a device with a fit."""
+    what its range does not cover (``serving``: of a serving estimate, whose GEMMs run without the
+    training framework factor); None for a device with a fit."""
     if machine.kernels_measured:
         return None
+    if serving:
+        machine = machine.for_serving()
     kernels = machine.gemm_kernels or {}
     precision = "bf16" if "bf16" in kernels else "fp16" if "fp16" in kernels else next(iter(kernels), None)
     measured = precision is not None and kernels[precision].source == "datasheet"
     gemm = (f"GEMMs run at {float(kernels[precision].compute_fraction):.0%} of the {precision} peak "
-            f"({'one large-GEMM measurement' if measured else 'the cross-device default fraction'} times the "
-            "framework efficiency fitted on NVIDIA A100 runs, no shape-aware fit)") if precision else "GEMMs by roofline"
+            f"({'one large-GEMM measurement' if measured else 'the cross-device default fraction'}"
+            f"{'' if serving else ' times the framework efficiency fitted on NVIDIA A100 runs'}, no shape-aware fit)") \
+        if precision else "GEMMs by roofline"
     attention = "attention by roofline" if not machine.attention_kernels else "attention fitted"
     collectives = "collectives by the link model" if machine.topology.fitted is None else "collectives fitted"
     return (f"{machine.accelerator.name} has no measured kernels: {gemm}, {attention}, {collectives}; the range "

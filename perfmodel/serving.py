@@ -161,7 +161,7 @@ def _instance(spec: TransformerSpec, machine: Machine, plan: ServePlan) -> Insta
     given = np.asarray(plan.moe_imbalance, dtype=float)
     return Instance(
         layout=Layout(tp=tp, dp=dpa, pp=pp, ep=ep, etp=tp * dpa / ep), quant=quant, rates=rates,
-        kernel=machine.serving_kernel(quant), batch=batch,
+        kernel=machine.serving_kernel(quant, block=spec.native_precision == "fp8"), batch=batch,
         # Each attention DP rank serves batch / dp_attention sequences; experts see every rank's tokens.
         local_batch=batch / dpa, layers=np.ceil(spec.num_layers / pp),
         moe_frac=spec.moe_layers / spec.num_layers if spec.moe else 0.0,
@@ -353,7 +353,9 @@ def estimate_serving_placed(spec: TransformerSpec, machine: Machine, plan: Serve
     weight_place) of ``places``, in that order (the plan's own places are ignored). The phases'
     operator and communication times (and their power-capped clocks) do not depend on where the KV
     cache and the weights live, only the streams from a tier, the memory and the feasibility do:
-    the phases are evaluated once for all places."""
+    the phases are evaluated once for all places. Kernels run at the serving fits' own rates
+    (Machine.for_serving: no training framework factor)."""
+    machine = machine.for_serving()
     inst = _instance(spec, machine, plan)
     pp = inst.layout.pp
     s_in, s_out = (np.asarray(x, dtype=float) for x in (work.input_len, work.output_len))

@@ -251,7 +251,7 @@ def without_kernel_fits(db: Database) -> Database:
     kernel measurements is (its large-GEMM fraction, roofline attention, the link model)."""
     from dataclasses import replace
 
-    stripped = {name: c.model_copy(update={"gemm": {}, "weight_only": {}, "attention": None, "collectives": None,
+    stripped = {name: c.model_copy(update={"gemm": {}, "weight_only": {}, "block_scaled": {}, "attention": None, "collectives": None,
                                            "dispatch": None})
                 for name, c in db.calibrations.items()}
     return replace(db, calibrations=stripped)

@@ -209,9 +209,9 @@ def test_an_unsettled_offload_solve_is_not_optimal():
 
 def test_a_device_limit_failure_names_the_minimum(capsys):
     code, _, err = run(capsys, "plan", "serve", "--model", "llama-3.1-70b", "--system", "mi300x-8x", "--system",
-                       "dgx-h100", "--rate", "20", "--tpot-p90-ms", "50", "--max-devices", "8")
+                       "dgx-h100", "--rate", "28", "--tpot-p90-ms", "50", "--max-devices", "8")
     assert code == 3 and err.count("\n") == 1
-    assert "needs at least 10 devices, --max-devices allows 8" in err
+    assert "needs at least 11 devices, --max-devices allows 8" in err
 
 
 def test_a_serving_budget_failure_names_the_cheapest_fleet(capsys):

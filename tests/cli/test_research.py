@@ -186,11 +186,13 @@ def test_fenghuang_pooled_memory_cuts_local_hbm(capsys):
 def test_power_capping_lets_a_facility_hold_more_devices(capsys):
     """POLCA (Patel et al. 2024, arXiv 2308.12908): with power capping, about 30% more servers fit in the
     same power budget with little performance loss. Capping an H100 at 406 W: the budget holds 1.30x
-    the devices; decode (memory-bound) keeps its speed, prefill (compute-bound) slows."""
+    the devices; decode (memory-bound) keeps its speed, prefill (compute-bound) slows, so a fleet
+    sized at the edge of its prefill queue may need one device more (7 -> 8 here, 1.14x the demand
+    per budget)."""
     assert main(["plan", "serve", "--model", "llama-3.1-70b", "--power-cap-w", "406", "--json"]) == 0
     cap = json.loads(capsys.readouterr().out)["power_cap"]
     assert cap["devices_per_budget_vs_tdp"]["dgx-h100"] == pytest.approx(1.30, rel=0.01)
-    assert cap["devices_capped"] == cap["devices_uncapped"]
+    assert cap["devices_uncapped"] <= cap["devices_capped"] <= cap["devices_uncapped"] + 1
     assert cap["demand_per_budget_vs_tdp"] == pytest.approx(1.30, rel=0.25)
     laid = cap["uncapped_optimum_under_cap"]
     # Decode steps slow at most by the prefill they share a colocated pool with (a decode pool's own
