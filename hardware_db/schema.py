@@ -464,7 +464,8 @@ CONSTANT_RANGES: dict[str, tuple[float, float]] = {
     "prefill-tokens-in-flight": (1.0, 1e6), "unfitted-kernel-launch-us": (0.0, 10_000.0),
     "unfitted-collective-launch-us": (0.0, 10_000.0), "exchange-sms": (0.0, 200.0), "unfitted-gemm-error": (0.0, 10.0),
     "unfitted-collective-error": (0.0, 10.0), "framework-fit-error": (0.0, 10.0),
-    "unmeasured-kernels-error": (0.0, 10.0), "serving-error": (0.0, 10.0), "hbm-headroom-fraction": (0.0, 0.9),
+    "unmeasured-kernels-error": (0.0, 10.0), "serving-error": (0.0, 10.0),
+    "unmeasured-serving-error": (0.0, 10.0), "hbm-headroom-fraction": (0.0, 0.9),
     "attention-backward-slowdown": (1.0, 10.0), "attention-backward-slowdown-1k": (0.0, 10.0),
 }
 

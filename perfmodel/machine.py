@@ -308,7 +308,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
         serving_kernels=serving, grouped_kernels=grouped, block_kernels=block,
         gemm_error=max([f.held_out_mape for f in cal.gemm.values()] or [constants.get("unfitted-gemm-error", 0.0)]),
         step_error=constants.get("framework-fit-error" if cal.gemm else "unmeasured-kernels-error", 0.0),
-        serving_error=constants.get("serving-error", 0.0),
+        serving_error=constants.get("serving-error" if cal.gemm else "unmeasured-serving-error", 0.0),
         # Communication is +- the larger of the NCCL fit's and the expert-exchange fits' errors.
         collective_error=max([constants.get("unfitted-collective-error", 0.0)]
                              + ([float(np.mean(list(fit.held_out_mape.values())))] if fit and fit.held_out_mape else [])

@@ -266,10 +266,15 @@ def unmeasured_kernels_error(db: Database, cases: list[Case] | None = None) -> f
     return summarize([predict(c, stripped) for c in cases])["held_out_by_kind"]["training"]["mape"]
 
 
-def serving_error(db: Database, cases: list[Case] | None = None) -> float:
-    """Held-out serving error (MAPE) of the model: the least width a serving prediction's range
-    carries (``serving-error``)."""
-    cases = [c for c in (load_cases() if cases is None else cases) if c.kind == "serving" and not c.calibration]
+def serving_error(db: Database, measured: bool, cases: list[Case] | None = None) -> float:
+    """Held-out serving error (MAPE) of the model on devices with (``measured``) or without GEMM
+    kernel fits: the least width a serving prediction's range carries on such a device
+    (``serving-error``, ``unmeasured-serving-error``)."""
+    def fitted(case: Case) -> bool:
+        return bool(db.calibration(db.system(case.system).accelerator).gemm)
+
+    cases = [c for c in (load_cases() if cases is None else cases)
+             if c.kind == "serving" and not c.calibration and fitted(c) == measured]
     return summarize([predict(c, db) for c in cases])["held_out_by_kind"]["serving"]["mape"]
 
 

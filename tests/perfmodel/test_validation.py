@@ -58,7 +58,9 @@ def test_serving_ranges_carry_the_measured_serving_error(db):
     from perfmodel.catalog import load_model
     from perfmodel.validation import serving_error
 
-    assert db.constant("serving-error") == pytest.approx(serving_error(db), abs=0.005)
+    assert db.constant("serving-error") == pytest.approx(serving_error(db, measured=True), abs=0.005)
+    assert db.constant("unmeasured-serving-error") == pytest.approx(serving_error(db, measured=False), abs=0.005)
+    assert db.constant("unmeasured-serving-error") > db.constant("serving-error")
     r = estimate_serving(load_model("llama-3.1-8b"), build_machine(db, "dgx-h100", 1), ServePlan(batch=8),
                          ServeWorkload(2048, 512))
     for low_high, value in ((r.ttft_range_s, r.ttft_s), (r.tpot_range_s, r.tpot_s)):
