@@ -311,7 +311,11 @@ def global_options_first(argv: list[str]) -> list[str]:
         if word == "--":
             rest += argv[i:]
             break
-        if word == "--hardware-db" and i + 1 < len(argv):
+        if word == "--hardware-db":
+            if i + 1 == len(argv):
+                from perfmodel.hardware_db.errors import SpecError
+
+                raise SpecError("--hardware-db needs a directory of YAML files")
             front += argv[i:i + 2]
             i += 2
             continue

@@ -119,7 +119,7 @@ class PlanTrainRequest:
             raise SpecError(f"--tokens needs 0 to 1e18, has {self.tokens:g}")
         _in_range("--budget", self.budget, 0, 1e15)
         _in_range("--power-cap-kw", self.power_cap_kw, 0, 1e15)
-        _in_range("--deadline", self.deadline, 0, 1e9)
+        _in_range("--deadline", self.deadline, 0, 1e9, "a number of days above 0 and below 1e9")
         headroom = db.constants["hbm-headroom-fraction"].value if self.memory_headroom is None else self.memory_headroom
         precisions = names("--precisions", self.precisions, TRAIN_PRECISIONS)
         if not self.system:

@@ -108,6 +108,10 @@ def test_compare_default_set(capsys):
     (["models", "show", "llama-3.1-8b", "--seq-len", "abc"], "Invalid value for '--seq-len'"),
     (["nonsense"], "No such command"),
     (["--hardware-db", "/nonexistent-dir", "compare"], "not found"),
+    (["compare", "--hardware-db", "/nonexistent-dir"], "not found"),
+    (["plan", "train", "--hardware-db"], "--hardware-db needs a directory"),
+    (["plan", "train", "--deadline", "1e300"], "--deadline needs a number of days"),
+    (["plan", "train", "--deadline", "nan"], "--deadline needs a number of days"),
 ])
 def test_user_errors_are_one_line_exit_2(capsys, argv, message):
     code, out, err = run(capsys, *argv)
