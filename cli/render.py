@@ -1017,6 +1017,7 @@ def plan_train(db, request, output) -> None:
            "recommended": {**answer, "breakdown": breakdown},
            "recommendation": RECOMMENDATION if result.recommended else "the optimum (--any-plan)",
            "best": result.best, "near_count": result.near_count, "ties": result.ties, "tie_count": result.tie_count,
+           "per_system": result.per_system,
            "memory_headroom": options.memory_headroom, "warnings": warnings,
            "top": result.top, **({"pareto": result.pareto} if pareto else {}),
            "evidence": _evidence_json(result.evidence, timing)}
@@ -1044,6 +1045,8 @@ def plan_train(db, request, output) -> None:
     for label, row in rows:
         _print_command(f"  {label}:", row["reproduce"])
     _print_runs_on(doc["runs_on"])
+    if len(result.per_system) > 1:
+        console.print(_per_system_table(result.per_system, result.machines, db))
     if result.recommended:
         console.print(f"why this plan: {RECOMMENDATION} ({result.near_count:,} plans lie within the range, "
                       f"{result.tie_count:,} overlap it); --any-plan recommends the optimum", markup=False, style="dim")
@@ -1094,6 +1097,22 @@ def _answer_table(rows: list[tuple[str, dict]], work, db) -> Table:
                       f"{p['mfu']:.0%}", f"{p['hbm_fill']:.0%}" if "hbm_fill" in p else "-",
                       _days(p["run_time_s"]) if work.tokens else "-",
                       _usd(cost) + ("" if work.tokens else "\nper M tok"))
+    return table
+
+
+def _per_system_table(rows: list[dict], machines: dict, db) -> Table:
+    """Each candidate system's best plan, best first: its step, the price per device-hour it pays and
+    whether its kernels are measured (what its number rests on)."""
+    table = Table(title="best plan per system", title_justify="left")
+    for col in ("system", "plan", "step", "$/device-h", "cost", "kernels"):
+        table.add_column(col, justify="left" if col in ("system", "plan", "kernels") else "right")
+    for p in rows:
+        hourly = (p["cost_per_million_tokens_usd"] * p["tokens_per_s"] * 3600.0 / 1e6 / p["devices"]
+                  if p["cost_per_million_tokens_usd"] else None)
+        measured = machines[(p["system"], p["devices"])].kernels_measured
+        table.add_row(_fleet_named(db, p["system"], p["devices"]), _plan_text(p["plan"]), _seconds(p["step_time_s"]),
+                      _usd(hourly), _usd(p["run_cost_usd"] or p["cost_per_million_tokens_usd"]),
+                      "fitted" if measured else "unmeasured")
     return table
 
 

@@ -115,6 +115,7 @@ class SearchResult:
     tie_count: int = 0
     limits: dict | None = None          # when plans fit but the budget or power cap excludes all
     recommended: dict | None = None     # the plan RECOMMENDATION picks near the optimum, with ``runs_on``
+    per_system: list[dict] = field(default_factory=list)   # each candidate system's best plan, best first
     near_count: int = 0                 # plans whose prediction lies within the optimum's range (the optimum too)
 
 
@@ -510,6 +511,7 @@ def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[
     result = SearchResult(best=describe(best_i), top=[describe(i) for i in order], pareto=[describe(i) for i in front],
                           evidence=evidence, machines=machines, ties=[describe(i) for i in ties[:TIES_SHOWN]],
                           tie_count=len(ties))
+    result.per_system = [describe(i) for i in _best_per_system(everything, objective, candidates)]
     near = _near(everything, objective, best_i)
     result.near_count = len(near)
     if options.recommend_on is not None:
@@ -581,6 +583,13 @@ RECOMMENDATION = ("among the plans whose predicted step lies within the optimum'
                   "as written, then one without offload, then the fewest model-parallel dimensions (tp, pp, cp, ep "
                   "above 1; data parallelism is free), then the faster")
 PARALLEL_DIMENSIONS = ("tp", "pp", "cp", "ep")
+
+
+def _best_per_system(table: PlanTable, objective: np.ndarray, candidates) -> list[int]:
+    """Each candidate system's best plan on the objective (over its device counts), best first."""
+    system = np.array([candidates[int(c)][0] for c in table.columns["candidate"]])
+    firsts = [int(np.flatnonzero(system == s)[np.argmin(objective[system == s])]) for s in dict.fromkeys(system)]
+    return sorted(firsts, key=lambda i: objective[i])
 
 
 def _near(table: PlanTable, objective: np.ndarray, best: int) -> np.ndarray:

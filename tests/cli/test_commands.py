@@ -525,3 +525,17 @@ def test_when_no_framework_runs_the_answer_none_points_to_another(capsys):
     assert code == 0, err
     if "no framework perfmodel exports runs this plan" in text:
         assert "use --export" not in text and "--framework FRAMEWORK finds the best" in text
+
+
+def test_several_systems_show_each_ones_best_with_its_price_and_constants(capsys):
+    """Over several systems the answer comes with each system's best plan, the price per device-hour
+    it pays and whether its kernels are measured; JSON lists them best first."""
+    args = ("plan", "train", "--model", "llama-3.1-8b", "--system", "dgx-h100", "--system", "mi300x-8x",
+            "--devices", "8", "--global-batch", "64", "--objective", "cost")
+    doc = run_json(capsys, *args)
+    assert {row["system"] for row in doc["per_system"]} == {"dgx-h100", "mi300x-8x"}
+    costs = [row["run_cost_usd"] for row in doc["per_system"]]
+    assert costs == sorted(costs) and doc["per_system"][0]["run_cost_usd"] == doc["best"]["run_cost_usd"]
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and "best plan per system" in out and "$1.85" in out and "$3.99" in out
+    assert "unmeasured" in out and "fitted" in out
