@@ -362,9 +362,9 @@ def calibrate_all(
     aiconfigurator measured for the device (--from aiconfigurator); print the held-out error of each."""
     if ctx.invoked_subcommand is not None:
         return
-    from . import render
+    from . import calibration
 
-    render.calibrate_all(database(ctx), device, source, out, seed, json_out)
+    calibration.calibrate_all(database(ctx), device, source, out, seed, json_out)
 
 
 @calibrate_app.command("gemm")
@@ -381,9 +381,9 @@ def calibrate_gemm(
 ) -> None:
     """Fit GEMM kernel costs (compute and memory fractions, launch, tiles) per precision to measured
     timings; print the held-out error; write a calibration entry."""
-    from . import render
+    from . import calibration
 
-    render.calibrate_gemm(database(ctx), device, table, source, out, seed, json_out)
+    calibration.calibrate_gemm(database(ctx), device, table, source, out, seed, json_out)
 
 
 @calibrate_app.command("attention")
@@ -400,9 +400,9 @@ def calibrate_attention(
 ) -> None:
     """Fit attention kernel costs (prefill per precision, decode per KV precision) to measured
     timings; print the held-out error; write a calibration entry."""
-    from . import render
+    from . import calibration
 
-    render.calibrate_attention(database(ctx), device, table, source, out, seed, json_out)
+    calibration.calibrate_attention(database(ctx), device, table, source, out, seed, json_out)
 
 
 @calibrate_app.command("dispatch")
@@ -426,9 +426,9 @@ def calibrate_dispatch(
     """Fit the MoE expert dispatch and combine (DeepEP's low-latency kernels of decode, or with
     --kernels normal those of prefill: launch, link shares and the latency of leaving the node) to
     measured timings; print the held-out error; write a calibration entry."""
-    from . import render
+    from . import calibration
 
-    render.calibrate_dispatch(database(ctx), device, table, source, system, out, seed, json_out, kernels)
+    calibration.calibrate_dispatch(database(ctx), device, table, source, system, out, seed, json_out, kernels)
 
 
 @calibrate_app.command("moe")
@@ -446,9 +446,9 @@ def calibrate_moe(
     """Fit the routed experts' grouped GEMMs (the GEMM kernel's terms, a cost per expert group and
     the passes over their inputs) per precision to measured MoE layers; print the error on the MoE
     shapes held out; write a calibration entry."""
-    from . import render
+    from . import calibration
 
-    render.calibrate_moe(database(ctx), device, table, source, out, seed, json_out)
+    calibration.calibrate_moe(database(ctx), device, table, source, out, seed, json_out)
 
 
 @calibrate_app.command("collectives")
@@ -465,6 +465,6 @@ def calibrate_collectives(
 ) -> None:
     """Fit collective costs (launch, hop, bandwidth per protocol) inside the scale-up domain to measured
     timings; print the held-out error per op; write a calibration entry."""
-    from . import render
+    from . import calibration
 
-    render.calibrate_collectives(database(ctx), device, table, source, out, seed, json_out)
+    calibration.calibrate_collectives(database(ctx), device, table, source, out, seed, json_out)
