@@ -805,15 +805,18 @@ def _fleet_named(db, system: str, devices: int) -> str:
 
 
 def _plans_table(title: str, plans: list[dict], cost_label: str, db=None) -> Table:
+    """Listed plans: where, plan, step with its range, MFU, the run's cost and time (or the cost per
+    million tokens without --tokens), energy per token."""
     table = Table(title=title, title_justify="left")
     for col in ("#", "where", "plan", "step", "MFU", cost_label, "energy"):
         table.add_column(col, justify="left" if col in ("where", "plan") else "right")
     for i, p in enumerate(plans, start=1):
-        cost = p["run_cost_usd"] if p["run_cost_usd"] else p["cost_per_million_tokens_usd"]
+        cost = _usd(p["run_cost_usd"]) + "\n" + _days(p["run_time_s"]) if p["run_cost_usd"] else \
+            _usd(p["cost_per_million_tokens_usd"])
         where = _two_lines(_fleet_named(db, p["system"], p["devices"])) if db else f"{p['devices']:,} x {p['system']}"
         table.add_row(str(i), where, _plan_text(p["plan"]),
                       f"{_seconds(p['step_time_s'])}\n{_span(p['step_time_low_s'], p['step_time_high_s'])}",
-                      f"{p['mfu']:.1%}", _usd(cost), joules(p["energy_per_token_j"]))
+                      f"{p['mfu']:.1%}", cost, joules(p["energy_per_token_j"]))
     return table
 
 
@@ -1126,7 +1129,7 @@ def _days(seconds: float | None) -> str:
 
 def _print_plan_lists(result, work, db, pareto: bool) -> None:
     """--verbose: the ties, the top plans and (with --pareto) the Pareto front, with reproduce commands."""
-    cost_label = "run cost" if work.tokens else "$/M tokens"
+    cost_label = "run cost, time" if work.tokens else "$/M tokens"
     if result.tie_count:
         shown = f", the first {len(result.ties)}" if result.tie_count > len(result.ties) else ""
         console.print(_plans_table(f"ties: {result.tie_count:,} plans whose predicted range overlaps the optimal "
