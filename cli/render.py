@@ -1106,13 +1106,16 @@ def _answer_table(rows: list[tuple[str, dict]], work, db) -> Table:
 def _per_system_table(rows: list[dict], machines: dict, db) -> Table:
     """Each candidate system's best plan, best first: its step, the price per device-hour it pays and
     whether its kernels are measured (what its number rests on)."""
+    from perfmodel.power import run_cost
+
     table = Table(title="best plan per system", title_justify="left")
     for col in ("system", "plan", "step", "$/device-h", "cost", "kernels"):
         table.add_column(col, justify="left" if col in ("system", "plan", "kernels") else "right")
     for p in rows:
-        hourly = (p["cost_per_million_tokens_usd"] * p["tokens_per_s"] * 3600.0 / 1e6 / p["devices"]
-                  if p["cost_per_million_tokens_usd"] else None)
-        measured = machines[(p["system"], p["devices"])].kernels_measured
+        machine = machines[(p["system"], p["devices"])]
+        hourly = float(run_cost(machine, p["power_w"]))           # what the plan pays per device-hour
+        hourly = hourly if hourly == hourly else None             # unpriced: NaN
+        measured = machine.kernels_measured
         table.add_row(_fleet_named(db, p["system"], p["devices"]), _plan_text(p["plan"]), _seconds(p["step_time_s"]),
                       _usd(hourly), _usd(p["run_cost_usd"] or p["cost_per_million_tokens_usd"]),
                       "fitted" if measured else "unmeasured")
