@@ -15,7 +15,8 @@ from perfmodel.hardware_db import load_database
 from perfmodel.catalog import find_model
 from perfmodel.search.brute import brute_force_fleet
 from perfmodel.search import fleet
-from perfmodel.search.serve import Demand, Lengths, ServeSearchOptions, fleet_instance, pool_options, search_serving, slo_of
+from perfmodel.search.options import Demand, Lengths, ServeSearchOptions
+from perfmodel.search.serve import fleet_instance, pool_options, search_serving, slo_of
 
 
 def main() -> None:

@@ -107,7 +107,7 @@ def hardware_schema() -> None:
     """Print the JSON schema of a user hardware YAML file (for editors and validators)."""
     from perfmodel.hardware_db.schema import file_schema
 
-    from .render import emit_json
+    from .deliver import emit_json
 
     emit_json(file_schema())
 

@@ -6,7 +6,8 @@ prints the results and writes the YAML)."""
 from __future__ import annotations
 
 from . import render
-from .render import Table, emit_json
+from .deliver import emit_json
+from .render import Table
 
 def _calibration_source(db, device: str, table, source: str | None, seed: int):
     """The accelerator, and whether timings come from aiconfigurator (checks of the shared flags)."""

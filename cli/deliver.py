@@ -7,11 +7,30 @@ so they show exactly what ``--json`` prints. Messages about written files go to 
 from __future__ import annotations
 
 import csv
+import json
+import math
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
 from perfmodel.hardware_db.errors import SpecError
+
+
+def emit_json(obj: Any) -> None:
+    """Print ``obj`` as one JSON document: sorted keys, no NaN, byte-reproducible."""
+    print(json.dumps(_finite(obj), sort_keys=True, indent=2, allow_nan=False))
+
+
+def _finite(obj: Any) -> Any:
+    """The same structure with every float finite (a NaN or inf here is a bug, so fail loudly)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        raise ValueError(f"non-finite value in output: {obj}")
+    if isinstance(obj, Mapping):
+        return {str(k): _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def emit_csv(rows: list[dict[str, Any]]) -> None:
@@ -79,8 +98,6 @@ def delivered(doc: dict, output, csv_rows: Callable[[], list[dict]], charts: dic
             raise SpecError(f"--plot {output.plot}: cannot write ({exc.strerror or exc})") from None
         doc["plot"] = {"chart": chart, "file": str(written)}
     if output.json_out:
-        from .render import emit_json
-
         emit_json(doc)
         return True
     if getattr(output, "csv_out", False):

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import json
 import math
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from rich.cells import cell_len
@@ -18,6 +16,7 @@ from perfmodel.hardware_db.errors import UnknownNameError
 from perfmodel.hardware_db.schema import ENTRY_KINDS, PRECISIONS
 
 from . import units
+from .deliver import delivered, emit_csv, emit_json, report_files
 from .units import count, fleet, joules, rate, size, watts
 
 console = Console(highlight=False, soft_wrap=False, emoji=False)
@@ -80,22 +79,6 @@ class Table(_RichTable):
         yield from super().__rich_console__(console, options)
 
 
-def _finite(obj: Any) -> Any:
-    """The same structure with every float finite (a NaN or inf here is a bug, so fail loudly)."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        raise ValueError(f"non-finite value in output: {obj}")
-    if isinstance(obj, Mapping):
-        return {str(k): _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
-
-
-def emit_json(obj: Any) -> None:
-    """Print ``obj`` as one JSON document: sorted keys, no NaN, byte-reproducible."""
-    print(json.dumps(_finite(obj), sort_keys=True, indent=2, allow_nan=False))
-
-
 def fmt(value: float | None, scale: float = 1.0, digits: int = 4) -> str:
     """A number in a table: ``-`` when absent (or not finite), else ``digits`` significant figures
     with separators. Money, energy, power, bytes and durations go through ``units`` instead."""
@@ -148,8 +131,6 @@ def hardware_list(db, kind: str | None, json_out: bool, csv_out: bool = False) -
         emit_json({k: sorted(getattr(db, k)) for k in kinds})
         return
     if csv_out:
-        from .deliver import emit_csv
-
         emit_csv([{"kind": k, "name": name, "display_name": getattr(db, k)[name].display_name,
                    "summary": _entry_summary(getattr(db, k)[name])} for k in kinds for name in sorted(getattr(db, k))])
         return
@@ -312,8 +293,6 @@ def models_show(ref: str, seq_len: int, json_out: bool) -> None:
 def compare(db, names: list[str], output) -> None:
     from perfmodel.comparison import best_index, compare as profiles, metrics
 
-    from .deliver import delivered, report_files
-
     rows = profiles(names, db)
     doc = {"entries": rows, "metrics": [vars(m) for m in metrics()]}
     if delivered(doc, output, lambda: rows, {"compare": lambda: doc}, "compare"):
@@ -449,7 +428,6 @@ def estimate_train(spec, machine, plan, work, output=None, model_ref: str | None
     from perfmodel.report import check_feasible, interleave_hint, train_report
     from perfmodel.training import estimate_training
 
-    from .deliver import delivered, report_files
     from .options import EstimateOutput
 
     output = output or EstimateOutput()
@@ -526,7 +504,6 @@ def estimate_serve(spec, machine, plan, work, output=None, model_ref: str | None
     from perfmodel.report import check_feasible, serve_report
     from perfmodel.serving import estimate_serving
 
-    from .deliver import delivered, report_files
     from .options import EstimateOutput
 
     output = output or EstimateOutput()
@@ -660,8 +637,6 @@ def validate(db, calibrate: bool, json_out: bool, csv_out: bool = False) -> None
         emit_json({"cases": rows, "summary": summary, **({"calibration_fit": fitted} if fitted else {})})
         return
     if csv_out:
-        from .deliver import emit_csv
-
         emit_csv(rows)
         return
     skipped: dict[str, int] = {}
@@ -1000,8 +975,6 @@ def plan_train(db, request, output) -> None:
     from perfmodel.search.train import RECOMMENDATION
     from perfmodel.training import TrainPlan
 
-    from .deliver import delivered, report_files
-
     request, planning = _searched(db, request, output, "training", search, f"planning {request.model}")
     spec, pairs, work, options, result = (planning.spec, planning.candidates, planning.work, planning.options,
                                           planning.result)
@@ -1291,8 +1264,6 @@ def plan_serve(db, request, output) -> None:
     from perfmodel.search.api import SERVE_RECOMMENDATION, plan_serve as search
     from perfmodel.search.serve import deployment_error, serving_ties
 
-    from .deliver import delivered, report_files
-
     request, planning = _searched(db, request, output, "serving", search, f"planning {request.model} serving")
     spec, systems, demand, options, result = (planning.spec, planning.systems, planning.demand, planning.options,
                                               planning.result)
@@ -1438,8 +1409,6 @@ def place_experts(db, request, output) -> None:
                 "experts": problem.stats.experts, "time_limit_s": time_limit, "note": best.note,
                 "deterministic_seconds": best.work_s}
     if output.csv_out and not output.json_out:
-        from .deliver import emit_csv
-
         emit_csv([{"method": name, **r} for name, r in rows.items()])
         return
     if output.json_out:

@@ -61,7 +61,8 @@ def run(spec_path: str, out: str, engine: str, workers: int | None, address: str
     path = Path(spec_path)
     if not path.is_file():
         raise SpecError(f"no sweep spec at {spec_path}")
-    from perfmodel.hardware_db.files import MAX_YAML_BYTES, read_text
+    from perfmodel.hardware_db.files import read_text
+    from perfmodel.hardware_db.limits import MAX_YAML_BYTES
 
     text = read_text(path, MAX_YAML_BYTES, "sweep spec")
     spec = parse_spec(text, str(path))

@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from .files import MAX_YAML_BYTES, read_bytes
+from .files import read_bytes
+from .limits import MAX_YAML_BYTES
 
 CACHE_ENV = "PERFMODEL_CACHE_DIR"
 CACHE_ENTRIES = 20       # files kept per kind, the least recently used evicted first

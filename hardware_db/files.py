@@ -16,13 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SpecError
+from .limits import MAX_DEPTH, MAX_INT_DIGITS, MAX_JSON_BYTES, MAX_YAML_BYTES, MIB
 
-MIB = 1 << 20
-MAX_YAML_BYTES = 4 * MIB       # the largest built-in file is under 40 KB
-MAX_JSON_BYTES = 4 * MIB       # a Hugging Face config.json is a few KB
-MAX_DEPTH = 32                 # the deepest built-in or Hugging Face structure is under 8 levels
-MAX_NODES = 1_000_000          # values in one document, aliases counted as often as they are used
-MAX_INT_DIGITS = 30
 
 
 def read_bytes(path: Path, limit: int, what: str = "file") -> bytes:

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from .errors import SpecError
-from .files import MIB, read_bytes, read_json, read_text
+from .files import read_bytes, read_json, read_text
+from .limits import MIB
 
 MAX_FILE_BYTES = 64 * MIB          # a DeepSeek-V3 table with every transition is about 30 MB of text
 

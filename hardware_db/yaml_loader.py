@@ -13,7 +13,7 @@ from yaml.constructor import SafeConstructor
 from yaml.nodes import MappingNode, SequenceNode
 from yaml.resolver import Resolver
 
-from .files import MAX_DEPTH, MAX_NODES
+from .limits import MAX_DEPTH, MAX_NODES
 
 
 class LimitError(yaml.YAMLError):

@@ -163,20 +163,18 @@ BLOCK_ROWS = 16384
 # Up to this many rows one pass is faster than blocks on threads (60,072 rows of the 1T plan on 2
 # cores: 0.075 s in one pass, 0.085 s in four blocks); beyond it, blocks.
 SINGLE_PASS_ROWS = 4 * BLOCK_ROWS
-# Threads the blocks run on (None: every core). A process pool that already keeps every core busy
-# with one plan search per process (perfmodel sweep) sets 1.
-THREADS: int | None = None
 
 
 def estimate_training(spec: TransformerSpec, machine: Machine, plan: TrainPlan, work: TrainWorkload,
-                      detail: bool = True) -> TrainResult:
+                      detail: bool = True, threads: int | None = None) -> TrainResult:
     """Step time, memory per tier, MFU, energy and cost of every plan (Narayanan et al. 2021 Sec. 2-3).
 
     Plan columns broadcast; a long plan is evaluated in cache-sized blocks and joined. With
     ``detail=False`` (the search's mode) the per-component breakdowns (time components, link
     times, operators) are left empty and only the per-plan totals and memory are computed.
+    ``threads``: the threads a long plan's blocks run on (None: every core).
     """
-    return _in_blocks(lambda c: _estimate(spec, machine, c, work, detail), plan)
+    return _in_blocks(lambda c: _estimate(spec, machine, c, work, detail), plan, threads)
 
 
 @dataclass(frozen=True)
@@ -199,15 +197,16 @@ class Screen:
         return np.asarray(("",) + self.constraint_names, dtype=object)[self.binding_code]
 
 
-def screen_training(spec: TransformerSpec, machine: Machine, plan: TrainPlan, work: TrainWorkload) -> Screen:
-    """Feasibility and memory of every plan, exactly as estimate_training decides them."""
+def screen_training(spec: TransformerSpec, machine: Machine, plan: TrainPlan, work: TrainWorkload,
+                    threads: int | None = None) -> Screen:
+    """Feasibility and memory of every plan, exactly as estimate_training decides them (``threads``: as there)."""
     def block(c: dict) -> Screen:
         sh = _shape(spec, machine, c, work)
         mem = _memory(spec, machine, c, sh, work, parts=False)
         code, shortfall, names = _feasibility(spec, machine, c, sh, mem, work)
         return Screen(code, shortfall, mem.hbm_used, names)
 
-    return _in_blocks(block, plan)
+    return _in_blocks(block, plan, threads)
 
 
 def step_time_floor(spec: TransformerSpec, machine: Machine, plan: TrainPlan, work: TrainWorkload) -> np.ndarray:
@@ -240,8 +239,10 @@ COMPUTE_FIELDS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "interleave", 
                   "recompute", "sp", "flash", "precision", "schedule", "moe_imbalance")
 
 
-def _in_blocks(evaluate: Callable[[dict], object], plan: TrainPlan):
-    """``evaluate`` over the plan's columns: in one pass, or in cache-sized blocks on threads, joined."""
+def _in_blocks(evaluate: Callable[[dict], object], plan: TrainPlan, threads: int | None = None):
+    """``evaluate`` over the plan's columns: in one pass, or in cache-sized blocks on ``threads`` threads
+    (None: one per core, at most 8; a process pool that already keeps every core busy, as perfmodel
+    sweep's, passes 1), joined."""
     columns = plan.columns()
     n = int(np.broadcast(*columns.values()).size)
     if n <= SINGLE_PASS_ROWS:
@@ -249,7 +250,7 @@ def _in_blocks(evaluate: Callable[[dict], object], plan: TrainPlan):
     from concurrent.futures import ThreadPoolExecutor
 
     full = {k: np.broadcast_to(v, (n,)) for k, v in columns.items()}
-    with ThreadPoolExecutor(max_workers=THREADS or min(os.cpu_count() or 1, 8)) as pool:
+    with ThreadPoolExecutor(max_workers=threads or min(os.cpu_count() or 1, 8)) as pool:
         parts = list(pool.map(lambda start: evaluate({k: v[start:start + BLOCK_ROWS] for k, v in full.items()}),
                               range(0, n, BLOCK_ROWS)))
     if isinstance(parts[0], np.ndarray):

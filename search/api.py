@@ -90,14 +90,17 @@ class TrainPlanning:
 
 
 def plan_train(request: PlanTrainRequest | None = None, /, *, db=None,
-               progress: Callable[[int, int], None] | None = None, **fields) -> TrainPlanning:
+               progress: Callable[[int, int], None] | None = None, threads: int | None = None,
+               **fields) -> TrainPlanning:
     """The optimal training plan over the declared space (``perfmodel plan train``); ``progress`` is
-    called with (candidates searched, candidates)."""
+    called with (candidates searched, candidates); ``threads``: the threads evaluating the plans (None:
+    every core)."""
     from .train import raise_if_infeasible, search_training
 
     request = _request(PlanTrainRequest, request, fields)
     db = _database(db)
     spec, pairs, work, options = request.resolve(db)
+    options = replace(options, threads=threads)
     done = iter(range(1, len(pairs) + 1))  # search_training reports once per candidate
     result = search_training(spec, db, pairs, work, options,
                              progress=(lambda _plans: progress(next(done), len(pairs))) if progress else None)

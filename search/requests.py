@@ -16,15 +16,12 @@ from perfmodel.exports import SERVING as SERVING_FRAMEWORKS
 from perfmodel.exports import TRAINING as TRAINING_FRAMEWORKS
 
 from .baselines import SERVE_BASELINES, TRAIN_BASELINES
+from .vocabulary import SERVE_MODES, SERVE_OBJECTIVES, SHARDING, TRAIN_OBJECTIVES
 from perfmodel.hardware_db.errors import SpecError, UnknownNameError
 from perfmodel.plan import ACTIVATION_PRECISIONS, CP_COMMS, KV_PRECISIONS, WEIGHT_PRECISIONS
 from perfmodel.requests import MODEL_HELP, PRICE_HELP, PRICING, PRICING_HELP, check_choices, option, positive
 
-TRAIN_OBJECTIVES = ("time", "cost", "energy", "devices")
-SERVE_OBJECTIVES = ("cost", "energy", "devices", "latency")
-SERVE_MODES = ("colocated", "disaggregated")
 TRAIN_PRECISIONS = ("bf16", "fp16", "fp8")
-SHARDING = ("flat", "hsdp", "hfsdp", "levels", "hpz", "qwz", "qgz")   # search.space.SHARDING (not imported: start-up)
 SHARDING_HELP = ("Sharding families searched with the ZeRO stages, comma separated: flat (over all dp x cp ranks), "
                  "hsdp (within a topology level, replicated across: HSDP, MiCS), hfsdp (weights and gradients "
                  "within a level, optimizer states across), levels (a level per state, as Frontier's GCD / GPU / "
@@ -107,7 +104,7 @@ class PlanTrainRequest:
         from perfmodel.requests import parse_prices
         from perfmodel.training import TrainWorkload
 
-        from .train import SearchOptions
+        from .options import SearchOptions
 
         for flag, value in [("--devices", n) for n in self.devices] + [("--max-devices", self.max_devices)]:
             if value is not None and not 1 <= value <= MAX_DEVICES:
@@ -205,7 +202,7 @@ def _some_precision_runs(db, systems: set[str], precisions: tuple[str, ...]) -> 
 
 def parse_lengths(flag: str, text):
     """2048, "2048" or "mean=2048,p50=1500,p90=4096" -> Lengths (a missing percentile is the mean)."""
-    from .serve import Lengths
+    from .options import Lengths
 
     values: dict[str, float] = {}
     text = str(text)
@@ -300,7 +297,7 @@ class PlanServeRequest:
         from perfmodel.queueing import rate_from_concurrency
         from perfmodel.requests import parse_prices
 
-        from .serve import Demand, ServeSearchOptions, default_weight_precisions
+        from .options import Demand, ServeSearchOptions, default_weight_precisions
 
         for name in ("concurrency", "max_devices", "top"):
             positive(name, getattr(self, name))

@@ -32,81 +32,17 @@ from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving, estima
 
 from . import fleet
 from .fleet import FleetInstance, FleetSolution, single_pool_solutions
+from .options import Demand, ServeSearchOptions
 from .pareto import pareto_front
 from .placement import imbalance_table
-from .requests import SERVE_MODES as MODES
-from .requests import SERVE_OBJECTIVES as OBJECTIVES
+from .vocabulary import SERVE_MODES as MODES
+from .vocabulary import SERVE_OBJECTIVES as OBJECTIVES
 
 MAX_INSTANCES = 1 << 20
 # Weights stream from a memory tier each step only where it reads at least this share of HBM's
 # bandwidth (a pooled tier such as FengHuang's); over a PCIe path (DDR, CXL: 1-3% of HBM) every
 # decode step would take 30-100x its HBM time. A declared bound of the searched space.
 STREAMING_TIER = 0.25
-
-
-@dataclass(frozen=True)
-class Lengths:
-    """A token-length distribution given by its mean and two percentiles."""
-
-    mean: float
-    p50: float
-    p90: float
-
-    @staticmethod
-    def of(mean: float, p50: float | None = None, p90: float | None = None) -> "Lengths":
-        return Lengths(mean, p50 if p50 is not None else mean, p90 if p90 is not None else mean)
-
-
-@dataclass(frozen=True)
-class Demand:
-    """Requests per second, their lengths, and the latency targets (seconds; None: no target)."""
-
-    rate: float
-    input_len: Lengths
-    output_len: Lengths
-    ttft_p50: float | None = None
-    ttft_p90: float | None = None
-    tpot_p50: float | None = None
-    tpot_p90: float | None = None
-    cached_share: float = 0.0       # share of each prompt whose KV is already cached (earlier turns)
-
-    @staticmethod
-    def conversation(rate: float, turn_input: Lengths, output: Lengths, turns: int, prefix_cache: bool,
-                     **targets) -> "Demand":
-        """Each request one turn of ``turns``-turn conversations: its prompt carries the earlier turns
-        (their inputs and outputs), on average (turns - 1) / 2 of them; with prefix caching their KV is
-        reused and only the turn's new input is prefilled."""
-        earlier = (turns - 1) / 2.0 * (turn_input.mean + output.mean)
-        prompt = Lengths(turn_input.mean + earlier, turn_input.p50 + earlier, turn_input.p90 + earlier)
-        share = earlier / prompt.mean if prefix_cache else 0.0
-        return Demand(rate=rate, input_len=prompt, output_len=output, cached_share=share, **targets)
-
-
-@dataclass(frozen=True)
-class ServeSearchOptions:
-    objective: str = "cost"
-    modes: tuple[str, ...] = MODES
-    weight_precisions: tuple[str, ...] = ("bf16", "fp8")
-    activation_precisions: tuple[str, ...] = ("a16", "a8")
-    kv_precisions: tuple[str, ...] = ("bf16", "fp8")
-    kv_offload: bool = True
-    weight_offload: bool = True     # weights may stream from a tier of at least STREAMING_TIER x HBM bandwidth
-    batches: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
-    max_instance_devices: int = 512
-    max_devices: int | None = None
-    budget_usd_per_hour: float | None = None
-    power_cap_w: float | None = None
-    top: int = 5
-    routing: object = None          # RoutingStats: EP imbalance from a placement, per EP degree
-    pricing: str = "cloud"          # cost basis (perfmodel.power.run_cost)
-    prices: dict | None = None      # the user's USD per device-hour by system
-    framework: str | None = None    # search only what this serving framework runs (perfmodel.exports.serving)
-    baseline: str | None = None     # search only a named heuristic's instances (search.baselines)
-    mtp_draft_tokens: int = 0       # multi-token prediction: draft tokens per decode step
-    mtp_acceptance: float = 0.0     # share of them accepted
-    device_power_cap_w: float | None = None   # per-accelerator power limit (perfmodel.power.capped_phase)
-    owned: tuple[tuple[str, int, float], ...] = ()   # (system, devices already owned, resale USD each; 0: sunk)
-    limits: tuple[tuple[str, int], ...] = ()         # (system, most devices of it the fleet may use)
 
 
 @dataclass
@@ -215,13 +151,6 @@ def _layouts(spec: TransformerSpec, machine: Machine, max_devices: int, framewor
                 for ep in eps:
                     out.append((tp, pp, dpa, ep))
     return out
-
-
-def default_weight_precisions(spec: TransformerSpec) -> tuple[str, ...]:
-    """What a serving search tries unless told otherwise: the model's published format and fp8
-    (where the device runs it); int8, int4 and fp4 change the model and are searched only when asked."""
-    native = "bf16" if spec.native_precision == "fp16" else spec.native_precision
-    return tuple(dict.fromkeys((native, "fp8")))
 
 
 def _precision_combos(machine: Machine, options: ServeSearchOptions, native: str = "bf16"):
@@ -533,10 +462,10 @@ def _fastest(spec, demand: Demand, pools: PoolOptions, options: ServeSearchOptio
     opts, slo = pools.options, slo_of(demand)
     prefill = [i for i, o in enumerate(opts) if o["role"] == "prefill"]
     decode = [i for i, o in enumerate(opts) if o["role"] == "decode"]
-    handover = []
+    handover, times = [], {}
     for p, d in itertools.product(prefill, decode):
         if opts[p]["kvp"] == opts[d]["kvp"]:
-            handover.append((p, d, _kv_ok(spec, demand, opts[p], opts[d], pools.machines, slo)[1]))
+            handover.append((p, d, _kv_ok(spec, demand, opts[p], opts[d], pools.machines, slo, times)[1]))
     instance = fastest.FastestInstance(tuple(opts), demand.rate, demand.output_len.mean, slo, options.max_devices,
                                        options.power_cap_w, options.budget_usd_per_hour, tuple(handover))
     found = fastest.solve(instance)
@@ -586,9 +515,9 @@ def fleet_instance(spec, demand: Demand, options_list: list[dict], machines, slo
     """The fleet program's instance (and the prefill / decode pairs examined for the KV hand-over)."""
     prefill = [i for i, o in enumerate(options_list) if o["role"] == "prefill"]
     decode = [i for i, o in enumerate(options_list) if o["role"] == "decode"]
-    handover = []
+    handover, times = [], {}
     for p, d in itertools.product(prefill, decode):
-        ok, kv = _kv_ok(spec, demand, options_list[p], options_list[d], machines, slo)
+        ok, kv = _kv_ok(spec, demand, options_list[p], options_list[d], machines, slo, times)
         if ok:
             handover.append((p, d, kv))
     return FleetInstance(options=tuple(options_list), objective=options.objective, max_devices=options.max_devices,
@@ -783,20 +712,17 @@ def _deployment(instance: FleetInstance, solution: FleetSolution, demand: Demand
                                                     for name, _, saving in instance.owned))
 
 
-_KV_CACHE: dict = {}
-
-
-def _kv_ok(spec, demand, p, d, machines, slo) -> tuple[bool, float]:
-    """Whether prefill option ``p`` can hand its KV cache to decode option ``d`` within the TTFT SLOs."""
+def _kv_ok(spec, demand, p, d, machines, slo, times: dict) -> tuple[bool, float]:
+    """Whether prefill option ``p`` can hand its KV cache to decode option ``d`` within the TTFT SLOs.
+    ``times`` memoizes the transfer times of one search (the pairs share few system and instance sizes)."""
     if p["kvp"] != d["kvp"]:
         return False, np.inf  # the KV cache moves in the format decode reads
-    key = (id(machines), spec.name, demand.input_len.p90, d["kvp"], p["system"], d["system"],
-           p["devices_per_instance"], d["devices_per_instance"])
-    if key not in _KV_CACHE:
-        _KV_CACHE[key] = kv_transfer_time(spec, demand.input_len.p90, d["kvp"], machines[p["system"]],
-                                          machines[d["system"]], p["system"] == d["system"],
-                                          p["devices_per_instance"], d["devices_per_instance"])
-    kv = _KV_CACHE[key]
+    key = (d["kvp"], p["system"], d["system"], p["devices_per_instance"], d["devices_per_instance"])
+    if key not in times:
+        times[key] = kv_transfer_time(spec, demand.input_len.p90, d["kvp"], machines[p["system"]],
+                                      machines[d["system"]], p["system"] == d["system"],
+                                      p["devices_per_instance"], d["devices_per_instance"])
+    kv = times[key]
     ok = (slo["ttft_p90"] is None or p["ttft90"] + kv <= slo["ttft_p90"]) and \
         (slo["ttft_p50"] is None or p["ttft50"] + kv <= slo["ttft_p50"])
     return ok, kv

@@ -53,15 +53,7 @@ LEFT_OUT = (
     "micro-batches above 8 and interleaving above 8",
 )
 
-# Sharding families the search may combine with each ZeRO stage (perfmodel.sharding):
-#   flat    every sharded state over the whole dp x cp group (ZeRO, FSDP)
-#   hsdp    the stage's states over the replicas of one topology level, replicated across (HSDP, MiCS,
-#           Megatron's partial distributed optimizer)
-#   hfsdp   weights and gradients over one level, optimizer states over all (Megatron-FSDP's hybrid FSDP)
-#   levels  any nesting of weights within gradients within optimizer states (hfsdp and Frontier's three levels)
-#   hpz     ZeRO++ secondary weight partition over a smaller level (zero 3)
-#   qwz/qgz ZeRO++ quantized collectives (zero 3; numerics change, so searched only when named, like fp8)
-SHARDING = ("flat", "hsdp", "hfsdp", "levels", "hpz", "qwz", "qgz")
+# Sharding families: search.vocabulary.SHARDING.
 DEFAULT_SHARDING = ("flat", "hsdp", "hpz")   # what frameworks run (FSDP HSDP, MiCS, ZeRO++ hpZ)
 
 
@@ -81,7 +73,7 @@ class SpaceOptions:
     max_ep: int | None = None
     offload_parts: tuple[tuple[str, tuple[str, ...]], ...] | None = None   # None: every part to every tier
     offload_zero: tuple[int, ...] = (0, 1, 2, 3)   # ZeRO stages offloading is searched with
-    sharding: tuple[str, ...] = DEFAULT_SHARDING   # families of SHARDING searched
+    sharding: tuple[str, ...] = DEFAULT_SHARDING   # families of search.vocabulary.SHARDING searched
     hsdp_zero: tuple[int, ...] = (1, 2, 3)         # ZeRO stages sub-group sharding is searched with
     shard_whole_cp: bool = False                   # sub-groups of whole cp groups only (torchtitan's device mesh)
     zeropp_with_groups: bool = True                # ZeRO++ also with sub-group sharding (DeepSpeed: flat ZeRO-3 only)

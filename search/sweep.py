@@ -13,6 +13,8 @@ Spec errors are one line naming the spec's line (``SweepSpecError``, exit 2).
 
 from __future__ import annotations
 
+import functools
+
 import hashlib
 import json
 import math
@@ -375,9 +377,11 @@ SERVE_METRICS = ("devices", "usd_per_hour", "ttft_p90_s", "tpot_p90_s", "latency
 SERVE_SHARED = {"cost_per_million_tokens_usd": "usd_per_million_tokens", "energy_per_token_j": "joules_per_token"}
 
 
-def evaluate_point(spec: SweepSpec, index: int, values: dict[str, float], db) -> list[dict]:
+def evaluate_point(spec: SweepSpec, index: int, values: dict[str, float], db, threads: int | None = None
+                   ) -> list[dict]:
     """The rows of one point: each workload's optimal plan and metrics (status INFEASIBLE, with the
-    reason, when nothing fits; a point the hardware cannot take is a row with status INVALID)."""
+    reason, when nothing fits; a point the hardware cannot take is a row with status INVALID).
+    ``threads``: the threads a training search evaluates its plans on (None: every core)."""
     from perfmodel.hardware_db.errors import PerfmodelError
 
     rows = []
@@ -389,7 +393,8 @@ def evaluate_point(spec: SweepSpec, index: int, values: dict[str, float], db) ->
     for w in spec.workloads:
         row: dict[str, Any] = {"point": index, "workload": w.name, **values}
         try:
-            row.update(_train_row(w, point_db, system) if w.kind == "train" else _serve_row(w, point_db, system))
+            row.update(_train_row(w, point_db, system, threads) if w.kind == "train"
+                       else _serve_row(w, point_db, system))
         except PerfmodelError as exc:
             row.update(status="INFEASIBLE" if getattr(exc, "exit_code", 2) == 3 else "INVALID", reason=str(exc))
         rows.append(row)
@@ -400,10 +405,10 @@ def _tokens_per_usd(cost_per_million) -> float | None:
     return 1e6 / cost_per_million if cost_per_million and math.isfinite(cost_per_million) else None
 
 
-def _train_row(w: Workload, db, system: str) -> dict:
+def _train_row(w: Workload, db, system: str, threads: int | None) -> dict:
     from .api import plan_train
 
-    planning = plan_train(db=db, **{**w.fields, "system": (system,)})
+    planning = plan_train(db=db, threads=threads, **{**w.fields, "system": (system,)})
     best = planning.best
     row = {"status": planning.evidence.status, "devices": best["devices"],
            **{k: best.get(k) for k in TRAIN_METRICS},
@@ -427,30 +432,24 @@ def _serve_row(w: Workload, db, system: str) -> dict:
 
 # --- engines ---------------------------------------------------------------------------------
 
-_WORKER: dict = {}
-
-
+@functools.lru_cache(maxsize=8)
 def _database(dirs: tuple[str, ...]):
-    if dirs not in _WORKER:
-        from perfmodel.hardware_db.loader import load_database
+    """A worker's database: loaded once per process (a pure function of the folders, memoized)."""
+    from perfmodel.hardware_db.loader import load_database
 
-        _WORKER[dirs] = load_database(list(dirs))
-    return _WORKER[dirs]
+    return load_database(list(dirs))
+
+
+@functools.lru_cache(maxsize=8)
+def _spec(spec_text: str) -> SweepSpec:
+    return parse_spec(spec_text)
 
 
 def evaluate_batch(spec_text: str, dirs: tuple[str, ...], batch: list[tuple[int, dict]]) -> list[dict]:
-    """Rows of a batch of (index, values) points: the task every engine runs (pure, picklable)."""
-    from perfmodel import training
-
-    key = ("spec", spec_text)
-    if key not in _WORKER:
-        _WORKER[key] = parse_spec(spec_text)
-    spec, db = _WORKER[key], _database(dirs)
-    threads, training.THREADS = training.THREADS, 1     # one core per worker: the engine spreads the points
-    try:
-        return [row for index, values in batch for row in evaluate_point(spec, index, values, db)]
-    finally:
-        training.THREADS = threads
+    """Rows of a batch of (index, values) points: the task every engine runs (pure, picklable). Each
+    point's search runs on one thread: the engine spreads the points over the cores."""
+    spec, db = _spec(spec_text), _database(dirs)
+    return [row for index, values in batch for row in evaluate_point(spec, index, values, db, threads=1)]
 
 
 def batches(todo: list[tuple[int, dict]], workers: int, most: int = 200) -> list[list[tuple[int, dict]]]:

@@ -36,30 +36,14 @@ from perfmodel.plan import CP_COMMS, INTERLEAVED, PLACES, RECOMPUTE, TIERS
 from perfmodel.training import TrainPlan, TrainWorkload, estimate_training, screen_training, step_time_floor
 
 from .pareto import pareto_front
+from .options import SearchOptions
 from .space import LEFT_OUT, RULES, SpaceOptions, build_space, declared_size
-from .requests import TRAIN_OBJECTIVES as OBJECTIVES
+from .vocabulary import TRAIN_OBJECTIVES as OBJECTIVES
 
 PARTS = (("optimizer_place", "optimizer states"), ("grad_place", "gradients"), ("param_place", "weights"))
 OPTIMIZER, GRADIENTS = 0, 1  # their indices in PARTS
 US = 1e6  # CP-SAT works in integer microseconds
 DAY = 86400.0  # seconds
-
-
-@dataclass(frozen=True)
-class SearchOptions:
-    objective: str = "time"
-    budget_usd: float | None = None       # cost of the whole run
-    power_cap_w: float | None = None      # IT power of all devices, with their node share
-    memory_headroom: float = 0.0          # share of HBM to leave free beyond the named reserve
-    deadline_s: float | None = None       # longest run (its tokens at the plan's throughput), seconds
-    offload: bool = True
-    top: int = 10
-    space: SpaceOptions = field(default_factory=SpaceOptions)
-    routing: object = None                # RoutingStats: EP imbalance from a placement, per EP degree
-    pricing: str = "cloud"                # cost basis (perfmodel.power.run_cost)
-    prices: dict = field(default_factory=dict)   # the user's USD per device-hour by system
-    # Frameworks the recommendation must run on as written (RECOMMENDATION); None: the optimum is the answer.
-    recommend_on: tuple[str, ...] | None = None
 
 
 @dataclass
@@ -180,7 +164,8 @@ def _framework_limits(delta, zero, places, space: SpaceOptions) -> None:
     delta[~np.isin(zero, space.offload_zero), :, 1:] = np.inf
 
 
-def _offload_costs(spec, machine, work, cols, rows, places, space: SpaceOptions = SpaceOptions()):
+def _offload_costs(spec, machine, work, cols, rows, places, space: SpaceOptions = SpaceOptions(),
+                   threads: int | None = None):
     """Added step time (s) and bytes of each part for each tier, for the given lattice rows.
 
     Evaluated with the cost model itself: one part moved at a time (the model's offload terms are
@@ -198,7 +183,7 @@ def _offload_costs(spec, machine, work, cols, rows, places, space: SpaceOptions 
         stacked[PARTS[p][0]][moved] = PLACES.index(places[t])
         if p == GRADIENTS:
             stacked["optimizer_place"][moved] = PLACES.index(places[t])
-    every = estimate_training(spec, machine, TrainPlan(**stacked), work, detail=False)
+    every = estimate_training(spec, machine, TrainPlan(**stacked), work, detail=False, threads=threads)
     base_time = every.step_time_s[:n]
     delta = np.zeros((n, len(PARTS), len(places)))
     for m, (p, t) in enumerate(moves, start=1):
@@ -299,12 +284,12 @@ def _evaluate_candidate(spec, db, system, devices, work, options, counter: Count
         table = imbalance_table(options.routing, cols["ep"])
         cols["moe_imbalance"] = np.vectorize(table.get, otypes=[float])(cols["ep"])
     # Memory and the rules first, on every plan; the step time only of the plans that fit.
-    screen = screen_training(spec, machine, TrainPlan(**cols), work)
+    screen = screen_training(spec, machine, TrainPlan(**cols), work, options.threads)
     over_headroom = screen.feasible & (screen.hbm_used_bytes > machine.hbm_bytes * (1 - options.memory_headroom))
     feasible = np.flatnonzero(screen.feasible & ~over_headroom)
     fitting = _rows(cols, feasible)
     plans = PlanTable({}) if not len(feasible) else _table(
-        estimate_training(spec, machine, TrainPlan(**fitting), work, detail=False), fitting,
+        estimate_training(spec, machine, TrainPlan(**fitting), work, detail=False, threads=options.threads), fitting,
         np.ones(len(feasible), dtype=bool), k, machine)
     if progress:
         progress(n)
@@ -327,7 +312,8 @@ def _evaluate_candidate(spec, db, system, devices, work, options, counter: Count
         out.cpsat_models = models
         if rows:
             stacked = {f: np.array([r[f] for r in rows]) for f in PLAN_FIELDS}
-            checked = estimate_training(spec, machine, TrainPlan(**stacked), work, detail=False)
+            checked = estimate_training(spec, machine, TrainPlan(**stacked), work, detail=False,
+                                        threads=options.threads)
             out.offloaded = int(checked.feasible.sum())
             out.table = PlanTable.concat([out.table, _table(checked, stacked, checked.feasible, k, machine)])
     return out
@@ -407,12 +393,13 @@ def _offload_branch_and_bound(spec, machine, work, cols, memory_bound, places, t
     if np.isfinite(incumbent):
         memory_bound = memory_bound[step_time_floor(spec, machine, TrainPlan(**cols), work)[memory_bound] < incumbent]
         if len(memory_bound):
-            hbm_only = estimate_training(spec, machine, TrainPlan(**_rows(cols, memory_bound)), work, detail=False)
+            hbm_only = estimate_training(spec, machine, TrainPlan(**_rows(cols, memory_bound)), work, detail=False,
+                                         threads=options.threads)
             memory_bound = memory_bound[hbm_only.step_time_s < incumbent]
     if not len(memory_bound):
         return [], 0, np.inf
     base_time, delta, part_bytes, fixed = _offload_costs(spec, machine, work, cols, memory_bound, places,
-                                                         options.space)
+                                                         options.space, options.threads)
     bound = _relaxed_bound(base_time, delta, part_bytes, fixed, hbm_cap)
     order = np.argsort(bound, kind="stable")
     order = order[np.isfinite(bound[order])]

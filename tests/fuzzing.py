@@ -95,9 +95,9 @@ def vocabulary() -> dict[str, tuple[str, ...]]:
     from perfmodel.exports import FRAMEWORKS
     from perfmodel.plan import (ACTIVATION_PRECISIONS, ATTENTION, KV_PRECISIONS, OVERLAP, PLACES, RECOMPUTE,
                                 WEIGHT_PRECISIONS)
-    from perfmodel.search.requests import SERVE_MODES as MODES
-    from perfmodel.search.requests import SERVE_OBJECTIVES
-    from perfmodel.search.requests import TRAIN_OBJECTIVES as OBJECTIVES
+    from perfmodel.search.vocabulary import SERVE_MODES as MODES
+    from perfmodel.search.vocabulary import SERVE_OBJECTIVES
+    from perfmodel.search.vocabulary import TRAIN_OBJECTIVES as OBJECTIVES
     from perfmodel.cli.options import CHARTS
 
     db = load_database()

@@ -8,7 +8,7 @@ approximated. Importing this package loads nothing heavy (the command line lists
 
 from dataclasses import dataclass
 
-from perfmodel.hardware_db.errors import SpecError
+from .errors import ExportError  # noqa: F401 (the package's error, raised by its writers)
 
 TRAINING = ("megatron", "nemo", "torchtitan", "deepspeed")
 SERVING = ("vllm", "sglang", "trtllm", "dynamo")
@@ -26,7 +26,7 @@ class Capabilities:
     precisions: tuple[str, ...] = ("bf16", "fp16", "fp8")
     offload: tuple[tuple[str, tuple[str, ...]], ...] = ()   # (plan field, tiers it may move to)
     offload_zero: tuple[int, ...] = (1, 2, 3)  # ZeRO stages offloading works with
-    sharding: tuple[str, ...] = ("flat",)      # sharding families it runs (search.space.SHARDING)
+    sharding: tuple[str, ...] = ("flat",)      # sharding families it runs (search.vocabulary.SHARDING)
     hsdp_zero: tuple[int, ...] = (1, 2, 3)     # ZeRO stages its sub-group sharding works with
     shard_whole_cp: bool = False               # sub-groups hold whole context-parallel groups (torchtitan's mesh)
     zeropp_with_groups: bool = True            # ZeRO++ with sub-group sharding too (DeepSpeed's: not with MiCS)
@@ -57,10 +57,6 @@ CAPABILITIES = {
                               sharding=("flat", "hsdp", "hpz", "qwz", "qgz"), hsdp_zero=(3,), zeropp_with_groups=False,
                               tp_overlap=False, ep_overlap=False),
 }
-
-
-class ExportError(SpecError):
-    """The plan is valid but the framework cannot express it (an offload tier, a parallelism it lacks)."""
 
 
 def check_framework(framework: str, kind: str) -> None:

@@ -11,7 +11,7 @@ import json
 import math
 from dataclasses import dataclass
 
-from . import ExportError
+from .errors import ExportError
 from .scripts import command, flatten
 from .vendored import checked, vendored
 

@@ -10,7 +10,7 @@ import math
 import shlex
 from dataclasses import dataclass
 
-from . import ExportError
+from .errors import ExportError
 from .scripts import command, flatten
 from .vendored import checked, vendored
 

@@ -125,7 +125,7 @@ def test_training_is_bf16_unless_fp8_is_named(capsys):
 
 def test_serving_keeps_the_models_own_format_and_fp8_unless_asked(capsys):
     from perfmodel.catalog import find_model
-    from perfmodel.search.serve import default_weight_precisions
+    from perfmodel.search.options import default_weight_precisions
 
     assert default_weight_precisions(find_model("llama-3.1-70b")) == ("bf16", "fp8")
     assert default_weight_precisions(find_model("deepseek-v3")) == ("fp8",)

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from perfmodel.catalog import find_model
 from perfmodel.search.brute import brute_force_fleet
 from perfmodel.search import fleet
-from perfmodel.search.serve import Demand, Lengths, ServeSearchOptions, fleet_instance, pool_options, search_serving, slo_of
+from perfmodel.search.options import Demand, Lengths, ServeSearchOptions
+from perfmodel.search.serve import fleet_instance, pool_options, search_serving, slo_of
 
 
 SMALL = ServeSearchOptions(weight_precisions=("fp8",), activation_precisions=("a8",), kv_precisions=("fp8",),
