@@ -18,271 +18,21 @@ without pyplot's global state. Outputs carry no dates, so the same document give
 
 from __future__ import annotations
 
-import html
-import io
-import json
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from perfmodel.hardware_db.errors import SpecError
 
-SUFFIXES = (".png", ".svg", ".html")
-FIGSIZE_IN = (8.0, 5.0)
-PNG_DPI = 150
+from .chart_kit import (FIGSIZE_IN, Table, drawing, identity, log_gap, number, require, save, serve_plan_text, si,
+                        si_axis, spread, system_text, target, time_axis, time_unit, train_plan_text, usd)
+
 # Precisions whose ceilings `compare` draws, and the line style of each (when an entry lists it).
 COMPARE_PRECISIONS = {"bf16": "-", "fp8": "--", "fp4": ":"}
 # Which plan field places each training state that can leave HBM (all other components stay in
 # HBM, except one named "<component> in <tier>", as serving names its KV cache off HBM).
 PLACED_BY = {"weights": "param_place", "gradients": "grad_place", "optimizer states": "optimizer_place"}
-
-_RC = {"svg.fonttype": "none", "svg.hashsalt": "perfmodel", "font.size": 8, "axes.titlesize": 9,
-       "axes.labelsize": 8, "xtick.labelsize": 7, "ytick.labelsize": 7, "legend.fontsize": 7,
-       "figure.titlesize": 10, "axes.spines.top": False, "axes.spines.right": False}
-
-# What each kind of document is, as a user would name the command that prints it.
-_COMMANDS = {
-    "plan-train-pareto": "`perfmodel plan train --pareto --json`",
-    "plan-serve-pareto": "`perfmodel plan serve --pareto --json`",
-    "plan-train": "`perfmodel plan train --json` (without --pareto)",
-    "plan-serve": "`perfmodel plan serve --json` (without --pareto)",
-    "estimate-train": "`perfmodel estimate train --json`",
-    "estimate-serve": "`perfmodel estimate serve --json`",
-    "compare": "`perfmodel compare --json`",
-}
-
-
-@dataclass(frozen=True)
-class Table:
-    """The numbers a chart draws, as text: column headers (with units) and rows."""
-
-    columns: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-
-
-# --- small pure helpers ------------------------------------------------------------------------
-
-_PREFIXES = {-12: "p", -9: "n", -6: "µ", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P", 18: "E"}
-
-
-def si(value: float | None, unit: str = "", digits: int = 3, sep: str = " ") -> str:
-    """``value`` with an SI prefix and ``digits`` significant digits: ``si(3.35e12, "B/s")`` is
-    ``"3.35 TB/s"``; None is ``"-"``."""
-    if value is None or not math.isfinite(value):
-        return "-"
-    if value == 0:
-        return f"0{sep}{unit}".rstrip()
-    rounded = float(f"{value:.{digits}g}")
-    exp3 = max(-12, min(18, math.floor(math.log10(abs(rounded)) / 3) * 3))
-    return f"{rounded / 10 ** exp3:.{digits}g}{sep}{_PREFIXES[exp3]}{unit}".rstrip()
-
-
-def usd(value: float | None) -> str:
-    """US dollars with an SI prefix: ``usd(963894.8)`` is ``"$964k"``."""
-    return "-" if value is None else "$" + si(value, sep="")
-
-
-def time_unit(seconds: float) -> tuple[float, str]:
-    """(factor, unit) that prints ``seconds`` as s, ms or µs: multiply seconds by the factor."""
-    if seconds >= 1.0:
-        return 1.0, "s"
-    if seconds >= 1e-3:
-        return 1e3, "ms"
-    return 1e6, "µs"
-
-
-def spread(values: list[float], gap: float) -> list[float]:
-    """Positions near ``values`` (same order) at least ``gap`` apart: labels that do not overlap.
-
-    Sorted, each position is pushed up to ``gap`` above the one below, then the whole group is
-    shifted back down by half of what it gained, so labels stay centred on their points.
-    """
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    placed: list[float] = []
-    for i in order:
-        placed.append(values[i] if not placed else max(values[i], placed[-1] + gap))
-    shift = (sum(placed) - sum(values[i] for i in order)) / (2 * len(values)) if values else 0.0
-    out = [0.0] * len(values)
-    for rank, i in enumerate(order):
-        out[i] = placed[rank] - shift
-    return out
-
-
-def train_plan_text(plan: dict) -> str:
-    """A training plan in a few tokens: ``tp1 pp4/v2 cp8 dp2 z2 bf16 opt>ddr``."""
-    g = plan.get
-    parts = [f"tp{g('tp', 1)}", f"pp{g('pp', 1)}" + (f"/v{g('interleave')}" if (g("interleave") or 1) > 1 else "")
-             + ("/e" if g("ends_as_layers") else "")]
-    parts += [f"{k}{g(k)}" for k in ("cp", "ep") if (g(k) or 1) > 1]
-    parts.append(f"dp{g('dp', 1)}")
-    if (g("micro_batch") or 1) > 1:
-        parts.append(f"mb{g('micro_batch')}")
-    parts.append(f"z{g('zero', 0)}")
-    sharding = (("shard", "s"), ("shard_weights", "w/"), ("shard_grads", "g/"), ("hpz", "hpz"))
-    parts += [f"{short}{int(g(key))}" for key, short in sharding if int(g(key) or 0) > (1 if key == "hpz" else 0)]
-    parts += [key for key in ("qwz", "qgz") if g(key)]
-    if g("recompute") not in (None, "none"):
-        parts.append(f"rc:{str(g('recompute'))[:4]}")
-    if g("precision"):
-        parts.append(str(g("precision")))
-    for key, short in (("optimizer_place", "opt"), ("grad_place", "grad"), ("param_place", "param")):
-        if g(key) not in (None, "hbm"):
-            parts.append(f"{short}>{g(key)}")
-    return " ".join(parts)
-
-
-def serve_pool_text(pool: dict) -> str:
-    """One serving pool in a few tokens: ``P 4x tp1 fp8/a8`` (role, instances, parallelism, formats)."""
-    c = pool.get("config") or {}
-    text = f"{str(pool.get('role', '?'))[:1].upper()} {pool.get('instances', '?')}x tp{c.get('tp', 1)}"
-    text += "".join(f" {k}{c[k]}" for k in ("pp", "ep") if (c.get(k) or 1) > 1)
-    text += f" {c.get('weight_precision', '?')}/{c.get('activation_precision', '?')}"
-    if c.get("kv_precision") and c.get("kv_precision") != c.get("weight_precision"):
-        text += f" kv:{c['kv_precision']}"
-    if (c.get("batch") or 1) > 1:
-        text += f" b{c['batch']}"
-    return text
-
-
-def serve_plan_text(row: dict) -> str:
-    """A serving deployment: its pools joined, colocated or disaggregated (``P ... | D ...``)."""
-    return " | ".join(serve_pool_text(p) for p in row.get("pools") or [])
-
-
-def doc_kind(doc: Any) -> str:
-    """Which command printed ``doc`` (a key of the command table), or a description of what it is."""
-    if not isinstance(doc, dict):
-        return f"a JSON {type(doc).__name__}, not an object"
-    if "entries" in doc and "metrics" in doc:
-        return "compare"
-    result = doc.get("result")
-    if isinstance(result, dict):
-        if "time_components_s" in result:
-            return "estimate-train"
-        if "prefill_components_s" in result:
-            return "estimate-serve"
-    best = doc.get("best")
-    if "evidence" in doc and ("objective" in doc or isinstance(best, dict)):
-        serve = "demand" in doc or (isinstance(best, dict) and "pools" in best)
-        return f"plan-{'serve' if serve else 'train'}" + ("-pareto" if "pareto" in doc else "")
-    return "the JSON of no command these plots read (keys: " + ", ".join(sorted(doc)[:6]) + ")"
-
-
-def _require(doc: Any, plot: str, kinds: tuple[str, ...]) -> str:
-    """The kind of ``doc``, or a one-line SpecError naming the commands ``plot`` takes."""
-    kind = doc_kind(doc)
-    if kind not in kinds:
-        wanted = " or ".join(_COMMANDS[k] for k in kinds)
-        found = _COMMANDS.get(kind, kind)
-        raise SpecError(f"the {plot} plot needs the JSON of {wanted}; this document is {found}")
-    return kind
-
-
-def _number(row: dict, *keys: str) -> tuple[str, float] | None:
-    """(key, value) of the first of ``keys`` whose value in ``row`` is a finite number."""
-    for key in keys:
-        value = row.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            return key, float(value)
-    return None
-
-
-def _identity(row: dict) -> str:
-    """What names one plan of a search (its plan or pools, system, devices, mode)."""
-    return json.dumps({k: row.get(k) for k in ("plan", "pools", "system", "devices", "mode")}, sort_keys=True)
-
-
-def _target(path) -> tuple[Path, str]:
-    """(path, format) from the suffix, or a one-line SpecError listing the allowed suffixes."""
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in SUFFIXES:
-        raise SpecError(f"plot file {path.name}: unknown suffix '{path.suffix}'; use one of {', '.join(SUFFIXES)}")
-    return path, suffix[1:]
-
-
-def _system_text(doc: dict) -> str:
-    return f"{doc.get('system', '?')} x {doc.get('devices', '?')}"
-
-
-# --- output ------------------------------------------------------------------------------------
-
-def check_available() -> None:
-    """Before a long search: a SpecError when matplotlib is not installed, so that --plot fails
-    before the work, not after it."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise SpecError("plotting needs matplotlib: pip install 'perfmodel[plot]'") from None
-
-
-@contextmanager
-def _drawing(size=FIGSIZE_IN):
-    """A new matplotlib Figure (constrained layout) inside perfmodel's style, or a SpecError
-    saying how to install matplotlib."""
-    try:
-        import matplotlib
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise SpecError("plotting needs matplotlib: pip install 'perfmodel[plot]'") from None
-    with matplotlib.rc_context(_RC):
-        yield Figure(figsize=size, layout="constrained")
-
-
-def html_page(title: str, svg: str, table: Table) -> str:
-    """A self-contained HTML page: ``title``, the inline ``svg`` figure and ``table``."""
-    esc = html.escape
-    head = "".join(f"<th>{esc(c)}</th>" for c in table.columns)
-    body = "\n".join("<tr>" + "".join(f"<td>{esc(v)}</td>" for v in row) + "</tr>" for row in table.rows)
-    return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-            f"<title>{esc(title)}</title>\n<style>\n"
-            "body{font-family:sans-serif;margin:1.5em;color:#222}\n"
-            "figure{margin:0}svg{max-width:100%;height:auto}\n"
-            "table{border-collapse:collapse;font-size:13px;margin-top:1em}\n"
-            "th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}\n"
-            "td:first-child,th:first-child{text-align:left}\n</style>\n</head>\n<body>\n"
-            f"<h1 style=\"font-size:16px\">{esc(title)}</h1>\n<figure>\n{svg}\n</figure>\n"
-            f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>\n</body>\n</html>\n")
-
-
-def _save(fig, path: Path, fmt: str, title: str, table: Table) -> Path:
-    """Write ``fig`` as PNG or SVG, or as an HTML page with its SVG and ``table``; no dates inside."""
-    if fmt == "png":
-        fig.savefig(path, format="png", dpi=PNG_DPI, metadata={"Software": None})
-    elif fmt == "svg":
-        fig.savefig(path, format="svg", metadata={"Date": None})
-    else:
-        buffer = io.StringIO()
-        fig.savefig(buffer, format="svg", metadata={"Date": None})
-        svg = buffer.getvalue()
-        path.write_text(html_page(title, svg[svg.index("<svg"):], table), encoding="utf-8")
-    fig.clear()
-    return path
-
-
-def _time_axis(axis, high_s: float) -> str:
-    """Tick labels of a time axis (data in seconds) in the unit that suits ``high_s``; returns it."""
-    from matplotlib.ticker import FuncFormatter
-
-    factor, unit = time_unit(high_s)
-    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v * factor:.6g}"))
-    return unit
-
-
-def _log_gap(fig, low: float, high: float, points: float = 8.5) -> float:
-    """The log10 distance that ``points`` (text height) spans on a log axis from ``low`` to
-    ``high`` filling most of ``fig``'s height: the spacing of labels that must not overlap."""
-    return math.log10(high / low) * points / 72.0 / (0.8 * fig.get_figheight())
-
-
-def _si_axis(axis, unit: str = "") -> None:
-    """SI-prefixed tick labels on a matplotlib axis (``10k``, ``3.4T``); no minor labels."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
-    axis.set_major_formatter(FuncFormatter(lambda v, _pos: si(v, unit, digits=4, sep="")))
-    axis.set_minor_formatter(NullFormatter())
 
 
 # --- 1. Pareto front ---------------------------------------------------------------------------
@@ -315,8 +65,8 @@ def _pareto_data(doc: dict, kind: str) -> _ParetoData:
     if not front:
         raise SpecError("the pareto plot needs at least one plan in the document's 'pareto' list; it is empty")
     best = doc.get("best") if isinstance(doc.get("best"), dict) else None
-    on_front = {_identity(r) for r in front}
-    others = [r for r in doc.get("top") or [] if isinstance(r, dict) and _identity(r) not in on_front]
+    on_front = {identity(r) for r in front}
+    others = [r for r in doc.get("top") or [] if isinstance(r, dict) and identity(r) not in on_front]
     rows = front + others + ([best] if best else [])
     if kind == "plan-train-pareto":
         panels = (_Panel("step_time_s", "step time", None),)
@@ -328,9 +78,9 @@ def _pareto_data(doc: dict, kind: str) -> _ParetoData:
                  + train_plan_text(r.get("plan") or {}) for r in front]
         title = f"Pareto front of {doc.get('model', '?')} training on {', '.join(systems)}"
     else:
-        pct = "p90" if all(_number(r, "ttft_p90_s") for r in front) else "p50"
+        pct = "p90" if all(number(r, "ttft_p90_s") for r in front) else "p50"
         slo = doc.get("demand", {}).get("slo_s") or {}
-        panels = tuple(_Panel(f"{m}_{pct}_s", f"{m.upper()} {pct}", _number(slo, f"{m}_{pct}") and slo[f"{m}_{pct}"])
+        panels = tuple(_Panel(f"{m}_{pct}_s", f"{m.upper()} {pct}", number(slo, f"{m}_{pct}") and slo[f"{m}_{pct}"])
                        for m in ("ttft", "tpot"))
         costs = [("usd_per_hour", "cost per hour (USD)"), ("usd_per_million_tokens", "cost per million tokens (USD)")]
         energy = ("joules_per_token", "energy per token (J)")
@@ -338,15 +88,15 @@ def _pareto_data(doc: dict, kind: str) -> _ParetoData:
         where = lambda r: (" " + "+".join(dict.fromkeys(str(p.get("system")) for p in r.get("pools") or []))  # noqa: E731
                            if mixed else "")
         texts = [f"{r.get('devices', '?')} dev{where(r)}: " + serve_plan_text(r) for r in front]
-        rate = _number(doc.get("demand") or {}, "rate")
+        rate = number(doc.get("demand") or {}, "rate")
         title = (f"Pareto front of {doc.get('model', '?')} serving on {', '.join(map(str, doc.get('systems') or []))}"
                  + (f" at {rate[1]:g} requests/s" if rate else ""))
-    cost = next(((k, label) for k, label in costs if all(_number(r, k) for r in rows)), None)
+    cost = next(((k, label) for k, label in costs if all(number(r, k) for r in rows)), None)
     if cost is None:
         raise SpecError(f"the pareto plot needs a cost ({' or '.join(k for k, _ in costs)}) in every plan; "
                         "some have none (a price missing for --pricing owned?)")
     for p in panels:
-        if not all(_number(r, p.key) for r in rows):
+        if not all(number(r, p.key) for r in rows):
             raise SpecError(f"the pareto plot needs '{p.key}' in every plan of the document; some have none")
     order = range(len(front))     # numbered as the command's Pareto table lists them
     return _ParetoData(title, panels, cost[0], cost[1], energy[0], energy[1], tuple(front[i] for i in order),
@@ -373,12 +123,12 @@ def pareto(doc: dict, path) -> Path:
     as colour; the optimum starred, the top plans off the front in grey, each front plan numbered
     and named in a key. Takes ``plan train --pareto --json`` or ``plan serve --pareto --json``
     (TTFT and TPOT panels, with the demand's SLO as dashed lines)."""
-    path, fmt = _target(path)
-    kind = _require(doc, "pareto", ("plan-train-pareto", "plan-serve-pareto"))
+    path, fmt = target(path)
+    kind = require(doc, "pareto", ("plan-train-pareto", "plan-serve-pareto"))
     data = _pareto_data(doc, kind)
     lines = [f"{i + 1:>2}  {t}" for i, t in enumerate(data.texts)] + [_KEY_NOTES[kind]]
     key_in = 0.12 * len(lines) + 0.2
-    with _drawing((FIGSIZE_IN[0], max(FIGSIZE_IN[1], 3.6 + key_in))) as fig:
+    with drawing((FIGSIZE_IN[0], max(FIGSIZE_IN[1], 3.6 + key_in))) as fig:
         from matplotlib.colors import Normalize
         from matplotlib.lines import Line2D
 
@@ -386,7 +136,7 @@ def pareto(doc: dict, path) -> Path:
         grid = fig.add_gridspec(2, n, height_ratios=(fig.get_figheight() - key_in, key_in))
         axes = [fig.add_subplot(grid[0, i]) for i in range(n)]
         key_ax = fig.add_subplot(grid[1, :])
-        energies = [r[data.energy_key] for r in data.front if _number(r, data.energy_key)]
+        energies = [r[data.energy_key] for r in data.front if number(r, data.energy_key)]
         norm = Normalize(min(energies), max(energies)) if energies else None
         for i, (ax, panel) in enumerate(zip(axes, data.panels)):
             xs = [r[panel.key] for r in data.front]
@@ -394,7 +144,7 @@ def pareto(doc: dict, path) -> Path:
             if data.others:
                 ax.scatter([r[panel.key] for r in data.others], [r[data.cost_key] for r in data.others], s=22,
                            facecolors="none", edgecolors="0.55", linewidths=0.8, zorder=2)
-            colours = [r[data.energy_key] if _number(r, data.energy_key) else float("nan") for r in data.front]
+            colours = [r[data.energy_key] if number(r, data.energy_key) else float("nan") for r in data.front]
             sc = ax.scatter(xs, ys, c=colours, cmap="viridis", norm=norm, s=30, edgecolors="k", linewidths=0.4,
                             zorder=3)
             for (x, y), text in _grouped_labels(list(zip(xs, ys))).items():
@@ -408,10 +158,10 @@ def pareto(doc: dict, path) -> Path:
                             xytext=(-3, 3), textcoords="offset points", ha="right", va="bottom", fontsize=6.5,
                             color="crimson")
             high = max([*xs, *(r[panel.key] for r in data.others), panel.slo_s or 0.0])
-            ax.set_xlabel(f"{panel.label} ({_time_axis(ax.xaxis, high)})")
+            ax.set_xlabel(f"{panel.label} ({time_axis(ax.xaxis, high)})")
             if i == 0:
                 ax.set_ylabel(data.cost_label)
-            _si_axis(ax.yaxis)
+            si_axis(ax.yaxis)
             ax.margins(0.12)
             ax.grid(True, linewidth=0.3, alpha=0.5)
         handles = [Line2D([], [], linestyle="", marker="o", markerfacecolor="tab:green", markeredgecolor="k",
@@ -436,7 +186,7 @@ def pareto(doc: dict, path) -> Path:
                   else serve_plan_text(r), *(si(r[p.key], digits=4) for p in data.panels), usd(r[data.cost_key]),
                   si(r.get(data.energy_key), digits=4)) for r in data.others]
         table = Table(("#", "set", "plan", *panels_cols, data.cost_label, data.energy_label), tuple(rows))
-        return _save(fig, path, fmt, data.title, table)
+        return save(fig, path, fmt, data.title, table)
 
 
 # --- 2. time breakdown -------------------------------------------------------------------------
@@ -483,8 +233,8 @@ def breakdown(doc: dict, path) -> Path:
     ``estimate train --json``: the step's exposed components, with the prediction interval as a
     whisker, then each communication's time on its link, exposed solid and hidden behind compute
     hatched. ``estimate serve --json``: TTFT and TPOT by component, each in its own unit."""
-    path, fmt = _target(path)
-    kind = _require(doc, "breakdown", ("estimate-train", "estimate-serve"))
+    path, fmt = target(path)
+    kind = require(doc, "breakdown", ("estimate-train", "estimate-serve"))
     result = doc["result"]
     if kind == "estimate-train":
         bars = [("step", "time_components_s", "step_time_s", "step_time_range_s")]
@@ -496,17 +246,17 @@ def breakdown(doc: dict, path) -> Path:
     for _, key, _, _ in bars:
         if not _positive(result.get(key)):
             raise SpecError(f"the breakdown plot needs positive times in result.{key}; the document has none")
-    title = f"{what} of {doc.get('model', '?')} on {_system_text(doc)}"
+    title = f"{what} of {doc.get('model', '?')} on {system_text(doc)}"
     links = _positive(result.get("time_on_link_s")) if kind == "estimate-train" else {}
     rows = []
-    with _drawing() as fig:
+    with drawing() as fig:
         from matplotlib.patches import Patch
 
         axes = fig.subplots(len(bars), 1, squeeze=False)[:, 0]
         colours = _colours([n for _, key, _, _ in bars for n in _positive(result[key])] + list(links))
         for ax, (label, key, total_key, range_key) in zip(axes, bars):
             parts = _positive(result[key])
-            total = _number(result, total_key)
+            total = number(result, total_key)
             total_s = total[1] if total else sum(parts.values())
             span = [v for v in result.get(range_key) or [] if isinstance(v, (int, float)) and math.isfinite(v)]
             high = max([total_s, *span, *links.values()])
@@ -540,7 +290,7 @@ def breakdown(doc: dict, path) -> Path:
             ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
         fig.suptitle(title)
         table = Table(("bar", "component", "seconds", "share"), tuple(rows))
-        return _save(fig, path, fmt, title, table)
+        return save(fig, path, fmt, title, table)
 
 
 def _patch(colour):
@@ -576,7 +326,7 @@ def _roofs_from_doc(doc: dict, kind: str) -> _Roofs:
     """The device's peak FLOP/s per precision and HBM bandwidth: from ``result.device`` when the
     document has it, else from the hardware database entry of the document's ``system``."""
     device = doc["result"].get("device")
-    if isinstance(device, dict) and _number(device, "hbm_bytes_per_s"):
+    if isinstance(device, dict) and number(device, "hbm_bytes_per_s"):
         wanted = _precisions(doc.get("plan") or {}, kind)
         peaks = {p: v for p, v in (_positive(device.get("peak_flops_per_s")) or {}).items() if p in wanted}
         if peaks:
@@ -601,14 +351,14 @@ def _operator_points(result: dict) -> list[tuple[str, float, float, str, float]]
     """(name, FLOP/byte, achieved FLOP/s, bound, seconds) of each operator with FLOPs, bytes and
     time, by intensity."""
     ops = result.get("operators_s") or {}
-    missing = sorted(n for n, o in ops.items() if not (isinstance(o, dict) and _number(o, "flops") and _number(o, "bytes")))
+    missing = sorted(n for n, o in ops.items() if not (isinstance(o, dict) and number(o, "flops") and number(o, "bytes")))
     if not ops or missing:
         raise SpecError("the roofline plot needs each operator's FLOPs and bytes (result.operators_s.<operator>"
                         ".flops and .bytes, per step on the busiest device); this document's operators have "
                         f"only {', '.join(sorted({k for o in ops.values() if isinstance(o, dict) for k in o})) or 'nothing'}")
     points = []
     for name, op in ops.items():
-        flops, moved, seconds = op["flops"], op["bytes"], _number(op, "seconds")
+        flops, moved, seconds = op["flops"], op["bytes"], number(op, "seconds")
         if flops > 0 and moved > 0 and seconds and seconds[1] > 0:
             points.append((name, flops / moved, flops / seconds[1], str(op.get("bound", "?")), seconds[1]))
     if not points:
@@ -622,16 +372,16 @@ def roofline(doc: dict, path) -> Path:
     FLOPs / seconds), coloured by the bound the model reports and named in a key. Takes ``estimate train|serve --json`` whose
     operators carry ``flops`` and ``bytes``; the peaks come from ``result.device``
     (``peak_flops_per_s`` by precision, ``hbm_bytes_per_s``) or the system's database entry."""
-    path, fmt = _target(path)
-    kind = _require(doc, "roofline", ("estimate-train", "estimate-serve"))
+    path, fmt = target(path)
+    kind = require(doc, "roofline", ("estimate-train", "estimate-serve"))
     points = _operator_points(doc["result"])
     roofs = _roofs_from_doc(doc, kind)
-    title = f"Operator roofline of {doc.get('model', '?')} on {_system_text(doc)}"
+    title = f"Operator roofline of {doc.get('model', '?')} on {system_text(doc)}"
     ridges = {p: peak / roofs.bytes_per_s for p, peak in roofs.peaks.items()}
     xs = [p[1] for p in points] + list(ridges.values())
     lo = 10 ** math.floor(math.log10(min(xs)) - 0.3)
     hi = 10 ** math.ceil(math.log10(max(xs)) + 0.3)
-    with _drawing() as fig:
+    with drawing() as fig:
         ax = fig.add_subplot()
         top = max(roofs.peaks.values())
         ax.plot([lo, top / roofs.bytes_per_s], [roofs.bytes_per_s * lo, top], color="0.25", linewidth=1.2)
@@ -658,8 +408,8 @@ def roofline(doc: dict, path) -> Path:
         ax.set_ylim(bottom, top * 3)
         ax.set_xlabel("arithmetic intensity (FLOP/byte)")
         ax.set_ylabel("achieved (FLOP/s)")
-        _si_axis(ax.xaxis)
-        _si_axis(ax.yaxis)
+        si_axis(ax.xaxis)
+        si_axis(ax.yaxis)
         ax.grid(True, which="major", linewidth=0.3, alpha=0.5)
         ax.legend(loc="lower right", frameon=False, title=f"roofs: {roofs.source}", title_fontsize=6.5)
         fig.suptitle(title)
@@ -669,7 +419,7 @@ def roofline(doc: dict, path) -> Path:
                  for p, peak in roofs.peaks.items()]
         rows.append(("memory slope", "", si(roofs.bytes_per_s, "B/s", 4), "", ""))
         table = Table(("operator", "intensity", "achieved", "bound", "seconds"), tuple(rows))
-        return _save(fig, path, fmt, title, table)
+        return save(fig, path, fmt, title, table)
 
 
 # --- 4. memory per tier ------------------------------------------------------------------------
@@ -695,7 +445,7 @@ def tier_parts(result: dict, plan: dict) -> dict[str, dict[str, float]]:
     for name, value in parts.items():
         out.setdefault(_tier_of(name, plan, known), {})[name] = value
     for tier, info in tiers.items():
-        used = _number(info or {}, "used_bytes")
+        used = number(info or {}, "used_bytes")
         mine = out.get(tier, {})
         if used and abs(sum(mine.values()) - used[1]) > 1e-6 * max(used[1], 1.0):
             out[tier] = {"used (not split by component)": used[1]}
@@ -707,20 +457,20 @@ def tier_parts(result: dict, plan: dict) -> dict[str, dict[str, float]]:
 def memory(doc: dict, path) -> Path:
     """Memory per device in each tier (HBM, DDR, CXL, NVMe...), a stacked bar of its components
     (bytes) per tier with the tier's capacity as a red line. Takes ``estimate train|serve --json``."""
-    path, fmt = _target(path)
-    _require(doc, "memory", ("estimate-train", "estimate-serve"))
+    path, fmt = target(path)
+    require(doc, "memory", ("estimate-train", "estimate-serve"))
     result = doc["result"]
     tiers = tier_parts(result, doc.get("plan") or {})
     if not any(tiers.values()):
         raise SpecError("the memory plot needs result.memory_per_device_bytes; the document has no positive entry")
     info = result.get("memory_tiers") or {}
-    title = f"Memory per device of {doc.get('model', '?')} on {_system_text(doc)}"
+    title = f"Memory per device of {doc.get('model', '?')} on {system_text(doc)}"
     rows = []
-    with _drawing((FIGSIZE_IN[0], min(FIGSIZE_IN[1], 1.6 + 1.0 * len(tiers)))) as fig:
+    with drawing((FIGSIZE_IN[0], min(FIGSIZE_IN[1], 1.6 + 1.0 * len(tiers)))) as fig:
         axes = fig.subplots(len(tiers), 1, squeeze=False)[:, 0]
         colours = _colours(sorted({c for parts in tiers.values() for c in parts}))
         for ax, (tier, parts) in zip(axes, tiers.items()):
-            capacity = _number(info.get(tier) or {}, "capacity_bytes")
+            capacity = number(info.get(tier) or {}, "capacity_bytes")
             high = max(sum(parts.values()), capacity[1] if capacity else 0.0) or 1.0
             left = 0.0
             for name, value in parts.items():
@@ -741,7 +491,7 @@ def memory(doc: dict, path) -> Path:
             ax.set_yticks([0], [tier.upper() + (f"\n{named}" if named else "")])
             ax.set_ylim(-0.5, 1.0)
             ax.set_xlim(0, high * 1.04)
-            _si_axis(ax.xaxis, "B")
+            si_axis(ax.xaxis, "B")
             ax.grid(True, axis="x", linewidth=0.3, alpha=0.5)
         axes[-1].set_xlabel("bytes per device" + (" (each tier on its own scale)" if len(tiers) > 1 else "")
                             + "; red line: the tier's capacity")
@@ -749,7 +499,7 @@ def memory(doc: dict, path) -> Path:
         fig.legend(handles, list(colours), loc="outside lower center", ncol=min(len(colours), 6), frameon=False)
         fig.suptitle(title)
         table = Table(("tier", "component", "bytes per device"), tuple(rows))
-        return _save(fig, path, fmt, title, table)
+        return save(fig, path, fmt, title, table)
 
 
 # --- 5. device comparison ----------------------------------------------------------------------
@@ -759,8 +509,8 @@ def compare_roofs(doc: dict) -> list[tuple[str, float, dict[str, float]]]:
     bandwidth and at least one of ``COMPARE_PRECISIONS``."""
     out = []
     for e in doc.get("entries") or []:
-        bw = _number(e, "hbm_bytes_per_s")
-        peaks = {p: float(e[f"peak_{p}_flops"]) for p in COMPARE_PRECISIONS if _number(e, f"peak_{p}_flops")}
+        bw = number(e, "hbm_bytes_per_s")
+        peaks = {p: float(e[f"peak_{p}_flops"]) for p in COMPARE_PRECISIONS if number(e, f"peak_{p}_flops")}
         if bw and peaks:
             out.append((str(e.get("name", "?")), bw[1], peaks))
     return out
@@ -770,8 +520,8 @@ def compare(doc: dict, path) -> Path:
     """Log-log rooflines of the compared devices: each device's memory slope (HBM bytes/s x FLOP/byte)
     and its compute ceilings (bf16 solid, fp8 dashed, fp4 dotted, where listed), labelled with the
     peak; x is arithmetic intensity (FLOP/byte), y attainable FLOP/s. Takes ``compare --json``."""
-    path, fmt = _target(path)
-    _require(doc, "compare", ("compare",))
+    path, fmt = target(path)
+    require(doc, "compare", ("compare",))
     devices = compare_roofs(doc)
     if not devices:
         raise SpecError("the compare plot needs entries with hbm_bytes_per_s and a peak "
@@ -782,7 +532,7 @@ def compare(doc: dict, path) -> Path:
     lo = 10 ** math.floor(math.log10(min(ridges)) - 2)
     hi = 10 ** math.ceil(math.log10(max(ridges)) + 0.5)
     rows = []
-    with _drawing() as fig:
+    with drawing() as fig:
         from matplotlib.lines import Line2D
 
         ax = fig.add_subplot()
@@ -798,7 +548,7 @@ def compare(doc: dict, path) -> Path:
                 labels.append((f"{name} {p} {si(peak, 'FLOP/s')}", peak, c))
                 rows.append((name, p, si(peak, "FLOP/s", 4), si(bw, "B/s", 4), si(peak / bw, "FLOP/B", 4)))
         bottom, top = min(bw for _, bw, _ in devices) * lo / 2, max(v for _, v, _ in labels) * 2.5
-        logy = spread([math.log10(v) for _, v, _ in labels], _log_gap(fig, bottom, top))
+        logy = spread([math.log10(v) for _, v, _ in labels], log_gap(fig, bottom, top))
         for (text, _v, c), ly in zip(labels, logy):
             ax.text(hi * 1.05, 10 ** ly, text, fontsize=6.5, color=c, va="center", ha="left", clip_on=False)
         ax.set_xscale("log")
@@ -807,8 +557,8 @@ def compare(doc: dict, path) -> Path:
         ax.set_ylim(bottom, top)
         ax.set_xlabel("arithmetic intensity (FLOP/byte)")
         ax.set_ylabel("attainable (FLOP/s)")
-        _si_axis(ax.xaxis)
-        _si_axis(ax.yaxis)
+        si_axis(ax.xaxis)
+        si_axis(ax.yaxis)
         ax.grid(True, which="major", linewidth=0.3, alpha=0.5)
         handles = [Line2D([], [], color=colours[n], linewidth=1.3) for n in names]
         texts = [f"{n}: HBM {si(bw, 'B/s')}" for n, bw, _ in devices]
@@ -818,4 +568,4 @@ def compare(doc: dict, path) -> Path:
         ax.legend(handles, texts, loc="upper left", frameon=False)
         fig.suptitle(title)
         table = Table(("device", "precision", "peak", "HBM bandwidth", "ridge point"), tuple(rows))
-        return _save(fig, path, fmt, title, table)
+        return save(fig, path, fmt, title, table)

@@ -954,7 +954,7 @@ def _searched(db, request, output, kind: str, search, what: str):
     framework runs; the search run under a progress bar (silent for --json and --csv). --plot
     without matplotlib fails before the search."""
     if output.plot:
-        from .plots import check_available
+        from .chart_kit import check_available
 
         check_available()
     if output.export:

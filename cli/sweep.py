@@ -197,12 +197,12 @@ def print_report(doc: dict) -> None:
 
 def _pareto_figure(rows: list[dict], p: dict, path: str) -> str:
     """Every point's time against its cost, the front marked (PNG, SVG, or HTML with the front's table)."""
-    from .plots import Table, _drawing, _save, _target
+    from .chart_kit import Table, drawing, save, target
 
-    target, kind = _target(path)
+    file, kind = target(path)
     mine = [r for r in rows if r.get("workload") == p["workload"] and isinstance(r.get(p["time"]), (int, float))
             and isinstance(r.get(p["cost"]), (int, float))]
-    with _drawing() as fig:
+    with drawing() as fig:
         ax = fig.add_subplot()
         ax.scatter([r[p["time"]] for r in mine], [r[p["cost"]] for r in mine], s=8, color="#9ab", label="points")
         front = p["points"]
@@ -214,18 +214,18 @@ def _pareto_figure(rows: list[dict], p: dict, path: str) -> str:
         cols = tuple(front[0]) if front else ("point",)
         table = Table(cols, tuple(tuple(fmt(v) if isinstance(v, (int, float)) else str(v) for v in r.values())
                                   for r in front))
-        return str(_save(fig, target, kind, f"Pareto front of {p['workload']}", table))
+        return str(save(fig, file, kind, f"Pareto front of {p['workload']}", table))
 
 
 def _heatmap_figure(h: dict, path: str) -> str:
     """The metric over two parameters as a colour map (PNG, SVG, or HTML with the table)."""
     import numpy as np
 
-    from .plots import Table, _drawing, _save, _target
+    from .chart_kit import Table, drawing, save, target
 
-    target, kind = _target(path)
+    file, kind = target(path)
     values = np.array([[np.nan if v is None else v for v in line] for line in h["values"]])
-    with _drawing() as fig:
+    with drawing() as fig:
         ax = fig.add_subplot()
         image = ax.imshow(values, origin="lower", aspect="auto", cmap="viridis")
         ax.set_xticks(range(len(h["x_values"])), [fmt(v) for v in h["x_values"]], rotation=45)
@@ -242,4 +242,4 @@ def _heatmap_figure(h: dict, path: str) -> str:
                             color="black" if v > middle else "white")
         rows = tuple((fmt(y), *("-" if v != v else fmt(v) for v in line)) for y, line in zip(h["y_values"], values))
         table = Table((f"{h['y']} / {h['x']}", *(fmt(x) for x in h["x_values"])), rows)
-        return str(_save(fig, target, kind, f"{h['metric']} over {h['x']} x {h['y']}", table))
+        return str(save(fig, file, kind, f"{h['metric']} over {h['x']} x {h['y']}", table))

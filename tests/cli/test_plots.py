@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from perfmodel.cli import plots  # noqa: E402
+from perfmodel.cli import chart_kit, plots  # noqa: E402
 from perfmodel.cli.app import main  # noqa: E402
 from perfmodel.hardware_db.errors import SpecError  # noqa: E402
 
@@ -75,7 +75,7 @@ def _doc(docs, plot: str, name: str) -> dict:
     return docs[name]
 
 
-@pytest.mark.parametrize("suffix", plots.SUFFIXES)
+@pytest.mark.parametrize("suffix", chart_kit.SUFFIXES)
 @pytest.mark.parametrize("plot, name, labels", CASES, ids=[f"{p}-{n.replace(' ', '-')}" for p, n, _ in CASES])
 def test_each_plot_in_each_format(docs, tmp_path, plot, name, labels, suffix):
     path = tmp_path / f"chart{suffix}"
@@ -86,7 +86,7 @@ def test_each_plot_in_each_format(docs, tmp_path, plot, name, labels, suffix):
 
         assert path.read_bytes()[:8] == PNG_MAGIC
         height, width, channels = imread(path).shape
-        assert width == plots.FIGSIZE_IN[0] * plots.PNG_DPI and 300 <= height <= 1200 and channels in (3, 4)
+        assert width == chart_kit.FIGSIZE_IN[0] * chart_kit.PNG_DPI and 300 <= height <= 1200 and channels in (3, 4)
     elif suffix == ".svg":
         text = _svg_text(path)
         assert all(label in text for label in labels), [la for la in labels if la not in text]
@@ -109,8 +109,8 @@ def test_compare_table_holds_the_documents_numbers(docs, tmp_path):
     path = plots.compare(docs["compare"], tmp_path / "c.html")
     page = path.read_text(encoding="utf-8")
     for entry in docs["compare"]["entries"]:
-        assert plots.si(entry["peak_bf16_flops"], "FLOP/s", 4) in page
-        assert plots.si(entry["hbm_bytes_per_s"], "B/s", 4) in page
+        assert chart_kit.si(entry["peak_bf16_flops"], "FLOP/s", 4) in page
+        assert chart_kit.si(entry["hbm_bytes_per_s"], "B/s", 4) in page
 
 
 def test_breakdown_table_adds_up_to_the_step(docs, tmp_path):
@@ -154,7 +154,7 @@ def test_unknown_suffix_is_one_line(docs, tmp_path):
     with pytest.raises(SpecError) as err:
         plots.compare(docs["compare"], tmp_path / "chart.pdf")
     message = str(err.value)
-    assert "\n" not in message and all(s in message for s in plots.SUFFIXES)
+    assert "\n" not in message and all(s in message for s in chart_kit.SUFFIXES)
     assert not (tmp_path / "chart.pdf").exists()
 
 
@@ -211,26 +211,26 @@ def test_importing_plots_does_not_import_matplotlib():
     (0.0125, "s", "12.5 ms"), (0.0, "B", "0 B"), (None, "s", "-"), (-2500.0, "", "-2.5 k"),
 ])
 def test_si(value, unit, text):
-    assert plots.si(value, unit) == text
+    assert chart_kit.si(value, unit) == text
 
 
 def test_spread_keeps_labels_apart_and_in_order():
     values = [1.0, 1.01, 1.02, 3.0]
-    out = plots.spread(values, 0.1)
+    out = chart_kit.spread(values, 0.1)
     ordered = sorted(out)
     assert all(b - a >= 0.1 - 1e-12 for a, b in zip(ordered, ordered[1:]))
     assert [sorted(values).index(v) for v in values] == [ordered.index(o) for o in out]
-    assert plots.spread([5.0], 1.0) == [5.0]
+    assert chart_kit.spread([5.0], 1.0) == [5.0]
 
 
 def test_plan_texts():
     plan = {"tp": 1, "pp": 4, "interleave": 2, "cp": 8, "dp": 2, "ep": 1, "zero": 2, "recompute": "none",
             "precision": "bf16", "optimizer_place": "ddr", "grad_place": "hbm", "param_place": "hbm"}
-    assert plots.train_plan_text(plan) == "tp1 pp4/v2 cp8 dp2 z2 bf16 opt>ddr"
+    assert chart_kit.train_plan_text(plan) == "tp1 pp4/v2 cp8 dp2 z2 bf16 opt>ddr"
     pool = {"role": "prefill", "instances": 4, "config": {"tp": 1, "pp": 1, "ep": 1, "batch": 1,
                                                           "weight_precision": "fp8", "activation_precision": "a8",
                                                           "kv_precision": "bf16"}}
-    assert plots.serve_pool_text(pool) == "P 4x tp1 fp8/a8 kv:bf16"
+    assert chart_kit.serve_pool_text(pool) == "P 4x tp1 fp8/a8 kv:bf16"
 
 
 def test_a_component_named_in_a_tier_goes_there():

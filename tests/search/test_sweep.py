@@ -129,6 +129,11 @@ def test_the_command_writes_the_table_and_reports(tmp_path, capsys):
     assert train["elasticities"]["step_time_s"]["hbm_tb_per_s"] <= 0   # more bandwidth is never slower
     assert len(report["heatmap"]["values"]) == 2
     assert main(["sweep", "report", str(tmp_path / "none")]) == 2
+    pytest.importorskip("matplotlib")
+    for extra, name in ((["--heatmap", "hbm_tb_per_s,scale_up_domain"], "map.html"), (["--pareto"], "front.svg")):
+        chart = tmp_path / name
+        assert main(["sweep", "report", str(out), "--json", "--plot", str(chart), *extra]) == 0
+        assert json.loads(capsys.readouterr().out)["files"] == [str(chart)] and chart.stat().st_size > 1000
 
 
 def test_an_interrupted_run_resumes_from_the_rows_it_wrote(tmp_path):
