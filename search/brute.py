@@ -16,7 +16,7 @@ from perfmodel.plan import INTERLEAVED, PLACES
 from perfmodel.training import TrainPlan, TrainWorkload, estimate_training
 
 from .space import SpaceOptions, build_space
-from .train import PLAN_FIELDS
+from .space import PLAN_FIELDS
 
 
 OBJECTIVE_OF = {"time": "step_time_s", "cost": "cost_per_million_tokens_usd", "energy": "energy_per_token_j"}

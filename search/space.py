@@ -53,6 +53,12 @@ LEFT_OUT = (
     "micro-batches above 8 and interleaving above 8",
 )
 
+# The columns of a plan the lattice holds (perfmodel.training.TrainPlan's fields a search sets).
+PLAN_FIELDS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "interleave", "ends_as_layers", "micro_batch", "zero",
+               "recompute", "sp", "tp_overlap", "ep_overlap", "precision",
+               "optimizer_place", "grad_place", "param_place", "moe_imbalance", "shard", "shard_grads", "shard_weights",
+               "hpz", "qwz", "qgz")
+
 # Sharding families: search.vocabulary.SHARDING.
 DEFAULT_SHARDING = ("flat", "hsdp", "hpz")   # what frameworks run (FSDP HSDP, MiCS, ZeRO++ hpZ)
 

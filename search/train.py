@@ -9,7 +9,7 @@
    version. Plans whose bound beats the incumbent are solved, cheapest bound first, as one CP-SAT
    model: a multiple-choice knapsack placing optimizer states, gradients and parameters in HBM,
    DDR, CXL, pooled memory or NVMe under every tier's capacity, minimizing the added exposed time
-   (branch and bound: it stops once no remaining bound can beat the incumbent).
+   (branch and bound in search.offload: it stops once no remaining bound can beat the incumbent).
 3. The choice among candidates under a budget and a power cap is a CP-SAT selection over each
    candidate's non-dominated plans.
 The optimum is proven over the declared space; the reported gap is the integer rounding of times in
@@ -18,7 +18,6 @@ the CP-SAT models (microseconds), re-checked against the cost model.
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from collections import Counter
@@ -32,17 +31,15 @@ from perfmodel.hardware_db.loader import Database
 from perfmodel.hardware_db.schema import PRECISIONS
 from perfmodel.machine import Machine, build_machine
 from perfmodel.model import TransformerSpec
-from perfmodel.plan import CP_COMMS, INTERLEAVED, PLACES, RECOMPUTE, TIERS
-from perfmodel.training import TrainPlan, TrainWorkload, estimate_training, screen_training, step_time_floor
+from perfmodel.plan import CP_COMMS, INTERLEAVED, PLACES, RECOMPUTE
+from perfmodel.training import TrainPlan, TrainWorkload, estimate_training, screen_training
 
 from .pareto import pareto_front
+from .offload import PARTS, offload_branch_and_bound, rows_of
 from .options import SearchOptions
-from .space import LEFT_OUT, RULES, SpaceOptions, build_space, declared_size
+from .space import LEFT_OUT, PLAN_FIELDS, RULES, build_space, declared_size
 from .vocabulary import TRAIN_OBJECTIVES as OBJECTIVES
 
-PARTS = (("optimizer_place", "optimizer states"), ("grad_place", "gradients"), ("param_place", "weights"))
-OPTIMIZER, GRADIENTS = 0, 1  # their indices in PARTS
-US = 1e6  # CP-SAT works in integer microseconds
 DAY = 86400.0  # seconds
 
 
@@ -103,12 +100,6 @@ class SearchResult:
     near_count: int = 0                 # plans whose prediction lies within the optimum's range (the optimum too)
 
 
-PLAN_FIELDS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "interleave", "ends_as_layers", "micro_batch", "zero",
-               "recompute", "sp", "tp_overlap", "ep_overlap", "precision",
-               "optimizer_place", "grad_place", "param_place", "moe_imbalance", "shard", "shard_grads", "shard_weights",
-               "hpz", "qwz", "qgz")
-
-
 def _objective(table: PlanTable, objective: str) -> np.ndarray:
     c = table.columns
     if objective == "time":
@@ -153,108 +144,6 @@ def _constraints(table: PlanTable, options: SearchOptions) -> np.ndarray:
     return ok
 
 
-def _framework_limits(delta, zero, places, space: SpaceOptions) -> None:
-    """Moves a framework cannot make (``SpaceOptions.offload_parts`` / ``offload_zero``) become no option."""
-    if space.offload_parts is not None:
-        allowed = dict(space.offload_parts)
-        for p, (field_name, _) in enumerate(PARTS):
-            for t, place in enumerate(places):
-                if place != "hbm" and place not in allowed.get(field_name, ()):
-                    delta[:, p, t] = np.inf
-    delta[~np.isin(zero, space.offload_zero), :, 1:] = np.inf
-
-
-def _offload_costs(spec, machine, work, cols, rows, places, space: SpaceOptions = SpaceOptions(),
-                   threads: int | None = None):
-    """Added step time (s) and bytes of each part for each tier, for the given lattice rows.
-
-    Evaluated with the cost model itself: one part moved at a time (the model's offload terms are
-    additive: optimizer step, gradient transfer and parameter streaming are separate terms).
-    Gradients only move with the optimizer states (the validity rule), so theirs is the time
-    added by moving both over moving the optimizer states alone.
-    """
-    base_cols = {k: np.asarray(cols[k])[rows] for k in PLAN_FIELDS}
-    n = len(rows)
-    # The plans as they are, then each (part, tier) move, stacked into one vectorized evaluation.
-    moves = [(p, t) for p in range(len(PARTS)) for t, place in enumerate(places) if place != "hbm"]
-    stacked = {k: np.tile(np.broadcast_to(v, (n,)), len(moves) + 1) for k, v in base_cols.items()}
-    for m, (p, t) in enumerate(moves, start=1):
-        moved = slice(m * n, (m + 1) * n)
-        stacked[PARTS[p][0]][moved] = PLACES.index(places[t])
-        if p == GRADIENTS:
-            stacked["optimizer_place"][moved] = PLACES.index(places[t])
-    every = estimate_training(spec, machine, TrainPlan(**stacked), work, detail=False, threads=threads)
-    base_time = every.step_time_s[:n]
-    delta = np.zeros((n, len(PARTS), len(places)))
-    for m, (p, t) in enumerate(moves, start=1):
-        moved = slice(m * n, (m + 1) * n)
-        # A move the rules forbid (e.g. gradient offload below ZeRO-2) is no option; capacity
-        # (HBM and the tiers) is the knapsack's to decide.
-        allowed = np.isin(every.binding[moved], ("", "hbm") + TIERS)
-        added = every.step_time_s[moved] - base_time - (delta[:, OPTIMIZER, t] if p == GRADIENTS else 0.0)
-        delta[:, p, t] = np.where(allowed & np.isfinite(added), added, np.inf)
-    _framework_limits(delta, base_cols["zero"], places, space)
-    part_bytes = np.stack([np.broadcast_to(every.memory[name], (len(stacked["tp"]),))[:n] for _, name in PARTS],
-                          axis=1)
-    fixed = every.hbm_used_bytes[:n] - part_bytes.sum(axis=1)     # activations + reserve
-    return base_time, delta, part_bytes, fixed
-
-
-def _solve_offload(base_time, delta, part_bytes, fixed, hbm_cap, tier_caps, incumbent, exclude=()):
-    """One CP-SAT model: pick one plan and a place for each of its parts, minimizing step time
-    below ``incumbent``; ``tier_caps`` is [(capacity, share of each place's bytes it holds)] per
-    memory kind (an interleaved place puts a share in each of its kinds); ``exclude`` lists
-    (plan, places) choices already evaluated."""
-    from ortools.sat.python import cp_model
-
-    model = cp_model.CpModel()
-    n, parts, tiers = delta.shape
-    choose = [model.NewBoolVar(f"plan{i}") for i in range(n)]
-    model.AddExactlyOne(choose)
-    x = {}
-    objective = []
-    for i in range(n):
-        objective.append(int(round(base_time[i] * US)) * choose[i])
-        hbm_terms = []
-        for p in range(parts):
-            options = []
-            for t in range(tiers):
-                if t > 0 and not np.isfinite(delta[i, p, t]):
-                    continue
-                x[i, p, t] = model.NewBoolVar(f"x{i}_{p}_{t}")
-                options.append(x[i, p, t])
-                if t > 0:
-                    objective.append(int(round(max(delta[i, p, t], 0.0) * US)) * x[i, p, t])
-                else:
-                    hbm_terms.append(int(part_bytes[i, p] // 1024) * x[i, p, t])
-            model.Add(sum(options) == 1).OnlyEnforceIf(choose[i])
-            model.Add(sum(options) == 0).OnlyEnforceIf(choose[i].Not())
-        room = int((hbm_cap - fixed[i]) // 1024)
-        model.Add(sum(hbm_terms) <= max(room, -1)).OnlyEnforceIf(choose[i])
-    for (i, p, t), chosen in x.items():  # gradients leave HBM only with the optimizer states, to their tier
-        if p == GRADIENTS and t > 0:
-            model.Add(chosen <= x.get((i, OPTIMIZER, t), 0))
-    for capacity, share in tier_caps:  # each memory kind's capacity (KiB), its share of each place's bytes
-        terms = [int(part_bytes[i, p] * share[t] // 1024 + 1) * x[i, p, t]
-                 for i in range(n) for p in range(parts) for t in range(1, tiers) if share[t] > 0 and (i, p, t) in x]
-        if terms:
-            model.Add(sum(terms) <= int(capacity // 1024))
-    for i, tiers_of in exclude:
-        model.AddBoolOr([choose[i].Not()] + [x[i, p, t].Not() for p, t in enumerate(tiers_of)])
-    model.Minimize(sum(objective))
-    if np.isfinite(incumbent):
-        model.Add(sum(objective) <= int(incumbent * US) - 1)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.max_deterministic_time = 30.0  # reproducible, unlike wall-clock limits
-    status = solver.Solve(model)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return None, solver.StatusName(status)
-    i = next(i for i in range(n) if solver.Value(choose[i]))
-    assignment = [next(t for t in range(tiers) if (i, p, t) in x and solver.Value(x[i, p, t])) for p in range(parts)]
-    return (i, assignment, solver.ObjectiveValue() / US, solver.BestObjectiveBound() / US), solver.StatusName(status)
-
-
 @dataclass
 class _Candidate:
     """What the lattice evaluation of one (system, devices) candidate leaves for the rest."""
@@ -287,7 +176,7 @@ def _evaluate_candidate(spec, db, system, devices, work, options, counter: Count
     screen = screen_training(spec, machine, TrainPlan(**cols), work, options.threads)
     over_headroom = screen.feasible & (screen.hbm_used_bytes > machine.hbm_bytes * (1 - options.memory_headroom))
     feasible = np.flatnonzero(screen.feasible & ~over_headroom)
-    fitting = _rows(cols, feasible)
+    fitting = rows_of(cols, feasible)
     plans = PlanTable({}) if not len(feasible) else _table(
         estimate_training(spec, machine, TrainPlan(**fitting), work, detail=False, threads=options.threads), fitting,
         np.ones(len(feasible), dtype=bool), k, machine)
@@ -307,7 +196,7 @@ def _evaluate_candidate(spec, db, system, devices, work, options, counter: Count
     places = ["hbm"] + [p for p in PLACES[1:] if p in options.space.offload_places
                         and all(k in kinds for k in INTERLEAVED.get(p, (p,)))]
     if options.offload and len(places) > 1 and len(memory_bound):
-        rows, models, out.unresolved = _offload_branch_and_bound(spec, machine, work, cols, memory_bound, places,
+        rows, models, out.unresolved = offload_branch_and_bound(spec, machine, work, cols, memory_bound, places,
                                                                  out.table, options)
         out.cpsat_models = models
         if rows:
@@ -330,109 +219,6 @@ def _count_broken(counter: Counter, screen) -> None:
 def _breaks(screen, rule: str) -> np.ndarray:
     """Per plan, whether ``rule`` is the first rule it breaks (``screen.binding == rule``, by code)."""
     return np.array([False] + [name == rule for name in screen.constraint_names])[screen.binding_code]
-
-
-def _kind_capacities(machine: Machine, places: list[str]) -> list[tuple[float, list[float]]]:
-    """(capacity per device, share of each place's bytes held) of every memory kind a place uses."""
-    from perfmodel.training import interleave_share
-
-    out = []
-    for kind in TIERS:
-        share = [1.0 if place == kind else interleave_share(machine, kind) if place in INTERLEAVED else 0.0
-                 for place in places]
-        share[0] = 0.0
-        if any(share):
-            out.append((sum(t.bytes_per_device for t in machine.memory_tiers if t.kind == kind), share))
-    return out
-
-
-def _relaxed_bound(base_time, delta, part_bytes, fixed, hbm_cap):
-    """Lower bound of each row's best offloaded time: the tiers' capacities relaxed.
-
-    For every subset of parts moved off HBM that leaves the rest fitting in HBM, each moved part
-    takes its cheapest tier; the smallest such total is a bound the knapsack can only raise.
-    """
-    cheapest = np.min(np.where(np.isfinite(delta[:, :, 1:]), delta[:, :, 1:], np.inf), axis=2)  # rows x parts
-    bound = np.full(len(base_time), np.inf)
-    for moved in itertools.product((False, True), repeat=delta.shape[1]):
-        moved = np.array(moved)
-        fits = fixed + part_bytes[:, ~moved].sum(axis=1) <= hbm_cap
-        cost = cheapest[:, moved].sum(axis=1)
-        bound = np.where(fits, np.minimum(bound, base_time + cost), bound)
-    return bound
-
-
-def _rows(cols: dict, idx: np.ndarray) -> dict:
-    """The lattice's rows ``idx`` (every plan field, scalars broadcast)."""
-    n = len(cols["tp"])
-    return {k: np.broadcast_to(v, (n,))[idx] if np.ndim(v) else v for k, v in cols.items()}
-
-
-def _offload_branch_and_bound(spec, machine, work, cols, memory_bound, places, table, options):
-    """Offloaded versions of memory-bound plans that can beat the incumbent, smallest bound first.
-
-    Each part's added time in each tier is evaluated for every memory-bound plan at once. Moved
-    together, parts can take longer than the sum of their added times (transfers that share a
-    compute window queue on it), never shorter: so the sum is a lower bound, and the CP-SAT
-    objective and the capacity-relaxed bound are bounds, not values. The relaxed bound orders the
-    plans, 128 per CP-SAT model; each choice the model returns is evaluated by the cost model, its
-    true time becomes the incumbent, and the choice is excluded and the model solved again until
-    no choice's bound beats the incumbent (for the time objective; for the others every plan with
-    a finite bound is a candidate, 4,096 at most).
-
-    Returns (rows, CP-SAT models solved, unresolved): the smallest bound no sub-solve settled
-    (inf when every one ended OPTIMAL or proved nothing better exists), so that the search reports
-    the worst status of its sub-solves, never OPTIMAL over an unfinished one.
-    """
-    time_objective = options.objective == "time"
-    incumbent = float(table.columns["step_time_s"].min()) if len(table) and time_objective else np.inf
-    tier_caps = _kind_capacities(machine, places)
-    hbm_cap = machine.hbm_bytes * (1 - options.memory_headroom)
-    # Offloading only adds time, so the HBM-only time bounds a plan's, and its compute alone bounds
-    # that (step_time_floor): plans either rules out need no further evaluation.
-    if np.isfinite(incumbent):
-        memory_bound = memory_bound[step_time_floor(spec, machine, TrainPlan(**cols), work)[memory_bound] < incumbent]
-        if len(memory_bound):
-            hbm_only = estimate_training(spec, machine, TrainPlan(**_rows(cols, memory_bound)), work, detail=False,
-                                         threads=options.threads)
-            memory_bound = memory_bound[hbm_only.step_time_s < incumbent]
-    if not len(memory_bound):
-        return [], 0, np.inf
-    base_time, delta, part_bytes, fixed = _offload_costs(spec, machine, work, cols, memory_bound, places,
-                                                         options.space, options.threads)
-    bound = _relaxed_bound(base_time, delta, part_bytes, fixed, hbm_cap)
-    order = np.argsort(bound, kind="stable")
-    order = order[np.isfinite(bound[order])]
-    # Plans beyond the first 4,096 are not examined: their bound stays unresolved.
-    unresolved = float(bound[order[4096]]) if len(order) > 4096 else np.inf
-    order = order[:4096]
-    rows, models = [], 0
-    for start in range(0, len(order), 128):
-        batch = order[start:start + 128]
-        if bound[batch[0]] >= incumbent:
-            break  # no remaining bound beats the incumbent: proven
-        evaluated: list = []
-        while True:
-            solved, status = _solve_offload(base_time[batch], delta[batch], part_bytes[batch], fixed[batch], hbm_cap,
-                                            tier_caps, incumbent, evaluated)
-            models += 1
-            if status not in ("OPTIMAL", "INFEASIBLE"):  # a time limit: this batch is not settled
-                unresolved = min(unresolved, float(bound[batch[0]]))
-            if solved is None:
-                break
-            i, assignment, _, _ = solved
-            row = {f: np.asarray(cols[f])[memory_bound[batch[i]]] for f in PLAN_FIELDS}
-            for (field_name, _), t in zip(PARTS, assignment):
-                row[field_name] = PLACES.index(places[t])
-            rows.append(row)
-            evaluated.append((i, assignment))
-            if not time_objective:
-                break
-            true = estimate_training(spec, machine, TrainPlan(**{f: np.array([v]) for f, v in row.items()}), work,
-                                     detail=False)
-            if bool(true.feasible[0]):
-                incumbent = min(incumbent, float(true.step_time_s[0]) * (1 + 1e-9))
-    return rows, models, unresolved
 
 
 def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[str, int]], work: TrainWorkload,
