@@ -21,6 +21,13 @@ PRICING_HELP = ("Cost basis: cloud (on-demand rent per device-hour) or owned (pr
                 "network, facility and energy).")
 PRICE_HELP = "Your all-in price for a system, SYSTEM=USD_PER_DEVICE_HOUR (repeatable; either basis)."
 MOE_IMBALANCE_HELP = "Busiest over mean expert-parallel device load (0: the named constant moe-load-imbalance)."
+SERVE_IMBALANCE_HELP = ("Busiest over mean expert-parallel device load (0: computed from the default routing as "
+                        "--expert-balance places it; 1: perfectly balanced).")
+EXPERT_BALANCE_HELP = ("How expert load is balanced when serving MoE: eplb (DeepSeek's EPLB with redundant experts, "
+                       "moe-redundant-expert-share, over the routing statistics or the default power-law routing "
+                       "moe-routing-power-law-alpha), none (experts in contiguous blocks, no replicas) or balanced "
+                       "(every device equal).")
+EXPERT_BALANCES = ("eplb", "none", "balanced")   # perfmodel.eplb.BALANCES (not imported: start-up)
 
 
 def option(default, help: str, *, choices=(), many: bool = False, complete: str | None = None,
@@ -265,7 +272,8 @@ class ServeRequest:
     overlap: str = option("framework", "MoE exchange: framework (two micro-batches, one's all-to-all under the "
                                        "other's compute, where that pays) or none (every exchange exposed: the "
                                        "raw all-to-all time).", choices=("none", "framework"))
-    moe_imbalance: float = option(0.0, MOE_IMBALANCE_HELP)
+    moe_imbalance: float = option(0.0, SERVE_IMBALANCE_HELP)
+    expert_balance: str = option("eplb", EXPERT_BALANCE_HELP, choices=EXPERT_BALANCES)
     pricing: str = option("cloud", PRICING_HELP, choices=PRICING)
     price: tuple[str, ...] = option((), PRICE_HELP)
 
@@ -290,7 +298,8 @@ class ServeRequest:
                          kv_precision=self.kv_precision, kv_place=self.kv_place, weight_place=self.weight_place,
                          power_cap_w=self.power_cap_w,
                          mtp_draft_tokens=self.mtp_draft_tokens, mtp_acceptance=self.mtp_acceptance,
-                         overlap_comm=self.overlap != "none", moe_imbalance=self.moe_imbalance)
+                         overlap_comm=self.overlap != "none", moe_imbalance=self.moe_imbalance,
+                         expert_balance=self.expert_balance)
         if not 0 <= self.cached_len < self.input_len:
             raise SpecError(f"--cached-len needs 0 to --input-len - 1 ({self.input_len - 1:,}), has {self.cached_len:,}")
         return spec, machine, plan, ServeWorkload(self.input_len, self.output_len, self.cached_len)

@@ -648,18 +648,26 @@ def place(problem: PlacementProblem, method: str = "affinity", time_limit: float
     return result
 
 
-def imbalance_for_ep(stats: RoutingStats, ep: int) -> float:
-    """Largest over mean expert-parallel device load for an EP degree, with greedy placement and no
-    replicas (what the plan searches use in place of perfectly balanced routing)."""
-    slots = -(-stats.experts // ep)
-    problem = PlacementProblem(stats=RoutingStats(loads=np.asarray(stats.loads)), devices=ep, devices_per_node=1,
-                               slots=slots, replicas=0)
-    return place(problem, "lpt").imbalance
+def imbalance_for_ep(stats: RoutingStats, ep: int, redundant_share: float = 0.0, balance: str = "eplb") -> float:
+    """Largest over mean expert-parallel device load for an EP degree, averaged over layers: the
+    statistics placed by EPLB (``perfmodel.eplb.busiest_over_mean``, global policy) with ``redundant_experts(E, ep, redundant_share)``
+    redundant experts, the one rule plan and estimate use in place of perfectly balanced routing
+    (``balance`` "none": contiguous experts, no replicas; "balanced": 1)."""
+    from perfmodel import eplb
+
+    loads = np.asarray(stats.loads, dtype=float)
+    if balance == "balanced" or ep <= 1:
+        return 1.0
+    if balance == "none":
+        device = eplb.contiguous_loads(loads, ep)
+        return float(np.mean(device.max(axis=1) / device.mean(axis=1)))
+    return float(np.mean(eplb.busiest_over_mean(loads, ep, eplb.redundant_experts(stats.experts, ep, redundant_share))))
 
 
-def imbalance_table(stats: RoutingStats | None, eps) -> dict[int, float]:
+def imbalance_table(stats: RoutingStats | None, eps, redundant_share: float = 0.0,
+                    balance: str = "eplb") -> dict[int, float]:
     """Imbalance factor for each EP degree (1.0 for every degree when there are no statistics)."""
-    return {int(e): (imbalance_for_ep(stats, int(e)) if stats is not None and e > 1 else 1.0)
+    return {int(e): (imbalance_for_ep(stats, int(e), redundant_share, balance) if stats is not None and e > 1 else 1.0)
             for e in sorted(set(np.asarray(eps).ravel().tolist()))}   # not np.unique: it imports numpy.ma
 
 
