@@ -43,22 +43,29 @@ import numpy as np
 from perfmodel.hardware_db.errors import SpecError
 
 POLICIES = ("global", "hierarchical")
+# The largest batch aiconfigurator's power-law rows measure (aiconfigurator_core 0.12.0, trtllm
+# 1.3.0rc20 moe_perf.parquet on h100_sxm: num_tokens 1 to 16,384 for power_law_1.01, power_law_1.2
+# and balanced). Its x_max = 0.8 N grows the skew without bound; above this batch the shares of
+# the 16,384-token distribution are kept (the distribution is not extrapolated past its data).
+POWER_LAW_MAX_TOKENS = 16384
 
 
 def power_law_loads(experts: int, top_k: int, tokens, alpha: float) -> np.ndarray:
     """(len(tokens) x experts) routed tokens per expert under aiconfigurator's power law (see the
     module docstring): quantiles (i + 1/2) / E of p(x) ~ x^-alpha on [x_min, x_max], by its inverse
     CDF x(u) = ((x_max^(1-a) - x_min^(1-a)) u + x_min^(1-a))^(1/(1-a)) (a = 1: x_min (x_max/x_min)^u),
-    scaled to tokens x top_k per row and capped at N tokens per expert (``_capped``). Expert ids take
+    scaled to tokens x top_k per row and capped at N tokens per expert (``_capped``); above
+    POWER_LAW_MAX_TOKENS the shape is that of POWER_LAW_MAX_TOKENS tokens. Expert ids take
     the quantiles in a fixed shuffled order (seed 0), so contiguous expert groups are not sorted by
     load."""
     if not (experts >= 1 and 1 <= top_k <= experts and 0 <= alpha <= 10):
         raise SpecError(f"power-law routing needs experts >= 1, 1 <= top_k <= experts and 0 <= alpha <= 10; has "
                         f"{experts}, {top_k}, {alpha:g}")
     n = np.maximum(np.atleast_1d(np.asarray(tokens, dtype=float)), 1.0)[:, None]
-    many = n * top_k > experts
+    shape_n = np.minimum(n, POWER_LAW_MAX_TOKENS)
+    many = shape_n * top_k > experts
     x_min = np.where(many, 1.0, 0.01)
-    x_max = np.where(many, np.maximum(0.8 * n, 1.0 + 1e-9), 2.0)
+    x_max = np.where(many, np.maximum(0.8 * shape_n, 1.0 + 1e-9), 2.0)
     u = ((np.arange(experts) + 0.5) / experts)[None, :]
     if abs(alpha - 1.0) < 1e-9:
         x = x_min * (x_max / x_min) ** u
@@ -283,6 +290,24 @@ def redundant_experts(experts: int, ep: int, share: float) -> int:
 
 
 BALANCES = ("eplb", "none", "balanced")
+
+
+def routing_imbalance(loads, ep: int, share: float = 0.0, balance: str = "eplb") -> float:
+    """Busiest over mean EP device load of routing statistics ((layers x experts) tokens) on ``ep``
+    devices, averaged over layers (every layer waits for its own busiest device): "eplb" places
+    them by ``busiest_over_mean`` with ``redundant_experts(E, ep, share)`` copies (global policy),
+    "none" keeps contiguous experts, "balanced" is 1. The one rule ``estimate serve --routing``,
+    ``plan serve`` and ``plan train`` use (search.placement.imbalance_table)."""
+    if balance not in BALANCES:
+        from perfmodel.hardware_db.errors import UnknownNameError
+
+        raise UnknownNameError("expert balance", balance, BALANCES)
+    loads = np.atleast_2d(np.asarray(loads, dtype=float))
+    if balance == "balanced" or ep <= 1:
+        return 1.0
+    if balance == "none":
+        return float(np.mean(_ratio(contiguous_loads(loads, ep))))
+    return float(np.mean(busiest_over_mean(loads, ep, redundant_experts(loads.shape[1], ep, share))))
 ORDERS = 16    # expert orders averaged for the busiest device with no balancing (a count, no fit)
 
 

@@ -273,6 +273,8 @@ class ServeRequest:
                                        "other's compute, where that pays) or none (every exchange exposed: the "
                                        "raw all-to-all time).", choices=("none", "framework"))
     moe_imbalance: float = option(0.0, SERVE_IMBALANCE_HELP)
+    routing: str | None = option(None, "Routing statistics file (.json, .csv or .npz; see README): the busiest EP "
+                                       "device of their placement (--expert-balance) replaces the default routing's.")
     expert_balance: str = option("eplb", EXPERT_BALANCE_HELP, choices=EXPERT_BALANCES)
     pricing: str = option("cloud", PRICING_HELP, choices=PRICING)
     price: tuple[str, ...] = option((), PRICE_HELP)
@@ -293,12 +295,22 @@ class ServeRequest:
         spec = spec or load_model(self.model)
         machine = build_machine(db, self.system, self.devices, self.pricing, parse_prices(db, self.price))
         check_power_cap(machine, self.power_cap_w)
+        imbalance = self.moe_imbalance
+        if self.routing is not None:
+            from .eplb import routing_imbalance
+            from .routing import routing_for
+
+            if self.moe_imbalance > 0:
+                raise SpecError("give --routing or --moe-imbalance, not both")
+            stats = routing_for(spec, self.routing)
+            imbalance = routing_imbalance(stats.loads, self.ep, machine.constants.get("moe-redundant-expert-share", 0.0),
+                                          self.expert_balance)
         plan = ServePlan(tp=self.tp, pp=self.pp, ep=self.ep, dp_attention=self.dp_attention, batch=self.batch,
                          weight_precision=self.weight_precision, activation_precision=self.activation_precision,
                          kv_precision=self.kv_precision, kv_place=self.kv_place, weight_place=self.weight_place,
                          power_cap_w=self.power_cap_w,
                          mtp_draft_tokens=self.mtp_draft_tokens, mtp_acceptance=self.mtp_acceptance,
-                         overlap_comm=self.overlap != "none", moe_imbalance=self.moe_imbalance,
+                         overlap_comm=self.overlap != "none", moe_imbalance=imbalance,
                          expert_balance=self.expert_balance)
         if not 0 <= self.cached_len < self.input_len:
             raise SpecError(f"--cached-len needs 0 to --input-len - 1 ({self.input_len - 1:,}), has {self.cached_len:,}")

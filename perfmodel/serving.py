@@ -92,6 +92,7 @@ class ServeResult:
     weight_stream_s: np.ndarray = 0.0     # per decode step: the weights' stream from their tier (0 in HBM)
     prefill_power_w: np.ndarray = 0.0     # per device during prefill, with its node share (power_w: decode)
     prefill_clock: np.ndarray = 1.0       # core clock share each phase runs at (below 1 under a power cap)
+    expert_imbalance: dict = field(default_factory=dict)   # MoE: busiest over mean EP device, per phase
     decode_clock: np.ndarray = 1.0
 
 
@@ -405,7 +406,12 @@ def estimate_serving_placed(spec: TransformerSpec, machine: Machine, plan: Serve
              for name, phase in (("prefill", prefill), ("decode", decode))}
     (pre_capped, _, pre_clock), (dec_capped, _, dec_clock) = (capped_phase(machine, works[n], cap)
                                                               for n in ("prefill", "decode"))
-    phased = _Phased(inst, prefill, decode, works, pre_capped, pre_clock, dec_capped, dec_clock, per_step, context)
+    # The busiest over mean EP device each phase pays (the whole batch's; _pass computes it again, cached).
+    skew = {name: _skew(spec, machine, inst, tokens) for name, tokens, on in (
+        ("prefill", inst.local_batch * (s_in - cached), "prefill" in phases),
+        ("decode", inst.local_batch / pp * (1.0 + draft), "decode" in phases)) if on} if spec.moe else {}
+    phased = _Phased(inst, prefill, decode, works, pre_capped, pre_clock, dec_capped, dec_clock, per_step, context,
+                     skew)
     return [_placed(spec, machine, work, phased, str(kv_place), str(weight_place)) for kv_place, weight_place in places]
 
 
@@ -423,6 +429,7 @@ class _Phased:
     dec_clock: object
     per_step: object
     context: object
+    skew: dict
 
 
 def _placed(spec: TransformerSpec, machine: Machine, work: ServeWorkload, phased: _Phased, kv_place: str,
@@ -469,7 +476,7 @@ def _placed(spec: TransformerSpec, machine: Machine, work: ServeWorkload, phased
     energy = over(power * machine.constants.get("pue", 1.0), decode_tps)
     cost = over(run_cost(machine, power) / 3600.0, decode_tps) * 1e6
     return ServeResult(
-        ttft_s=ttft, tpot_s=tpot, ep_per_token_s=pp * decode.ep / per_step,
+        ttft_s=ttft, tpot_s=tpot, ep_per_token_s=pp * decode.ep / per_step, expert_imbalance=f.skew,
         prefill_components={"compute": pp * prefill.ops.total, "tp communication": pp * prefill.tp,
                             "ep all-to-all": pp * prefill.ep, "pp point-to-point": pp * prefill.pp,
                             "power cap": pp * pre_capped,

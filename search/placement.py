@@ -650,18 +650,12 @@ def place(problem: PlacementProblem, method: str = "affinity", time_limit: float
 
 def imbalance_for_ep(stats: RoutingStats, ep: int, redundant_share: float = 0.0, balance: str = "eplb") -> float:
     """Largest over mean expert-parallel device load for an EP degree, averaged over layers: the
-    statistics placed by EPLB (``perfmodel.eplb.busiest_over_mean``, global policy) with ``redundant_experts(E, ep, redundant_share)``
-    redundant experts, the one rule plan and estimate use in place of perfectly balanced routing
-    (``balance`` "none": contiguous experts, no replicas; "balanced": 1)."""
-    from perfmodel import eplb
+    statistics placed by EPLB with ``redundant_experts(E, ep, redundant_share)`` redundant experts
+    (``perfmodel.eplb.routing_imbalance``), the one rule plan and estimate use in place of perfectly
+    balanced routing."""
+    from perfmodel.eplb import routing_imbalance
 
-    loads = np.asarray(stats.loads, dtype=float)
-    if balance == "balanced" or ep <= 1:
-        return 1.0
-    if balance == "none":
-        device = eplb.contiguous_loads(loads, ep)
-        return float(np.mean(device.max(axis=1) / device.mean(axis=1)))
-    return float(np.mean(eplb.busiest_over_mean(loads, ep, eplb.redundant_experts(stats.experts, ep, redundant_share))))
+    return routing_imbalance(stats.loads, ep, redundant_share, balance)
 
 
 def imbalance_table(stats: RoutingStats | None, eps, redundant_share: float = 0.0,

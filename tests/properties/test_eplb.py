@@ -159,3 +159,14 @@ def test_default_imbalance_orders_the_balances():
     assert np.all(default_imbalance(256, 8, tokens, ep, 1.2, 0.125, "balanced") == 1.0)
     with pytest.raises(SpecError):
         default_imbalance(256, 8, tokens, ep, 1.2, 0.125, "sometimes")
+
+
+def test_power_law_keeps_its_measured_shape_above_its_data():
+    """Above aiconfigurator's largest measured batch the shares stay those of that batch, and no
+    expert ever gets more than the N tokens (a token meets an expert once)."""
+    from perfmodel.eplb import POWER_LAW_MAX_TOKENS
+
+    top, more = power_law_loads(8, 2, [POWER_LAW_MAX_TOKENS, 4 * POWER_LAW_MAX_TOKENS], 1.2)
+    assert more / more.sum() == pytest.approx(top / top.sum())
+    assert top.max() <= POWER_LAW_MAX_TOKENS * (1 + 1e-12)
+    assert np.sort(top)[-1] == pytest.approx(POWER_LAW_MAX_TOKENS)        # Mixtral's hottest expert is capped
