@@ -860,7 +860,7 @@ def _serve_command(model_ref: str, pool, demand, options) -> str:
         kv_precision=c["kv_precision"], kv_place="hbm" if prefill else c["kv_place"],
         weight_place=c.get("weight_place", "hbm"), mtp_draft_tokens=options.mtp_draft_tokens,
         mtp_acceptance=options.mtp_acceptance, pricing=options.pricing,
-        price=_price_flags(options))
+        price=_price_flags(options), expert_balance=options.expert_balance)
     return command(request)
 
 

@@ -20,8 +20,8 @@ Policies (EPLB's ``rebalance_experts``):
 - **global** (otherwise; EPLB's decode policy): steps 1 and 2 over all devices at once.
 
 Unlike ``search.placement`` (CP-SAT, distinct devices per copy, inter-layer affinity), EPLB is what
-the engines run (SGLang ``--enable-eplb``, TRT-LLM's wide-EP load balancer), so it is the rule every
-plan's busiest device comes from.
+the engines run (SGLang ``--enable-eplb --ep-num-redundant-experts``, vLLM ``--enable-eplb``), so
+it is the rule every plan's busiest device comes from.
 
 Default routing when no statistics are given (``power_law_loads``): aiconfigurator's power law, the
 distribution its measured MoE kernel tables are collected under (ai-dynamo/aiconfigurator,
@@ -279,7 +279,8 @@ def check(loads, placement: EplbPlacement) -> None:
 
 def redundant_experts(experts: int, ep: int, share: float) -> int:
     """Redundant copies per layer for ``ep`` devices: slots per device ceil(E (1 + share) / ep), the
-    copies beyond E filling them. share 1/8 reproduces DeepSeek's deployments: 32 redundant of 256
+    copies beyond E filling them (share 0: the fewest slots, ceil(E / ep), the copies beyond E only
+    where ep does not divide E). share 1/8 reproduces DeepSeek's deployments: 32 redundant of 256
     experts on 32 prefill GPUs (9 slots each) and on 144 decode GPUs (2 each), and 64 on 320 decode
     GPUs, one each (DeepSeek-V3 Technical Report Sec. 3.4; 'DeepSeek-V3/R1 Inference System
     Overview', github.com/deepseek-ai/open-infra-index, 2025-03-01)."""
@@ -328,9 +329,9 @@ def default_imbalance(experts: int, top_k: int, tokens, ep, alpha: float, share:
     """Busiest over mean EP device load under the default routing (``power_law_loads``), per plan
     (``tokens`` routed per layer in the EP group and ``ep`` broadcast together); 1 where ep is 1.
 
-    ``balance``: "eplb" places it with EPLB and ``redundant_experts(E, ep, share)`` copies (global
-    policy: the catalog's specs do not list expert groups; ``busiest_over_mean``); "none" keeps experts in contiguous blocks
-    with no replicas (what aiconfigurator's power-law kernel tables measure on their busiest rank);
+    ``balance``: "eplb" places it with EPLB and ``redundant_experts(E, ep, share)`` copies
+    (``busiest_over_mean``; global policy: the catalog's specs do not list expert groups); "none"
+    keeps experts in contiguous blocks with no replicas (what aiconfigurator's power-law kernel tables measure on their busiest rank);
     "balanced" assumes every device equal (1). Each distinct (ep, tokens) pair is placed once
     (tokens rounded to whole tokens)."""
     if balance not in BALANCES:

@@ -303,8 +303,8 @@ class ServeRequest:
             if self.moe_imbalance > 0:
                 raise SpecError("give --routing or --moe-imbalance, not both")
             stats = routing_for(spec, self.routing)
-            imbalance = routing_imbalance(stats.loads, self.ep, machine.constants.get("moe-redundant-expert-share", 0.0),
-                                          self.expert_balance)
+            share = machine.constants.get("moe-redundant-expert-share", 0.0)
+            imbalance = routing_imbalance(stats.loads, self.ep, share, self.expert_balance)
         plan = ServePlan(tp=self.tp, pp=self.pp, ep=self.ep, dp_attention=self.dp_attention, batch=self.batch,
                          weight_precision=self.weight_precision, activation_precision=self.activation_precision,
                          kv_precision=self.kv_precision, kv_place=self.kv_place, weight_place=self.weight_place,

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from perfmodel.eplb import (balanced_packing, busiest_over_mean, check, contiguous_loads, default_imbalance, power_law_loads, rebalance,
-                            redundant_experts, replicate)
+from perfmodel.eplb import (balanced_packing, busiest_over_mean, check, contiguous_loads, default_imbalance,
+                            power_law_loads, rebalance, redundant_experts, replicate)
 from perfmodel.hardware_db.errors import SpecError
 
 
