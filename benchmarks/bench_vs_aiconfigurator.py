@@ -9,11 +9,17 @@ family (dense, MoE; issue 29's targets: 5% and 12%). aiconfigurator is a calibra
 never a run-time or CI dependency: without it the script says so and exits 0.
 
     pip install aiconfigurator-core            (a scratch environment)
-    python benchmarks/bench_vs_aiconfigurator.py
+    python benchmarks/bench_vs_aiconfigurator.py [--expert-balance none|eplb|balanced]
+
+Expert load: aiconfigurator's static mode prices these deployments' MoE layers on its power-law
+kernel rows (alpha 1.2, experts in contiguous blocks, no EPLB: its ``_eplb`` rows are for wide EP
+only), so the comparison runs perfmodel with ``--expert-balance none`` on the same power law by
+default; ``eplb`` (perfmodel's serving default) and ``balanced`` show what balancing changes.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import shutil
 import statistics
@@ -46,12 +52,13 @@ CASES = [
 ]
 
 
-def perfmodel_static(db, case) -> tuple[float, float]:
+def perfmodel_static(db, case, balance: str = "none") -> tuple[float, float]:
     """(TTFT, TPOT) in seconds of perfmodel's estimate of the case's batch."""
     _, model, _, system, tp, ep, dpa, batch, gemm, kv = case
     precision = "fp8" if gemm.startswith("fp8") else gemm
     plan = ServePlan(tp=tp, ep=ep, dp_attention=dpa, batch=batch, weight_precision=precision,
-                     activation_precision="a8" if precision == "fp8" else "a16", kv_precision=kv)
+                     activation_precision="a8" if precision == "fp8" else "a16", kv_precision=kv,
+                     expert_balance=balance)
     r = estimate_serving(find_model(model), build_machine(db, system, tp * dpa), plan, ServeWorkload(ISL, OSL))
     return float(r.ttft_s), float(r.tpot_s)
 
@@ -87,7 +94,11 @@ def aiconfigurator_static(case, folder: str) -> tuple[float, float]:
     return context_ms / 1e3, generation_ms / (OSL - 1) / 1e3
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--expert-balance", default="none", choices=("none", "eplb", "balanced"),
+                        help="perfmodel's expert balance (default none: aiconfigurator's assumption)")
+    balance = parser.parse_args(argv).expert_balance
     try:
         import aiconfigurator_core  # noqa: F401
     except ImportError:
@@ -95,6 +106,7 @@ def main() -> int:
               "nothing compared")
         return 0
     logging.disable(logging.WARNING)
+    print(f"perfmodel: expert balance {balance}")
     db = load_database()
     folder = tempfile.mkdtemp(prefix="aic-models-")
     print(f"{'deployment':44s} {'TTFT pm':>9s} {'aic':>9s} {'ratio':>6s} {'TPOT pm':>9s} {'aic':>9s} {'ratio':>6s}")
@@ -102,7 +114,7 @@ def main() -> int:
     for case in CASES:
         family, model, _, system, tp, ep, dpa, batch, gemm, kv = case
         name = f"{model} {gemm} tp{tp} ep{ep} dpa{dpa} b{batch} {system}"
-        mine = perfmodel_static(db, case)
+        mine = perfmodel_static(db, case, balance)
         try:
             theirs = aiconfigurator_static(case, folder)
         except Exception as exc:        # a deployment aiconfigurator's tables do not cover

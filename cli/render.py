@@ -554,6 +554,13 @@ def _estimate_serve_tables(spec, machine, plan, work, report, db=None) -> None:
                          f"clock {clock['prefill']:.0%} in prefill, {clock['decode']:.0%} in decode; a facility "
                          f"provisioned at the cap holds {oversubscription(machine, plan.power_cap_w):.2f}x the "
                          "devices provisioned at TDP"))
+    if spec.moe and "expert_imbalance" in report:
+        skew = report["expert_imbalance"]
+        how = ("given by --moe-imbalance or --routing" if float(plan.moe_imbalance) > 0 else
+               {"eplb": "EPLB over the default power-law routing", "none": "power-law routing, contiguous experts",
+                "balanced": "assumed balanced"}[str(plan.expert_balance)])
+        rows.insert(2, ("expert load, busiest / mean EP device",
+                        ", ".join(f"{v:.2f} {k}" for k, v in skew.items()) + f" ({how})"))
     if spec.moe:
         rows.insert(2, ("EP all-to-all per output token", f"{_seconds(report['ep_per_token_s'])} ("
                         + ("exposed: all of it" if not plan.overlap_comm else "exposed under two-batch overlap; "
@@ -828,7 +835,7 @@ def _serve_command(model_ref: str, pool, demand, options) -> str:
         kv_precision=c["kv_precision"], kv_place="hbm" if prefill else c["kv_place"],
         weight_place=c.get("weight_place", "hbm"), mtp_draft_tokens=options.mtp_draft_tokens,
         mtp_acceptance=options.mtp_acceptance, pricing=options.pricing,
-        price=_price_flags(options))
+        price=_price_flags(options), expert_balance=options.expert_balance)
     return command(request)
 
 

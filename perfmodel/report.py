@@ -104,6 +104,8 @@ def _per_package(result, machine: Machine) -> dict[str, Any]:
 def serve_report(result: ServeResult, machine: Machine, spec=None) -> dict[str, Any]:
     return {
         "ttft_s": _f(result.ttft_s), "tpot_s": _f(result.tpot_s), "ep_per_token_s": _f(result.ep_per_token_s),
+        **({"expert_imbalance": {k: _f(v) for k, v in result.expert_imbalance.items()}}
+           if result.expert_imbalance else {}),
         "ttft_range_s": [_f(x) for x in result.ttft_range_s], "tpot_range_s": [_f(x) for x in result.tpot_range_s],
         "constants_from": constants_from(machine, spec, serving=True),
         "devices_per_instance": _f(result.devices_per_instance), "max_batch": _f(result.max_batch),

@@ -21,6 +21,13 @@ PRICING_HELP = ("Cost basis: cloud (on-demand rent per device-hour) or owned (pr
                 "network, facility and energy).")
 PRICE_HELP = "Your all-in price for a system, SYSTEM=USD_PER_DEVICE_HOUR (repeatable; either basis)."
 MOE_IMBALANCE_HELP = "Busiest over mean expert-parallel device load (0: the named constant moe-load-imbalance)."
+SERVE_IMBALANCE_HELP = ("Busiest over mean expert-parallel device load (0: computed from the default routing as "
+                        "--expert-balance places it; 1: perfectly balanced).")
+EXPERT_BALANCE_HELP = ("How expert load is balanced when serving MoE: eplb (DeepSeek's EPLB with redundant experts, "
+                       "moe-redundant-expert-share, over the routing statistics or the default power-law routing "
+                       "moe-routing-power-law-alpha), none (experts in contiguous blocks, no replicas) or balanced "
+                       "(every device equal).")
+EXPERT_BALANCES = ("eplb", "none", "balanced")   # perfmodel.eplb.BALANCES (not imported: start-up)
 
 
 def option(default, help: str, *, choices=(), many: bool = False, complete: str | None = None,
@@ -265,7 +272,10 @@ class ServeRequest:
     overlap: str = option("framework", "MoE exchange: framework (two micro-batches, one's all-to-all under the "
                                        "other's compute, where that pays) or none (every exchange exposed: the "
                                        "raw all-to-all time).", choices=("none", "framework"))
-    moe_imbalance: float = option(0.0, MOE_IMBALANCE_HELP)
+    moe_imbalance: float = option(0.0, SERVE_IMBALANCE_HELP)
+    routing: str | None = option(None, "Routing statistics file (.json, .csv or .npz; see README): the busiest EP "
+                                       "device of their placement (--expert-balance) replaces the default routing's.")
+    expert_balance: str = option("eplb", EXPERT_BALANCE_HELP, choices=EXPERT_BALANCES)
     pricing: str = option("cloud", PRICING_HELP, choices=PRICING)
     price: tuple[str, ...] = option((), PRICE_HELP)
 
@@ -285,12 +295,23 @@ class ServeRequest:
         spec = spec or load_model(self.model)
         machine = build_machine(db, self.system, self.devices, self.pricing, parse_prices(db, self.price))
         check_power_cap(machine, self.power_cap_w)
+        imbalance = self.moe_imbalance
+        if self.routing is not None:
+            from .eplb import routing_imbalance
+            from .routing import routing_for
+
+            if self.moe_imbalance > 0:
+                raise SpecError("give --routing or --moe-imbalance, not both")
+            stats = routing_for(spec, self.routing)
+            share = machine.constants.get("moe-redundant-expert-share", 0.0)
+            imbalance = routing_imbalance(stats.loads, self.ep, share, self.expert_balance)
         plan = ServePlan(tp=self.tp, pp=self.pp, ep=self.ep, dp_attention=self.dp_attention, batch=self.batch,
                          weight_precision=self.weight_precision, activation_precision=self.activation_precision,
                          kv_precision=self.kv_precision, kv_place=self.kv_place, weight_place=self.weight_place,
                          power_cap_w=self.power_cap_w,
                          mtp_draft_tokens=self.mtp_draft_tokens, mtp_acceptance=self.mtp_acceptance,
-                         overlap_comm=self.overlap != "none", moe_imbalance=self.moe_imbalance)
+                         overlap_comm=self.overlap != "none", moe_imbalance=imbalance,
+                         expert_balance=self.expert_balance)
         if not 0 <= self.cached_len < self.input_len:
             raise SpecError(f"--cached-len needs 0 to --input-len - 1 ({self.input_len - 1:,}), has {self.cached_len:,}")
         return spec, machine, plan, ServeWorkload(self.input_len, self.output_len, self.cached_len)

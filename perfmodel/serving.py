@@ -49,7 +49,8 @@ class ServePlan:
     kv_place: object = "hbm"          # "hbm", or a host tier ("ddr", "cxl", "pooled") holding the KV cache
     weight_place: object = "hbm"      # "hbm", or a tier the weights stream from, layer by layer, each step
     power_cap_w: object = None        # per-device accelerator power limit (W); None: its TDP
-    moe_imbalance: object = 0.0       # busiest over mean EP device load; 0: the named constant
+    moe_imbalance: object = 0.0       # busiest over mean EP device load; 0: computed (expert_balance)
+    expert_balance: str = "eplb"      # with moe_imbalance 0: "eplb", "none" or "balanced" (perfmodel.eplb.BALANCES)
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,7 @@ class ServeResult:
     weight_stream_s: np.ndarray = 0.0     # per decode step: the weights' stream from their tier (0 in HBM)
     prefill_power_w: np.ndarray = 0.0     # per device during prefill, with its node share (power_w: decode)
     prefill_clock: np.ndarray = 1.0       # core clock share each phase runs at (below 1 under a power cap)
+    expert_imbalance: dict = field(default_factory=dict)   # MoE: busiest over mean EP device, per phase
     decode_clock: np.ndarray = 1.0
 
 
@@ -113,9 +115,10 @@ class Instance:
     local_batch: np.ndarray        # sequences per attention data-parallel rank
     layers: np.ndarray             # layers of the last (fullest) stage: ceil(L / pp)
     moe_frac: float
-    imbalance: object
+    imbalance: object              # given busiest over mean EP load; 0: computed per pass (``_skew``)
     mtp_drafts: np.ndarray         # draft tokens per step from the multi-token-prediction module
     grouped: object = None         # routed experts' grouped-GEMM kernel fitted on measured MoE layers, or None
+    balance: str = "eplb"          # how a computed imbalance places the default routing (perfmodel.eplb.BALANCES)
 
 
 @dataclass(frozen=True)
@@ -165,7 +168,7 @@ def _instance(spec: TransformerSpec, machine: Machine, plan: ServePlan) -> Insta
         # Each attention DP rank serves batch / dp_attention sequences; experts see every rank's tokens.
         local_batch=batch / dpa, layers=np.ceil(spec.num_layers / pp),
         moe_frac=spec.moe_layers / spec.num_layers if spec.moe else 0.0,
-        imbalance=np.where(given > 0, given, machine.constants.get("moe-load-imbalance", 1.0)) if spec.moe else 1.0,
+        imbalance=given if spec.moe else 1.0, balance=str(plan.expert_balance),
         mtp_drafts=np.asarray(plan.mtp_draft_tokens, dtype=float),
         # A checkpoint released in fp8 is block-scaled (DeepSeek-V3's 128 x 128 weight blocks; the
         # catalog's native_precision): its experts run the block-scaled grouped GEMMs.
@@ -225,8 +228,30 @@ def _take(x, rows):
     return np.asarray(x)[rows] if np.ndim(x) else x
 
 
+def _skew(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local) -> np.ndarray:
+    """Busiest over mean expert-parallel device load of each plan: the given ratio where one is
+    given (``--moe-imbalance``, or a placement of ``--routing`` statistics), else computed from the
+    default routing of the tokens the EP group routes in this pass (``perfmodel.eplb``: power law
+    ``moe-routing-power-law-alpha``, EPLB with ``moe-redundant-expert-share`` redundant experts)."""
+    given = np.asarray(inst.imbalance, dtype=float)
+    if not spec.moe or np.all(given > 0):
+        return given if spec.moe else np.ones_like(given)
+    from .eplb import default_imbalance
+
+    lay = inst.layout
+    # The EP group's tokens: each device's rows with balanced routing (top-1) times its ep ranks.
+    tokens, ep, given = np.broadcast_arrays(lay.expert_rows(tokens_local, 1) * lay.ep, lay.ep, given)
+    todo = given <= 0
+    out = given.astype(float).copy()
+    out[todo] = default_imbalance(spec.moe.num_experts, spec.moe.top_k, tokens[todo], ep[todo],
+                                  machine.constants.get("moe-routing-power-law-alpha", 1.2),
+                                  machine.constants.get("moe-redundant-expert-share", 0.125), inst.balance)
+    return out if out.ndim else float(out)
+
+
 def _pass(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local, context, decode: bool) -> tuple:
     """(operator times, TP, EP and PP communication) of the last stage's layers over ``tokens_local``."""
+    inst = replace(inst, imbalance=_skew(spec, machine, inst, tokens_local))
     lay, q, topo, h = inst.layout, inst.quant, machine.topology, spec.hidden_size
     bw = machine.hbm_bytes_per_s
     kw = dict(sp=True, weight_bytes=q.weight_bytes, act_bytes=q.activation_bytes, flash=True, decode=decode,
@@ -381,7 +406,12 @@ def estimate_serving_placed(spec: TransformerSpec, machine: Machine, plan: Serve
              for name, phase in (("prefill", prefill), ("decode", decode))}
     (pre_capped, _, pre_clock), (dec_capped, _, dec_clock) = (capped_phase(machine, works[n], cap)
                                                               for n in ("prefill", "decode"))
-    phased = _Phased(inst, prefill, decode, works, pre_capped, pre_clock, dec_capped, dec_clock, per_step, context)
+    # The busiest over mean EP device each phase pays (the whole batch's; _pass computes it again, cached).
+    skew = {name: _skew(spec, machine, inst, tokens) for name, tokens, on in (
+        ("prefill", inst.local_batch * (s_in - cached), "prefill" in phases),
+        ("decode", inst.local_batch / pp * (1.0 + draft), "decode" in phases)) if on} if spec.moe else {}
+    phased = _Phased(inst, prefill, decode, works, pre_capped, pre_clock, dec_capped, dec_clock, per_step, context,
+                     skew)
     return [_placed(spec, machine, work, phased, str(kv_place), str(weight_place)) for kv_place, weight_place in places]
 
 
@@ -399,6 +429,7 @@ class _Phased:
     dec_clock: object
     per_step: object
     context: object
+    skew: dict
 
 
 def _placed(spec: TransformerSpec, machine: Machine, work: ServeWorkload, phased: _Phased, kv_place: str,
@@ -445,7 +476,7 @@ def _placed(spec: TransformerSpec, machine: Machine, work: ServeWorkload, phased
     energy = over(power * machine.constants.get("pue", 1.0), decode_tps)
     cost = over(run_cost(machine, power) / 3600.0, decode_tps) * 1e6
     return ServeResult(
-        ttft_s=ttft, tpot_s=tpot, ep_per_token_s=pp * decode.ep / per_step,
+        ttft_s=ttft, tpot_s=tpot, ep_per_token_s=pp * decode.ep / per_step, expert_imbalance=f.skew,
         prefill_components={"compute": pp * prefill.ops.total, "tp communication": pp * prefill.tp,
                             "ep all-to-all": pp * prefill.ep, "pp point-to-point": pp * prefill.pp,
                             "power cap": pp * pre_capped,

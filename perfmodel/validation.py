@@ -136,7 +136,9 @@ def serve_request(case: Case) -> ServeRequest:
         dp_attention=dpa, batch=p.get("batch", 1) * dpa, input_len=p["input_len"],
         output_len=p.get("output_len", 1), weight_precision=quant.weight,
         activation_precision=p.get("activation_precision_code", quant.activation), kv_precision=quant.kv,
-        mtp_draft_tokens=p.get("mtp_draft_tokens", 0), mtp_acceptance=p.get("mtp_acceptance", 0.0))
+        mtp_draft_tokens=p.get("mtp_draft_tokens", 0), mtp_acceptance=p.get("mtp_acceptance", 0.0),
+        # A source that simulates perfect expert balance says so (expert_balance: balanced).
+        expert_balance=p.get("expert_balance", "eplb"))
 
 
 def _train(case: Case, spec: TransformerSpec, db: Database) -> tuple[float, str]:

@@ -85,6 +85,7 @@ class ServeSearchOptions:
     power_cap_w: float | None = None
     top: int = 5
     routing: object = None          # RoutingStats: EP imbalance from a placement, per EP degree
+    expert_balance: str = "eplb"    # perfmodel.eplb.BALANCES: how the routing (or the default one) is placed
     pricing: str = "cloud"          # cost basis (perfmodel.power.run_cost)
     prices: dict | None = None      # the user's USD per device-hour by system
     framework: str | None = None    # search only what this serving framework runs (perfmodel.exports.serving)

@@ -648,18 +648,20 @@ def place(problem: PlacementProblem, method: str = "affinity", time_limit: float
     return result
 
 
-def imbalance_for_ep(stats: RoutingStats, ep: int) -> float:
-    """Largest over mean expert-parallel device load for an EP degree, with greedy placement and no
-    replicas (what the plan searches use in place of perfectly balanced routing)."""
-    slots = -(-stats.experts // ep)
-    problem = PlacementProblem(stats=RoutingStats(loads=np.asarray(stats.loads)), devices=ep, devices_per_node=1,
-                               slots=slots, replicas=0)
-    return place(problem, "lpt").imbalance
+def imbalance_for_ep(stats: RoutingStats, ep: int, redundant_share: float = 0.0, balance: str = "eplb") -> float:
+    """Largest over mean expert-parallel device load for an EP degree, averaged over layers: the
+    statistics placed by EPLB with ``redundant_experts(E, ep, redundant_share)`` redundant experts
+    (``perfmodel.eplb.routing_imbalance``), the one rule plan and estimate use in place of perfectly
+    balanced routing."""
+    from perfmodel.eplb import routing_imbalance
+
+    return routing_imbalance(stats.loads, ep, redundant_share, balance)
 
 
-def imbalance_table(stats: RoutingStats | None, eps) -> dict[int, float]:
+def imbalance_table(stats: RoutingStats | None, eps, redundant_share: float = 0.0,
+                    balance: str = "eplb") -> dict[int, float]:
     """Imbalance factor for each EP degree (1.0 for every degree when there are no statistics)."""
-    return {int(e): (imbalance_for_ep(stats, int(e)) if stats is not None and e > 1 else 1.0)
+    return {int(e): (imbalance_for_ep(stats, int(e), redundant_share, balance) if stats is not None and e > 1 else 1.0)
             for e in sorted(set(np.asarray(eps).ravel().tolist()))}   # not np.unique: it imports numpy.ma
 
 

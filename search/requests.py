@@ -19,7 +19,8 @@ from .baselines import SERVE_BASELINES, TRAIN_BASELINES
 from .vocabulary import SERVE_MODES, SERVE_OBJECTIVES, SHARDING, TRAIN_OBJECTIVES
 from perfmodel.hardware_db.errors import SpecError, UnknownNameError
 from perfmodel.plan import ACTIVATION_PRECISIONS, CP_COMMS, KV_PRECISIONS, WEIGHT_PRECISIONS
-from perfmodel.requests import MODEL_HELP, PRICE_HELP, PRICING, PRICING_HELP, check_choices, option, positive
+from perfmodel.requests import (EXPERT_BALANCE_HELP, EXPERT_BALANCES, MODEL_HELP, PRICE_HELP, PRICING, PRICING_HELP,
+                                check_choices, option, positive)
 
 TRAIN_PRECISIONS = ("bf16", "fp16", "fp8")
 SHARDING_HELP = ("Sharding families searched with the ZeRO stages, comma separated: flat (over all dp x cp ranks), "
@@ -279,7 +280,8 @@ class PlanServeRequest:
                                       "MTP layers).")
     mtp_acceptance: float = option(0.0, "Share of draft tokens accepted (0-1).")
     top: int = option(5, "How many of the best deployments to list.")
-    routing: str | None = option(None, ROUTING_HELP)
+    routing: str | None = option(None, ROUTING_HELP + " Default: aiconfigurator's power law (see --expert-balance).")
+    expert_balance: str = option("eplb", EXPERT_BALANCE_HELP, choices=EXPERT_BALANCES)
     zipf: float | None = option(None, ZIPF_HELP)
     affinity: float = option(0.5, AFFINITY_HELP)
     seed: int = option(0, SEED_HELP)
@@ -363,7 +365,8 @@ class PlanServeRequest:
             weight_offload=self.weight_offload and self.framework is None, framework=self.framework,
             max_devices=self.max_devices, budget_usd_per_hour=self.budget_usd_per_hour,
             power_cap_w=self.power_cap_kw * 1e3 if self.power_cap_kw else None, top=self.top,
-            routing=_routing(spec, self), mtp_draft_tokens=self.mtp_draft_tokens, mtp_acceptance=self.mtp_acceptance,
+            routing=_routing(spec, self), expert_balance=self.expert_balance,
+            mtp_draft_tokens=self.mtp_draft_tokens, mtp_acceptance=self.mtp_acceptance,
             device_power_cap_w=self.power_cap_w, owned=owned, limits=limits)
         return spec, systems, demand, options
 

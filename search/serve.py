@@ -194,8 +194,7 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
     if not layouts:
         return rows
     lay = np.array(layouts, dtype=float)
-    imbalance = imbalance_table(options.routing if spec.moe else None, lay[:, 3])
-    skew = np.vectorize(imbalance.get, otypes=[float])(lay[:, 3].astype(int))
+    skew = _skew(spec, machine, options, lay[:, 3])
     native = "bf16" if spec.native_precision == "fp16" else spec.native_precision
     # Decode: every batch of every layout. The step's mean context is input + output / 2, so
     # output = 2 x (context - input) reproduces it.
@@ -219,6 +218,7 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
         prefill = dict(zip(weight_places, estimate_serving_placed(spec, machine, ServePlan(
             tp=both[:, 0], pp=both[:, 1], dp_attention=both[:, 2], ep=both[:, 3], batch=both[:, 2], weight_precision=wp,
             activation_precision=ap, kv_precision=kvp, moe_imbalance=np.tile(skew, 2),
+            expert_balance=options.expert_balance,
             mtp_draft_tokens=options.mtp_draft_tokens, mtp_acceptance=options.mtp_acceptance,
             power_cap_w=options.device_power_cap_w), ServeWorkload(n_in, 1, demand.cached_share * n_in),
             [("hbm", w_place) for w_place in weight_places], phases=("prefill",))))
@@ -226,6 +226,7 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
         plan = ServePlan(tp=both[:, 0], pp=both[:, 1], dp_attention=both[:, 2], ep=both[:, 3],
                          batch=both[:, 4], weight_precision=wp, activation_precision=ap, kv_precision=kvp,
                          moe_imbalance=np.tile(skew[pre_i], 2), power_cap_w=options.device_power_cap_w,
+                         expert_balance=options.expert_balance,
                          mtp_draft_tokens=options.mtp_draft_tokens, mtp_acceptance=options.mtp_acceptance)
         placed = list(itertools.product(places, weight_places))
         decodes = estimate_serving_placed(spec, machine, plan, ServeWorkload(
@@ -784,6 +785,18 @@ def _closest(counter: dict, fastest: dict, demand: Demand, max_devices: int | No
     return "; ".join(parts)
 
 
+def _skew(spec, machine, options, eps) -> np.ndarray:
+    """Per EP degree: the busiest over mean EP device load of the ``--routing`` statistics placed
+    by EPLB (search.placement.imbalance_table), or 0 without statistics: the serving estimate then
+    computes it from the default routing of each pass's tokens (perfmodel.serving._skew)."""
+    eps = np.asarray(eps, dtype=float)
+    if options.routing is None or not spec.moe:
+        return np.zeros(len(eps))
+    table = imbalance_table(options.routing, eps, machine.constants.get("moe-redundant-expert-share", 0.125),
+                            options.expert_balance)
+    return np.vectorize(table.get, otypes=[float])(eps.astype(int))
+
+
 def capped_p99(spec, machines: dict, deployment: Deployment, demand: Demand, options: ServeSearchOptions) -> dict:
     """The deployment's tail latencies under its power cap and, for the same pools at the same
     counts, without it: TTFT p99 (the wait at p99 over the p90 prompt's service: the lengths are
@@ -793,12 +806,12 @@ def capped_p99(spec, machines: dict, deployment: Deployment, demand: Demand, opt
         ttft99, tpot90 = 0.0, 0.0
         for pool in deployment.pools:
             c, machine = pool.config, machines[pool.system]
-            imbalance = imbalance_table(options.routing if spec.moe else None, [c["ep"]])[int(c["ep"])]
+            imbalance = float(_skew(spec, machine, options, [c["ep"]])[0])
             common = dict(tp=c["tp"], pp=c["pp"], ep=c["ep"], dp_attention=c["dp_attention"],
                           weight_precision=c["weight_precision"], activation_precision=c["activation_precision"],
                           kv_precision=c["kv_precision"], weight_place=c.get("weight_place", "hbm"),
                           mtp_draft_tokens=options.mtp_draft_tokens, mtp_acceptance=options.mtp_acceptance,
-                          moe_imbalance=imbalance, power_cap_w=cap)
+                          moe_imbalance=imbalance, expert_balance=options.expert_balance, power_cap_w=cap)
             pre = {q: estimate_serving(spec, machine, ServePlan(batch=c["dp_attention"], **common),
                                        ServeWorkload(n, 1, demand.cached_share * n))
                    for q, n in (("50", demand.input_len.p50), ("90", demand.input_len.p90))}

@@ -229,20 +229,21 @@ def test_prefill_prices_the_exchange_on_the_fitted_normal_kernels_on_h100():
         topo = machine.topology
         assert topo.dispatch_normal is not None
         plan = ServePlan(tp=1, pp=pp, ep=ep, dp_attention=ep, batch=16 * ep, weight_precision="fp8",
-                         activation_precision="a8", kv_precision="fp8", overlap_comm=False)
+                         activation_precision="a8", kv_precision="fp8", overlap_comm=False,
+                         expert_balance="balanced")   # the kernels, not the skew (tests/properties/test_eplb.py)
         r = estimate_serving(spec, machine, plan, work)
         # 16 prompts of 1K tokens per rank, top-8 of 256 experts, fp8 out and bf16 back, on the
         # last stage's MoE layers.
         tokens, h = 16 * 1024.0, spec.hidden_size
         layers = math.ceil(spec.num_layers / pp) * spec.moe_layers / spec.num_layers
-        per_layer = sum(float(topo.normal_exchange(op, tokens * machine.constants["moe-load-imbalance"], size, 8, 256,
+        per_layer = sum(float(topo.normal_exchange(op, tokens, size, 8, 256,
                                                    1, ep)) for op, size in (("dispatch", h * (1 + 4 / 128)),
                                                                             ("combine", h * 2.0)))
         assert float(r.prefill_components["ep all-to-all"]) == pytest.approx(pp * layers * per_layer, rel=1e-9)
         if ep == 8:
             # Inside one node a token meets each rank once, not once per expert: faster than the
             # link model's top_k copies (measured 1.6-1.8x; the fit is 1.1-1.2x slow at 16K tokens).
-            link = sum(float(topo.moe_all_to_all(tokens * machine.constants["moe-load-imbalance"] * size, 8, 1, ep))
+            link = sum(float(topo.moe_all_to_all(tokens * size, 8, 1, ep))
                        for size in (h * (1 + 4 / 128), h * 2.0))
             assert per_layer < link / 1.3
     # A device without a normal-kernel fit keeps the link model.

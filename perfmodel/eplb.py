@@ -1,0 +1,354 @@
+"""Expert-parallel load balancing (EPLB): redundant experts and their packing onto devices.
+
+An MoE layer's expert GEMMs (and its dispatch and combine) wait for the busiest expert-parallel
+device, so what a plan pays is the busiest device's tokens over the mean device's: ``imbalance``.
+This module computes it from routing statistics (tokens per expert per layer) and the placement
+DeepSeek's open-source load balancer makes of them (github.com/deepseek-ai/EPLB, ``eplb.py``,
+described in DeepSeek-V3 Technical Report, arXiv 2412.19437, Sec. 3.4.1 and 3.4.2; written here
+from that description, not copied):
+
+1. **Replicate.** ``redundant`` extra copies, one at a time, each to the expert with the most tokens
+   per copy; an expert's tokens split evenly over its copies (``replicate``: water-filling).
+2. **Pack.** Copies heaviest first, each onto the lightest device that still has a free slot, every
+   device getting exactly ``slots`` copies (``balanced_packing``; greedy longest-first, Graham 1969).
+
+Policies (EPLB's ``rebalance_experts``):
+
+- **hierarchical** (when the expert groups divide among the nodes; EPLB's prefill policy): whole
+  expert groups packed onto nodes first (so group-limited routing keeps its tokens in few nodes),
+  then steps 1 and 2 inside each node over its devices;
+- **global** (otherwise; EPLB's decode policy): steps 1 and 2 over all devices at once.
+
+Unlike ``search.placement`` (CP-SAT, distinct devices per copy, inter-layer affinity), EPLB is what
+the engines run (SGLang ``--enable-eplb --ep-num-redundant-experts``, vLLM ``--enable-eplb``), so
+it is the rule every plan's busiest device comes from.
+
+Default routing when no statistics are given (``power_law_loads``): aiconfigurator's power law, the
+distribution its measured MoE kernel tables are collected under (ai-dynamo/aiconfigurator,
+``collector/helper.py``, ``sample_power_law`` and ``_generate_power_law_distribution``): each
+expert's tokens drawn from the density p(x) proportional to x^-alpha on [1, 0.8 N] (N tokens, when
+N x top-k exceeds the experts; else on [0.01, 2]), scaled to N x top-k routed tokens; alpha 1.2 is
+its default for MoE models (``aiconfigurator_core.sdk.models.moe``, ``_power_law_alpha``). Here the
+draws are replaced by the distribution's quantiles at (i + 1/2) / E, so the same inputs give the same
+loads (a typical draw, not a random one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from perfmodel.hardware_db.errors import SpecError
+
+POLICIES = ("global", "hierarchical")
+# The largest batch aiconfigurator's power-law rows measure (aiconfigurator_core 0.12.0, trtllm
+# 1.3.0rc20 moe_perf.parquet on h100_sxm: num_tokens 1 to 16,384 for power_law_1.01, power_law_1.2
+# and balanced). Its x_max = 0.8 N grows the skew without bound; above this batch the shares of
+# the 16,384-token distribution are kept (the distribution is not extrapolated past its data).
+POWER_LAW_MAX_TOKENS = 16384
+
+
+def power_law_loads(experts: int, top_k: int, tokens, alpha: float) -> np.ndarray:
+    """(len(tokens) x experts) routed tokens per expert under aiconfigurator's power law (see the
+    module docstring): quantiles (i + 1/2) / E of p(x) ~ x^-alpha on [x_min, x_max], by its inverse
+    CDF x(u) = ((x_max^(1-a) - x_min^(1-a)) u + x_min^(1-a))^(1/(1-a)) (a = 1: x_min (x_max/x_min)^u),
+    scaled to tokens x top_k per row and capped at N tokens per expert (``_capped``); above
+    POWER_LAW_MAX_TOKENS the shape is that of POWER_LAW_MAX_TOKENS tokens. Expert ids take
+    the quantiles in a fixed shuffled order (seed 0), so contiguous expert groups are not sorted by
+    load."""
+    if not (experts >= 1 and 1 <= top_k <= experts and 0 <= alpha <= 10):
+        raise SpecError(f"power-law routing needs experts >= 1, 1 <= top_k <= experts and 0 <= alpha <= 10; has "
+                        f"{experts}, {top_k}, {alpha:g}")
+    n = np.maximum(np.atleast_1d(np.asarray(tokens, dtype=float)), 1.0)[:, None]
+    shape_n = np.minimum(n, POWER_LAW_MAX_TOKENS)
+    many = shape_n * top_k > experts
+    x_min = np.where(many, 1.0, 0.01)
+    x_max = np.where(many, np.maximum(0.8 * shape_n, 1.0 + 1e-9), 2.0)
+    u = ((np.arange(experts) + 0.5) / experts)[None, :]
+    if abs(alpha - 1.0) < 1e-9:
+        x = x_min * (x_max / x_min) ** u
+    else:
+        b = 1.0 - alpha
+        x = ((x_max ** b - x_min ** b) * u + x_min ** b) ** (1.0 / b)
+    x = x[:, np.random.default_rng(0).permutation(experts)]
+    return _capped(x / x.sum(axis=1, keepdims=True) * n * top_k, n)
+
+
+def _capped(loads: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """Loads with no expert above ``cap`` (a token meets an expert once, so an expert gets at most
+    the N tokens), the excess spread over the experts under it in proportion to their loads (as
+    aiconfigurator's later collector redraws until the largest expert is under N:
+    ``power_law_logits_v4``). Each round caps at least one more expert: at most E rounds."""
+    loads = loads.copy()
+    for _ in range(loads.shape[1]):
+        over = loads > cap * (1 + 1e-12)
+        if not over.any():
+            break
+        excess = np.where(over, loads - cap, 0.0).sum(axis=1, keepdims=True)
+        loads = np.where(over, np.broadcast_to(cap, loads.shape), loads)
+        free = np.where(loads < cap * (1 - 1e-12), loads, 0.0)
+        loads = loads + free / np.maximum(free.sum(axis=1, keepdims=True), 1e-300) * excess
+    return loads
+
+
+def replicate(loads: np.ndarray, physical: int) -> np.ndarray:
+    """(layers x experts) copies: one each, then ``physical - experts`` more, each to the expert with
+    the most tokens per copy (the lowest index on ties). Since load / k falls with k, the extra
+    copies are the largest load_e / k over (e, k = 1..extra), taken in that order: one sort."""
+    loads = np.atleast_2d(np.asarray(loads, dtype=float))
+    layers, experts = loads.shape
+    extra = physical - experts
+    copies = np.ones((layers, experts), dtype=int)
+    if extra <= 0:
+        return copies
+    k = np.arange(1, extra + 1)
+    value = (loads[:, :, None] / k).reshape(layers, -1)                   # expert-major: e, then k
+    chosen = np.argsort(-value, axis=1, kind="stable")[:, :extra] // extra  # stable: lowest index on ties
+    for layer in range(layers):
+        copies[layer] += np.bincount(chosen[layer], minlength=experts)
+    return copies
+
+
+def balanced_packing(weights: np.ndarray, packs: int) -> np.ndarray:
+    """(rows x items) pack of each item: heaviest first onto the lightest pack with room, each pack
+    exactly items / packs items (the lowest pack index on ties). Vectorized over rows."""
+    weights = np.atleast_2d(np.asarray(weights, dtype=float))
+    rows, items = weights.shape
+    if packs < 1 or items % packs:
+        raise SpecError(f"balanced packing needs items divisible by packs, has {items} and {packs}")
+    per_pack = items // packs
+    order = np.argsort(-weights, axis=1, kind="stable")
+    pack = np.empty((rows, items), dtype=int)
+    load = np.zeros((rows, packs))
+    count = np.zeros((rows, packs), dtype=int)
+    r = np.arange(rows)
+    for step in range(items):
+        item = order[:, step]
+        target = np.argmin(np.where(count < per_pack, load, np.inf), axis=1)
+        pack[r, item] = target
+        load[r, target] += weights[r, item]
+        count[r, target] += 1
+    return pack
+
+
+@dataclass(frozen=True, eq=False)
+class EplbPlacement:
+    """Where every copy of every expert sits, per layer: ``slot_expert[l, s]`` is the expert in slot
+    ``s``; slot s is on device s // slots (``slots`` per device)."""
+
+    policy: str
+    devices: int
+    devices_per_node: int
+    slot_expert: np.ndarray        # (layers, physical) expert in each slot
+    copies: np.ndarray             # (layers, experts)
+    device_load: np.ndarray        # (layers, devices) tokens
+
+    @property
+    def slots(self) -> int:
+        return self.slot_expert.shape[1] // self.devices
+
+    @property
+    def redundant(self) -> int:
+        return self.slot_expert.shape[1] - self.copies.shape[1]
+
+    @property
+    def layer_imbalance(self) -> np.ndarray:
+        """Per layer: the busiest device's tokens over the mean device's (1 = balanced)."""
+        return _ratio(self.device_load)
+
+    @property
+    def imbalance(self) -> float:
+        """Busiest over mean device load, averaged over layers (``search.placement.Placement``'s
+        definition: every layer waits for its own busiest device)."""
+        return float(np.mean(self.layer_imbalance))
+
+
+def _policy(experts: int, groups: int, nodes: int) -> str:
+    """EPLB's choice: hierarchical when the groups divide among the nodes, else global (on one node
+    the two are the same placement)."""
+    return "hierarchical" if nodes > 1 and groups >= 1 and experts % groups == 0 and groups % nodes == 0 else "global"
+
+
+def rebalance(loads, devices: int, redundant: int = 0, devices_per_node: int | None = None, groups: int = 1,
+              policy: str | None = None) -> EplbPlacement:
+    """EPLB placement of ``loads`` ((layers x experts) tokens) on ``devices`` devices with
+    ``redundant`` extra copies per layer: (experts + redundant) / devices slots per device.
+
+    ``policy`` None chooses as EPLB does (``_policy``); "global" treats all devices as one node."""
+    loads = np.atleast_2d(np.asarray(loads, dtype=float))
+    layers, experts = loads.shape
+    per_node = devices if devices_per_node is None else devices_per_node
+    physical = experts + redundant
+    if devices < 1 or per_node < 1 or devices % per_node:
+        raise SpecError(f"EPLB needs devices divisible by devices per node, has {devices} and {per_node}")
+    if redundant < 0 or physical % devices:
+        raise SpecError(f"EPLB needs experts + redundant experts divisible by devices, has {experts} + {redundant} "
+                        f"on {devices}")
+    if not np.all(np.isfinite(loads)) or np.any(loads < 0):
+        raise SpecError("EPLB needs finite, non-negative token counts")
+    nodes = devices // per_node
+    policy = policy or _policy(experts, groups, nodes)
+    if policy not in POLICIES:
+        from perfmodel.hardware_db.errors import UnknownNameError
+
+        raise UnknownNameError("EPLB policy", policy, POLICIES)
+    if policy == "global" or nodes == 1:
+        groups, nodes, per_node = 1, 1, devices
+    elif experts % groups or groups % nodes:
+        raise SpecError(f"hierarchical EPLB needs {experts} experts in groups that divide among {nodes} nodes, "
+                        f"has {groups} groups")
+    group_size, local = experts // groups, experts // nodes
+    # 1. Whole groups onto nodes: node_experts[l, n] lists node n's experts (ascending group, then id).
+    group_node = balanced_packing(loads.reshape(layers, groups, group_size).sum(axis=2), nodes)
+    order = np.argsort(np.repeat(group_node, group_size, axis=1), axis=1, kind="stable")   # (layers, experts)
+    node_experts = order.reshape(layers * nodes, local)
+    node_loads = np.take_along_axis(loads, order, axis=1).reshape(layers * nodes, local)
+    # 2. Replicas inside each node: physical / nodes slots there.
+    copies_local = replicate(node_loads, physical // nodes)
+    copy_of = np.stack([np.repeat(np.arange(local), c) for c in copies_local])           # (rows, physical / nodes)
+    size = np.take_along_axis(node_loads / copies_local, copy_of, axis=1)
+    # 3. Copies onto the node's devices, slots each.
+    device = balanced_packing(size, per_node)
+    slots = physical // devices
+    rank = np.argsort(device, axis=1, kind="stable")                                     # copies by device
+    slot_local = np.take_along_axis(np.take_along_axis(node_experts, copy_of, axis=1), rank, axis=1)
+    slot_expert = slot_local.reshape(layers, physical)
+    copies = np.zeros((layers, experts), dtype=int)
+    np.put_along_axis(copies, node_experts.reshape(layers, experts), copies_local.reshape(layers, experts), axis=1)
+    share = np.take_along_axis(loads / copies, slot_expert, axis=1)
+    device_load = share.reshape(layers, devices, slots).sum(axis=2)
+    return EplbPlacement(policy, devices, per_node if policy == "hierarchical" else devices, slot_expert, copies,
+                         device_load)
+
+
+def contiguous_loads(loads, devices: int) -> np.ndarray:
+    """(layers x devices) tokens with no balancing: expert e on device floor(e x D / E), no replicas
+    (the baseline EPLB is measured against)."""
+    loads = np.atleast_2d(np.asarray(loads, dtype=float))
+    experts = loads.shape[1]
+    device = np.arange(experts) * devices // experts
+    out = np.zeros((loads.shape[0], devices))
+    for d in range(devices):
+        out[:, d] = loads[:, device == d].sum(axis=1)
+    return out
+
+
+def _ratio(device_load: np.ndarray) -> np.ndarray:
+    """Per layer: the busiest device over the mean device (1 for a layer without tokens)."""
+    mean = device_load.mean(axis=1)
+    return np.where(mean > 0, device_load.max(axis=1) / np.where(mean > 0, mean, 1.0), 1.0)
+
+
+def busiest_over_mean(loads, devices: int, redundant: int = 0, devices_per_node: int | None = None,
+                      groups: int = 1) -> np.ndarray:
+    """Per layer, the busiest over the mean device after balancing: EPLB's placement (``rebalance``)
+    or, where it is no better, the contiguous one it would replace (``contiguous_loads``).
+
+    EPLB alone can lose to no balancing on small layouts, since every device takes exactly the same
+    number of copies (loads [0, 1, 1] on 2 devices with 3 redundant copies: 7/6 against 1); a
+    deployment keeps the layout it has when the balancer's plan is not better, so the rule every
+    plan uses takes the lower of the two."""
+    loads = np.atleast_2d(np.asarray(loads, dtype=float))
+    placed = rebalance(loads, devices, redundant, devices_per_node, groups)
+    return np.minimum(_ratio(placed.device_load), _ratio(contiguous_loads(loads, devices)))
+
+
+def check(loads, placement: EplbPlacement) -> None:
+    """Re-derive a placement's figures from the loads alone; AssertionError names what breaks:
+    every expert placed, copies as counted, each device exactly its slots, device loads recomputed
+    copy by copy and conserved (their sum is the layer's tokens)."""
+    loads = np.atleast_2d(np.asarray(loads, dtype=float))
+    layers, experts = loads.shape
+    d, slots = placement.devices, placement.slots
+    assert placement.slot_expert.shape == (layers, d * slots), "slots do not fill every device equally"
+    for l in range(layers):
+        count = np.bincount(placement.slot_expert[l], minlength=experts)
+        assert len(count) == experts and count.min() >= 1, f"layer {l}: an expert has no copy"
+        assert np.array_equal(count, placement.copies[l]), f"layer {l}: copies differ from the slots"
+        per_copy = loads[l] / count
+        device_load = np.zeros(d)
+        for s, e in enumerate(placement.slot_expert[l].tolist()):
+            device_load[s // slots] += per_copy[e]
+        total = loads[l].sum()
+        assert abs(device_load.sum() - total) <= 1e-9 * max(total, 1.0), f"layer {l}: loads not conserved"
+        assert np.allclose(device_load, placement.device_load[l], rtol=1e-9, atol=1e-9 * max(total, 1.0)), \
+            f"layer {l}: device loads differ"
+
+
+def redundant_experts(experts: int, ep: int, share: float) -> int:
+    """Redundant copies per layer for ``ep`` devices: slots per device ceil(E (1 + share) / ep), the
+    copies beyond E filling them (share 0: the fewest slots, ceil(E / ep), the copies beyond E only
+    where ep does not divide E). share 1/8 reproduces DeepSeek's deployments: 32 redundant of 256
+    experts on 32 prefill GPUs (9 slots each) and on 144 decode GPUs (2 each), and 64 on 320 decode
+    GPUs, one each (DeepSeek-V3 Technical Report Sec. 3.4; 'DeepSeek-V3/R1 Inference System
+    Overview', github.com/deepseek-ai/open-infra-index, 2025-03-01)."""
+    if ep < 1 or share < 0:
+        raise SpecError(f"redundant experts need ep >= 1 and a share >= 0, has {ep} and {share:g}")
+    slots = int(np.ceil(experts * (1.0 + share) / ep - 1e-9))
+    return max(slots * ep - experts, 0)
+
+
+BALANCES = ("eplb", "none", "balanced")
+
+
+def routing_imbalance(loads, ep: int, share: float = 0.0, balance: str = "eplb") -> float:
+    """Busiest over mean EP device load of routing statistics ((layers x experts) tokens) on ``ep``
+    devices, averaged over layers (every layer waits for its own busiest device): "eplb" places
+    them by ``busiest_over_mean`` with ``redundant_experts(E, ep, share)`` copies (global policy),
+    "none" keeps contiguous experts, "balanced" is 1. The one rule ``estimate serve --routing``,
+    ``plan serve`` and ``plan train`` use (search.placement.imbalance_table)."""
+    if balance not in BALANCES:
+        from perfmodel.hardware_db.errors import UnknownNameError
+
+        raise UnknownNameError("expert balance", balance, BALANCES)
+    loads = np.atleast_2d(np.asarray(loads, dtype=float))
+    if balance == "balanced" or ep <= 1:
+        return 1.0
+    if balance == "none":
+        return float(np.mean(_ratio(contiguous_loads(loads, ep))))
+    return float(np.mean(busiest_over_mean(loads, ep, redundant_experts(loads.shape[1], ep, share))))
+ORDERS = 16    # expert orders averaged for the busiest device with no balancing (a count, no fit)
+
+
+@lru_cache(maxsize=256)
+def _default_rows(experts: int, top_k: int, ep: int, alpha: float, share: float, balance: str,
+                  tokens: tuple) -> tuple:
+    loads = power_law_loads(experts, top_k, np.array(tokens), alpha)
+    if balance == "none":
+        # Expert ids say nothing of popularity: the expected busiest device over ORDERS shuffles.
+        rng = np.random.default_rng(0)
+        shuffled = [_ratio(contiguous_loads(loads[:, rng.permutation(experts)], ep)) for _ in range(ORDERS)]
+        return tuple(np.mean(shuffled, axis=0).tolist())
+    return tuple(busiest_over_mean(loads, ep, redundant_experts(experts, ep, share)).tolist())
+
+
+def default_imbalance(experts: int, top_k: int, tokens, ep, alpha: float, share: float,
+                      balance: str = "eplb") -> np.ndarray:
+    """Busiest over mean EP device load under the default routing (``power_law_loads``), per plan
+    (``tokens`` routed per layer in the EP group and ``ep`` broadcast together); 1 where ep is 1.
+
+    ``balance``: "eplb" places it with EPLB and ``redundant_experts(E, ep, share)`` copies
+    (``busiest_over_mean``; global policy: the catalog's specs do not list expert groups); "none"
+    keeps experts in contiguous blocks with no replicas (what aiconfigurator's power-law kernel tables measure on their busiest rank);
+    "balanced" assumes every device equal (1). Each distinct (ep, tokens) pair is placed once
+    (tokens rounded to whole tokens)."""
+    if balance not in BALANCES:
+        from perfmodel.hardware_db.errors import UnknownNameError
+
+        raise UnknownNameError("expert balance", balance, BALANCES)
+    tokens, ep = np.broadcast_arrays(np.maximum(np.round(np.asarray(tokens, dtype=float)), 1.0),
+                                     np.asarray(ep, dtype=float))
+    out = np.ones(tokens.shape)
+    if balance == "balanced":
+        return out
+    for e in np.unique(ep):
+        if e <= 1:
+            continue
+        mask = ep == e
+        distinct, where = np.unique(tokens[mask], return_inverse=True)
+        rows = np.array(_default_rows(experts, top_k, int(e), float(alpha), float(share), balance,
+                                      tuple(distinct.tolist())))
+        out[mask] = rows[where.ravel()]
+    return out

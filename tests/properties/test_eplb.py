@@ -1,0 +1,172 @@
+"""EPLB (perfmodel.eplb): every placement passes the checker, loads are conserved, the busiest device is
+never below the mean nor above no balancing, redundant experts never hurt, and the default routing is
+aiconfigurator's power law, deterministic."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from perfmodel.eplb import (balanced_packing, busiest_over_mean, check, contiguous_loads, default_imbalance,
+                            power_law_loads, rebalance, redundant_experts, replicate)
+from perfmodel.hardware_db.errors import SpecError
+
+
+@st.composite
+def instances(draw):
+    """(loads, devices, devices per node, redundant, groups): layers x experts token counts on a
+    layout EPLB accepts (experts + redundant a multiple of the devices; groups dividing the experts)."""
+    nodes = draw(st.integers(1, 3))
+    per_node = draw(st.integers(1, 4))
+    devices = nodes * per_node
+    slots = draw(st.integers(1, 5))
+    physical = devices * slots
+    experts = draw(st.integers(max(1, physical - 2 * devices), physical))
+    groups = draw(st.sampled_from([g for g in range(1, experts + 1) if experts % g == 0]))
+    layers = draw(st.integers(1, 3))
+    loads = draw(st.lists(st.lists(st.floats(0, 1e6, allow_nan=False), min_size=experts, max_size=experts),
+                          min_size=layers, max_size=layers))
+    return np.array(loads), devices, per_node, physical - experts, groups
+
+
+@settings(max_examples=150, deadline=None)
+@given(instances())
+@example((np.array([[90.0, 5, 3, 2]]), 2, 1, 0, 1))                  # one hot expert, no room for a copy
+@example((np.array([[90.0, 5, 3, 2, 0, 0]]), 2, 1, 2, 2))             # two copies of the hot one, two nodes
+def test_eplb_invariants(instance):
+    loads, devices, per_node, redundant, groups = instance
+    placed = rebalance(loads, devices, redundant, per_node, groups)
+    check(loads, placed)                                                # every expert, slots, conservation
+    total = loads.sum(axis=1)
+    assert placed.device_load.sum(axis=1) == pytest.approx(total, rel=1e-9, abs=1e-9)
+    mean = total / devices
+    assert np.all(placed.device_load.max(axis=1) >= mean * (1 - 1e-12))           # never below the mean
+    # The rule plans use is never worse than no balancing (contiguous blocks, no replicas), and
+    # never below balanced.
+    none = contiguous_loads(loads, devices)
+    rule = busiest_over_mean(loads, devices, redundant, per_node, groups)
+    ratio_none = np.where(total > 0, none.max(axis=1) / np.where(total > 0, mean, 1), 1.0)
+    assert np.all(rule <= ratio_none * (1 + 1e-9)) and np.all(rule >= 1 - 1e-9)
+    assert np.all(rule <= placed.layer_imbalance * (1 + 1e-9))
+
+
+def test_eplb_alone_can_lose_to_no_balancing():
+    """Why the rule takes the lower of the two: equal copies per device force 7/6 here."""
+    loads = np.array([[0.0, 1, 1]])
+    assert rebalance(loads, 2, 3).imbalance == pytest.approx(7 / 6)
+    assert busiest_over_mean(loads, 2, 3) == pytest.approx([1.0])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(0, 1e6, allow_nan=False), min_size=2, max_size=40), st.integers(0, 40))
+def test_replicas_minimise_the_largest_copy(load, extra):
+    """Water-filling: no other split of the extra copies has a smaller largest tokens per copy
+    (moving one copy from any expert to any other never lowers it)."""
+    load = np.array(load)
+    copies = replicate(load[None, :], len(load) + extra)[0]
+    assert copies.sum() == len(load) + extra and copies.min() >= 1
+    best = (load / copies).max()
+    for a in range(len(load)):
+        if copies[a] <= 1:
+            continue
+        for b in range(len(load)):
+            if a != b:
+                moved = copies.copy()
+                moved[a] -= 1
+                moved[b] += 1
+                assert (load / moved).max() >= best * (1 - 1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0, 1e6, allow_nan=False), min_size=8, max_size=8), st.sampled_from([2, 4]),
+       st.sampled_from([0, 4, 8]))
+def test_redundant_experts_never_hurt_much(load, devices, redundant):
+    """Global EPLB: the busiest device with replicas stays within one largest copy of the mean (so
+    within the no-replica bound), and equal loads stay perfectly balanced."""
+    load = np.array([load])
+    without = rebalance(load, devices, 0).device_load.max()
+    with_copies = rebalance(load, devices, redundant)
+    assert with_copies.device_load.max() <= without + (load / with_copies.copies).max() + 1e-9 * (load.sum() + 1)
+    flat = rebalance(np.ones((1, 8)), devices, redundant)
+    assert flat.imbalance == pytest.approx(1.0, abs=1e-9) or redundant % 8   # equal experts, equal copies
+
+
+def test_packing_fills_every_pack_exactly():
+    pack = balanced_packing(np.array([[9.0, 7, 6, 5, 4, 1], [1, 1, 1, 1, 1, 1]]), 3)
+    assert all(np.bincount(row, minlength=3).tolist() == [2, 2, 2] for row in pack)
+    with pytest.raises(SpecError):
+        balanced_packing(np.ones((1, 5)), 3)
+
+
+def test_hierarchical_keeps_each_group_in_one_node():
+    loads = np.array([[50.0, 40, 1, 1, 30, 20, 2, 2]])               # groups of 2
+    placed = rebalance(loads, 4, 0, devices_per_node=2, groups=4)
+    check(loads, placed)
+    assert placed.policy == "hierarchical"
+    node_of = np.arange(8) // 2 // 2                                    # slot -> device -> node
+    for g in range(4):
+        nodes = {node_of[s] for s, e in enumerate(placed.slot_expert[0]) if e // 2 == g}
+        assert len(nodes) == 1
+    # Groups that do not divide among the nodes: EPLB's global policy.
+    assert rebalance(loads, 4, 0, devices_per_node=1, groups=2).policy == "global"
+
+
+def test_hot_expert_is_split_by_its_replicas():
+    loads = np.array([[600.0, 100, 100, 100, 100, 100, 100, 100]])
+    assert rebalance(loads, 4, 0).imbalance == pytest.approx(700 / 325)     # two experts a device
+    placed = rebalance(loads, 4, 4)                                     # 12 slots: the hot one gets 5 copies
+    assert placed.copies[0, 0] == 5
+    assert placed.imbalance < 1.2
+
+
+def test_bad_layouts_are_one_line_errors():
+    for args in ((np.ones((1, 8)), 3, 0), (np.ones((1, 8)), 4, -4), (np.ones((1, 8)), 4, 0, 3)):
+        with pytest.raises(SpecError):
+            rebalance(*args)
+
+
+def test_power_law_is_aiconfigurators():
+    """Tokens sum to N x top-k; the largest expert follows the inverse CDF on [1, 0.8 N]; below
+    N x top-k = E the range is [0.01, 2]; the same inputs give the same loads."""
+    loads = power_law_loads(256, 8, [16384, 16], 1.2)
+    assert loads.sum(axis=1) == pytest.approx([16384 * 8, 16 * 8])
+    u = (np.arange(256) + 0.5) / 256
+    x = ((16384 * 0.8) ** -0.2 - 1) * u + 1
+    x = x ** (1 / -0.2)
+    assert np.sort(loads[0]) == pytest.approx(np.sort(x / x.sum() * 16384 * 8))
+    small = ((2 ** -0.2 - 0.01 ** -0.2) * u + 0.01 ** -0.2) ** (1 / -0.2)
+    assert np.sort(loads[1]) == pytest.approx(np.sort(small / small.sum() * 128))
+    assert np.array_equal(loads, power_law_loads(256, 8, [16384, 16], 1.2))
+    assert np.isfinite(power_law_loads(8, 2, [1e6], 1.0)).all()
+
+
+def test_default_redundancy_matches_deepseeks_deployments():
+    assert redundant_experts(256, 32, 0.125) == 32      # prefill: 32 GPUs, 9 experts each
+    assert redundant_experts(256, 144, 0.125) == 32     # decode: 144 GPUs, 2 each
+    assert redundant_experts(256, 320, 0.125) == 64     # decode: 320 GPUs, 1 each
+    assert redundant_experts(256, 64, 0.0) == 0
+
+
+def test_default_imbalance_orders_the_balances():
+    """EPLB <= no balancing; balanced is 1; more devices, more skew; ep 1 is balanced."""
+    tokens, ep = np.array([1024.0, 16384, 16384, 16384]), np.array([8, 8, 64, 1])
+    eplb = default_imbalance(256, 8, tokens, ep, 1.2, 0.125)
+    none = default_imbalance(256, 8, tokens, ep, 1.2, 0.125, "none")
+    assert np.all(eplb >= 1.0) and np.all(eplb <= none + 1e-12)
+    assert none[2] > none[1] > 1.0 and eplb[3] == none[3] == 1.0
+    assert np.all(default_imbalance(256, 8, tokens, ep, 1.2, 0.125, "balanced") == 1.0)
+    with pytest.raises(SpecError):
+        default_imbalance(256, 8, tokens, ep, 1.2, 0.125, "sometimes")
+
+
+def test_power_law_keeps_its_measured_shape_above_its_data():
+    """Above aiconfigurator's largest measured batch the shares stay those of that batch, and no
+    expert ever gets more than the N tokens (a token meets an expert once)."""
+    from perfmodel.eplb import POWER_LAW_MAX_TOKENS
+
+    top, more = power_law_loads(8, 2, [POWER_LAW_MAX_TOKENS, 4 * POWER_LAW_MAX_TOKENS], 1.2)
+    assert more / more.sum() == pytest.approx(top / top.sum())
+    assert top.max() <= POWER_LAW_MAX_TOKENS * (1 + 1e-12)
+    assert np.sort(top)[-1] == pytest.approx(POWER_LAW_MAX_TOKENS)        # Mixtral's hottest expert is capped
