@@ -286,8 +286,13 @@ def redundant_experts(experts: int, ep: int, share: float) -> int:
     Overview', github.com/deepseek-ai/open-infra-index, 2025-03-01)."""
     if ep < 1 or share < 0:
         raise SpecError(f"redundant experts need ep >= 1 and a share >= 0, has {ep} and {share:g}")
-    slots = int(np.ceil(experts * (1.0 + share) / ep - 1e-9))
-    return max(slots * ep - experts, 0)
+    return max(int(slots_per_device(experts, ep, share)) * ep - experts, 0)
+
+
+def slots_per_device(experts: int, ep, share: float) -> np.ndarray:
+    """Expert slots each of ``ep`` devices holds with ``share`` redundant copies: ceil(E (1 + share) / ep)
+    (``redundant_experts``); every slot is a copy of an expert's weights in that device's memory."""
+    return np.ceil(experts * (1.0 + share) / np.asarray(ep, dtype=float) - 1e-9)
 
 
 BALANCES = ("eplb", "none", "balanced")

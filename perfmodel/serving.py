@@ -306,6 +306,13 @@ def _memory(spec: TransformerSpec, machine: Machine, inst: Instance, work: Serve
     s_in, s_out = (np.asarray(x, dtype=float) for x in (work.input_len, work.output_len))
     # With multi-token prediction the MTP module serves as the draft model and stays resident.
     dense, expert = lay.params_per_device(spec, inst.layers, lay.pp == 1, True, mtp=inst.mtp_drafts > 0)
+    if spec.moe and inst.balance == "eplb":
+        from .eplb import slots_per_device
+
+        # EPLB's redundant copies are weights too: each EP device holds its slots, not E / ep.
+        share = machine.constants.get("moe-redundant-expert-share", 0.125)
+        expert = expert * np.where(lay.ep > 1, slots_per_device(spec.moe.num_experts, lay.ep, share)
+                                   / lay.expert_slots(spec), 1.0)
     weights = (dense + expert) * q.weight_bytes
     kv = kv_cache_bytes_per_device(spec, inst.local_batch * (s_in + s_out), q.kv_bytes, lay.tp, lay.pp)
     if spec.sliding_window:

@@ -170,3 +170,20 @@ def test_power_law_keeps_its_measured_shape_above_its_data():
     assert more / more.sum() == pytest.approx(top / top.sum())
     assert top.max() <= POWER_LAW_MAX_TOKENS * (1 + 1e-12)
     assert np.sort(top)[-1] == pytest.approx(POWER_LAW_MAX_TOKENS)        # Mixtral's hottest expert is capped
+
+
+def test_redundant_copies_are_weights_the_devices_hold(db):
+    """With EPLB each EP device holds ceil(E x 1.125 / ep) expert slots (DeepSeek-V3 at ep 8: 36 of its
+    256 experts, not 32): serving memory counts them; without balancing, or at ep 1, it does not."""
+    from perfmodel.catalog import find_model
+    from perfmodel.machine import build_machine
+    from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving
+
+    spec, machine = find_model("deepseek-v3"), build_machine(db, "hgx-h200", 8)
+    work = ServeWorkload(input_len=2048, output_len=512)
+    weights = {(balance, ep): estimate_serving(spec, machine, ServePlan(tp=8, ep=ep, batch=8, weight_precision="fp8",
+                                                                      expert_balance=balance), work).memory["weights"]
+               for balance in ("eplb", "none") for ep in (1, 8)}
+    assert weights["eplb", 1] == pytest.approx(weights["none", 1])
+    # 4 more expert slots in each of the 58 MoE layers, fp8 (1 byte per parameter).
+    assert weights["eplb", 8] - weights["none", 8] == pytest.approx(spec.moe_layers * 4 * spec.expert_params, rel=1e-9)
