@@ -569,7 +569,7 @@ def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, 
     zero3 = c["zero"] >= 3
     # ZeRO-3 / FSDP gathers and reduce-scatters one layer (one FSDP unit) at a time: each pass
     # runs one collective per layer of a layer's parameters (Zhao et al., "PyTorch FSDP", VLDB
-    # 2023, Sec. 3.2-3.3: one all-gather per unit in the forward and in the backward, one
+    # 2023: one all-gather per unit in the forward and in the backward, one
     # reduce-scatter per unit in the backward; DeepSpeed ZeRO-3 likewise per submodule), so
     # each collective pays its latency once per layer, at the layer's shard size.
     layers = np.maximum(comp.layers, 1.0)
@@ -720,23 +720,23 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     overlap pipelines all but one chunk of them with the layer's GEMMs (with sequence
     parallelism); the CP ring passes K and V under the attention it feeds (Liu et al., Ring
     Attention, 2023); EP dispatch and combine block (Megatron's default); ZeRO-3 gathers and
-    parameter streaming prefetch the next layer under the whole compute, each on its own link,
-    except the first layer's; the pipeline's point-to-point messages block, except in an
-    interleaved schedule, where only the warm-up's and the flush's do (Megatron's
-    overlap_p2p_comm).
+    parameter streaming prefetch the next layer under the compute of its phase, each on its own
+    link, except each phase's first layer's; the pipeline's point-to-point messages block, except
+    in an interleaved schedule, where only the warm-up's and the flush's do (Megatron's
+    overlap_p2p_comm). Once per step, the gradient reduction hides under the last backward on the
+    network while offload transfers use the host path. Transfers hiding under one window add up
+    on it, so a faster device or format never makes a step slower. None: every transfer exposed.
+    Ideal: every transfer under the whole compute (T_lower = max, as the scaling book writes it;
+    T_upper = sum is ``none``).
 
-    ZeRO-3 prefetch (``prefetch`` layers ahead, PyTorch FSDP's default 1: Zhao et al., VLDB 2023,
-    Sec. 3.3.2 backward and forward prefetching; DeepSpeed's stage3_prefetch_bucket_size): each
+    ZeRO-3 prefetch (``prefetch`` layers ahead, PyTorch FSDP's default 1: Zhao et al., VLDB 2023:
+    backward and forward prefetching; DeepSpeed's stage3_prefetch_bucket_size): each
     layer's gather runs under the previous layer's compute, so a pass is as long as the slower
     of its compute and its network traffic, phase by phase (the forward's gathers under the
     forward; the backward's gathers, the recomputed forward's and the reduce-scatters under the
-    backward and the recompute), after the first layer's gather. Deeper prefetch holds more
-    gathered layers (``_memory``) but with layers of one size runs no faster. Without prefetch
-    (0) every gather blocks the compute that needs it. Once per step, the gradient reduction hides under the last backward on the
-    network while offload transfers use the host path. Transfers hiding under one
-    window add up on it, so a faster device or format never makes a step slower. None: every
-    transfer exposed. Ideal: every transfer under the whole compute (T_lower = max, as the
-    scaling book writes it; T_upper = sum is ``none``).
+    backward and the recompute), after the phase's first layer's gather (_prefetch_exposure).
+    Deeper prefetch holds more gathered layers (``_memory``) but with layers of one size runs no
+    faster. Without prefetch (0) every gather blocks the compute that needs it.
 
     With ``ep_overlap`` the dispatch and combine of one microbatch run under another's compute
     (Megatron-Core's --overlap-moe-expert-parallel-comm, forward of one microbatch against the
