@@ -770,7 +770,7 @@ def _plan_text(q: dict) -> str:
             f"mb{q['micro_batch']} zero{q['zero']}{_sharding_text(q)} {q['recompute']} {sp}{q['precision']}")
     places = [f"{name}:{q[key]}" for key, name in (("optimizer_place", "opt"), ("grad_place", "grad"),
                                                     ("param_place", "param")) if q[key] != "hbm"]
-    return text + (" offload " + ",".join(places) if places else "")
+    return text + (" offload " + ", ".join(places) if places else "")
 
 
 def _span(low: float | None, high: float | None) -> str:

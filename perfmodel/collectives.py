@@ -14,6 +14,15 @@ Patarasuk and Yuan, "Bandwidth optimal all-reduce algorithms for clusters of wor
 69(2), 2009 (the 2 (n-1)/n * S / B lower bound a ring attains).
 Sanders, Speck and Traeff, "Two-tree algorithms for full bandwidth broadcast, reduction and scan",
 Parallel Computing 35(12), 2009 (double binary tree: 2 log2(n) alpha + 2 S / B, as in NCCL's tree).
+NVIDIA NCCL 2.30 (github.com/NVIDIA/nccl, master 5067397, 2026-06-11), src/graph/tuning.cc,
+ncclTopoTuneModel: the cost model NCCL itself uses to choose a ring protocol for an all-gather or a
+reduce-scatter across nodes (latency = base + (n - nodes) intra-node steps + (nodes - 1) network
+steps, bandwidth = bus bandwidth x a per-protocol share; PAT, a logarithmic-latency all-gather /
+reduce-scatter, only with one rank per node). Jeaugey, "PAT: a new algorithm for all-gather and
+reduce-scatter operations at scale", arXiv:2506.20252, 2025 (why: the ring's latency grows
+linearly with the ranks). Singh et al., "The Big Send-off: Scalable and Performant Collectives for
+Deep Learning", arXiv:2504.18658 (NCCL and RCCL all-gather / reduce-scatter are rings whose latency
+grows as O(p): measured at up to 2,048 GPUs on Perlmutter and Frontier).
 DeepSeek-AI, "DeepSeek-V3 Technical Report", arXiv:2412.19437, 2024, Sec. 3.2.2, and DeepEP's README
 (deepseek-ai/DeepEP, "Normal kernels with NVLink and RDMA forwarding" and "Low-latency kernels with
 pure RDMA"): the two expert-exchange kernels of MoE serving.
@@ -60,6 +69,75 @@ def all_to_all_time(size_bytes, n, bw, lat):
 def p2p_time(size_bytes, bw, lat):
     """One point-to-point message: alpha + S/B."""
     return lat + np.asarray(size_bytes, dtype=float) / bw
+
+
+@dataclass(frozen=True)
+class RingProtocol:
+    """One NCCL protocol's terms for a ring all-gather or reduce-scatter across nodes (SI): a base
+    latency, one step's latency inside a node, one network step's latency (``inter``, or
+    ``inter_alone`` when each node holds one rank of the ring), and the share of the link's bus
+    bandwidth the protocol reaches."""
+
+    name: str
+    base: float
+    intra: float
+    inter: float
+    inter_alone: float
+    share: float
+
+
+# NCCL 2.30's tuner constants (src/graph/tuning.cc, ncclTunerConstantsDefaults and
+# ncclTopoTuneModel; not fitted here). Ring baseLatencies {LL 6.6, LL128 14.0, Simple 8.4} us;
+# hwLatencies NVLINK Ring {0.6, 1.9, 3.4}, NET Ring {2.7, 4.0, 14.0}, NET Tree {5.0, 8.5, 14} (used
+# for the network steps when each node holds one rank, "ppn == 1"); once the ring leaves the node
+# an intra-node step costs at least the network post overhead (getNetOverhead: 1.0 us, x3 with
+# Simple): max(0.6, 1.0) = 1.0, max(1.9, 1.0) = 1.9, max(3.4, 3.0) = 3.4. Bus bandwidth x0.5 with
+# LL, x0.92 with LL128 (its per-channel cap, 36.7 GB/s per channel on Hopper, never binds at one
+# NIC per GPU), x1 with Simple. The graph's own network latency (latencyInter, 0 on InfiniBand)
+# is left out.
+NCCL_RING = (
+    RingProtocol("LL", 6.6e-6, 1.0e-6, 2.7e-6, 5.0e-6, 0.5),
+    RingProtocol("LL128", 14.0e-6, 1.9e-6, 4.0e-6, 8.5e-6, 0.92),
+    RingProtocol("Simple", 8.4e-6, 3.4e-6, 14.0e-6, 14.0e-6, 1.0),
+)
+# PAT (NCCL >= 2.23, Simple protocol, enabled by default only with one rank per node): base 8.0 us,
+# log2(nodes) x NET latency / 3.5 + nRanks x 2.8 us, bus bandwidth x0.75 (same file).
+PAT_BASE, PAT_PER_RANK, PAT_NET, PAT_SHARE = 8.0e-6, 2.8e-6, 14.0e-6, 0.75
+
+
+def ring_latency(n, per_node, protocol: RingProtocol):
+    """Latency of one ring all-gather or reduce-scatter over ``n`` ranks, ``per_node`` of them in
+    each node: base + (n - g) intra-node steps + (g - 1) network steps, g = n / per_node nodes
+    (NCCL 2.30 src/graph/tuning.cc, nsteps = n - 1 of which nInterSteps = nodes - 1)."""
+    n = _n(n)
+    k = np.clip(np.asarray(per_node, dtype=float), 1.0, n)
+    nodes = n / k
+    inter = np.where(k <= 1.0, protocol.inter_alone, protocol.inter)
+    return protocol.base + (n - nodes) * protocol.intra + (nodes - 1.0) * inter
+
+
+def pat_latency(n):
+    """Latency of PAT over ``n`` ranks, one per node: base + floor(log2 n) x NET / 3.5 + n x 2.8 us
+    (NCCL 2.30 src/graph/tuning.cc; Jeaugey 2025: a logarithmic number of network transfers)."""
+    n = _n(n)
+    return PAT_BASE + np.floor(np.log2(n)) * PAT_NET / 3.5 + n * PAT_PER_RANK
+
+
+def sharded_collective_time(size_bytes, n, per_node, bw, protocols=NCCL_RING):
+    """All-gather (or reduce-scatter) of ``size_bytes`` (the whole buffer) over ``n`` ranks spread
+    over nodes of ``per_node`` ranks, as NCCL runs it across nodes: the fastest of its ring
+    protocols, latency (ring_latency) + (n-1)/n x S over the protocol's share of ``bw``, and with one
+    rank per node also PAT. Named terms: the latency grows with the ranks (the alpha term the
+    ring pays once per step), small messages run at LL's half bandwidth or pay Simple's higher
+    steps. 0 for a group of one."""
+    n = _n(n)
+    volume = (n - 1) / n * np.asarray(size_bytes, dtype=float)
+    best = np.full(np.broadcast(n, volume, per_node, bw).shape, np.inf)
+    for protocol in protocols:
+        best = np.minimum(best, ring_latency(n, per_node, protocol) + volume / (bw * protocol.share))
+    alone = np.asarray(per_node, dtype=float) <= 1.0
+    best = np.where(alone, np.minimum(best, pat_latency(n) + volume / (bw * PAT_SHARE)), best)
+    return np.where(n > 1, best, 0.0)
 
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
@@ -198,6 +276,14 @@ class Topology:
     dispatch: FittedDispatch | None = None    # measured expert dispatch / combine (decode kernels)
     dispatch_normal: FittedDispatch | None = None   # measured normal-mode dispatch / combine (prefill kernels)
 
+    def _within(self, op: str, size_bytes, stride, n):
+        """The measured cost of ``op`` over the group's members inside one measured domain (all of
+        them when the group fits in it); 0 without a fit."""
+        if self.fitted is None:
+            return np.zeros(np.broadcast(np.asarray(size_bytes, dtype=float), _n(n)).shape)
+        within = np.minimum(_n(n), self.sizes[self.fitted_level] / np.maximum(np.asarray(stride, dtype=float), 1.0))
+        return self.fitted.time(op, size_bytes, np.maximum(within, 1.0))
+
     def _measured(self, op: str, size_bytes, stride, n, modelled):
         """The measured cost for a group inside the measured level; for one reaching beyond it,
         ``modelled`` plus the measured launch time (every collective is a kernel launch), and never
@@ -208,11 +294,26 @@ class Topology:
         # reaching beyond is the link model plus a launch, never cheaper than the measured
         # collective over those members.
         within = np.minimum(_n(n), self.sizes[self.fitted_level] / np.maximum(np.asarray(stride, dtype=float), 1.0))
-        measured = self.fitted.time(op, size_bytes, np.maximum(within, 1.0))
+        measured = self._within(op, size_bytes, stride, n)
         beyond = within < _n(n)
         # A group of one costs nothing, however far apart its (absent) members would be.
         return np.where(_n(n) > 1, np.maximum(measured, np.where(beyond, modelled + self.fitted.ll_launch[op], 0.0)),
                         0.0)
+
+    def _sharded(self, op: str, size_bytes, stride, n, modelled):
+        """An all-gather or reduce-scatter: inside one node as measured (or the link model); a group
+        spanning nodes (its slowest level is scale-out) as NCCL's ring across nodes
+        (sharded_collective_time, with the members per node), never less than the measured cost
+        over its members inside one domain."""
+        plain = self._measured(op, size_bytes, stride, n, modelled)
+        if not self.kinds:
+            return plain
+        idx, bw, _, k, _, _ = self._two_levels(stride, n)
+        crosses = (np.asarray(self.kinds, dtype=object)[idx] == "scale-out") & (_n(n) > 1)
+        if not np.any(crosses):
+            return plain
+        ring = np.maximum(sharded_collective_time(size_bytes, n, k, bw), self._within(op, size_bytes, stride, n))
+        return np.where(crosses, ring, plain)
 
     def level_of(self, stride, n):
         """Index of the innermost level holding a whole group of ``n`` devices ``stride`` apart.
@@ -258,11 +359,11 @@ class Topology:
 
     def reduce_scatter(self, size_bytes, stride, n):
         bw, lat = self.link(stride, n)
-        return self._measured("reduce_scatter", size_bytes, stride, n, reduce_scatter_time(size_bytes, n, bw, lat))
+        return self._sharded("reduce_scatter", size_bytes, stride, n, reduce_scatter_time(size_bytes, n, bw, lat))
 
     def all_gather(self, size_bytes, stride, n):
         bw, lat = self.link(stride, n)
-        return self._measured("all_gather", size_bytes, stride, n, all_gather_time(size_bytes, n, bw, lat))
+        return self._sharded("all_gather", size_bytes, stride, n, all_gather_time(size_bytes, n, bw, lat))
 
     def all_to_all(self, size_bytes, stride, n):
         bw, lat = self.link(stride, n)

@@ -120,6 +120,8 @@ class TrainRequest:
                                    "backward gathers (zero 3).")
     qwz: bool = option(False, "ZeRO++ qwZ: int8 weight all-gathers (zero 3).")
     qgz: bool = option(False, "ZeRO++ qgZ: int4 gradient reduce-scatter as two all-to-alls (zero 3).")
+    prefetch: int = option(1, "ZeRO-3: layers whose weights are gathered ahead of the one computing (FSDP's default "
+                              "1; 0: every gather blocks). Each holds one more whole layer in HBM.")
     recompute: str = option("selective", "Activation recomputation: the attention core (selective), every layer "
                                           "(full), or the attention core, norms, MLA up-projections and MoE "
                                           "activation (modules: DeepSeek-V3's recipe).", choices=RECOMPUTE)
@@ -167,6 +169,8 @@ class TrainRequest:
         if not 0 <= self.tokens < 1e18:
             raise SpecError(f"--tokens needs 0 to 1e18, has {self.tokens:g}")
         _imbalance(self.moe_imbalance)
+        if not 0 <= self.prefetch <= 64:
+            raise SpecError(f"--prefetch needs 0 to 64 layers, has {self.prefetch}")
         spec = spec or load_model(self.model)
         machine = build_machine(db, self.system, self.devices, self.pricing, parse_prices(db, self.price))
         machine.flops(self.precision)  # unsupported precision: one clear error
@@ -194,7 +198,8 @@ class TrainRequest:
                          overlap_dp=self.dp_overlap, overlap=self.overlap, tp_overlap=self.tp_overlap,
                          ep_overlap=self.ep_overlap, schedule=self.schedule, storage=self.storage,
                          moe_imbalance=self.moe_imbalance, shard=self.shard or 0, shard_grads=self.shard_grads or 0,
-                         shard_weights=self.shard_weights or 0, hpz=self.hpz or 0, qwz=self.qwz, qgz=self.qgz)
+                         shard_weights=self.shard_weights or 0, hpz=self.hpz or 0, qwz=self.qwz, qgz=self.qgz,
+                         prefetch=self.prefetch)
         self._check_sharding(dp * self.cp)
         return spec, machine, plan, TrainWorkload(self.global_batch, self.seq_len, self.tokens)
 

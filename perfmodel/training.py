@@ -89,6 +89,7 @@ class TrainPlan:
     hpz: object = 0                   # ZeRO++ secondary weight partition for the backward gathers (0: none)
     qwz: object = False               # ZeRO++ int8 weight gathers
     qgz: object = False               # ZeRO++ int4 gradient reduce-scatter (two all-to-alls)
+    prefetch: object = 1              # ZeRO-3 layers gathered ahead of the one computing (FSDP's default 1; 0: none)
 
     def columns(self) -> dict[str, np.ndarray]:
         """Every field as a numpy array, names turned into codes (numeric columns pass through)."""
@@ -311,7 +312,8 @@ class Communication:
     ep: np.ndarray
     cp: np.ndarray
     pp: np.ndarray
-    zero3: np.ndarray              # ZeRO-3 parameter all-gathers ...
+    zero3: np.ndarray              # ZeRO-3 parameter all-gathers (one per layer and pass) ...
+    zero3_forward: np.ndarray      # ... of which the forward pass's
     zero3_reduce: np.ndarray       # ... and gradient reduce-scatters, on the same replicas' link
     param_fetch: np.ndarray        # parameters streamed from their tier (ZeRO-Infinity)
 
@@ -566,16 +568,29 @@ def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, 
 
     dense, expert = stage_params
     zero3 = c["zero"] >= 3
-    gathers, scatters = _dense_gathers(machine, lay, sh.sharding, dense, full), \
-        _dense_scatters(machine, lay, sh.sharding, dense)
-    if spec.moe:  # routed experts: flat ZeRO-3 over their expert-data-parallel group
-        gathers = gathers + (2.0 + full) * topo.all_gather(expert * WEIGHT_BYTES, lay.edp_group.stride,
-                                                           lay.edp_group.size)
-        scatters = scatters + topo.reduce_scatter(expert * GRAD_BYTES, lay.edp_group.stride, lay.edp_group.size)
+    # ZeRO-3 / FSDP gathers and reduce-scatters one layer (one FSDP unit) at a time: each pass
+    # runs one collective per layer of a layer's parameters (Zhao et al., "PyTorch FSDP", VLDB
+    # 2023: one all-gather per unit in the forward and in the backward, one
+    # reduce-scatter per unit in the backward; DeepSpeed ZeRO-3 likewise per submodule), so
+    # each collective pays its latency once per layer, at the layer's shard size.
+    layers = np.maximum(comp.layers, 1.0)
+    forward, backward = _dense_gathers(machine, lay, sh.sharding, dense / layers, full)
+    gathers_forward = layers * forward
+    gathers = gathers_forward + layers * backward
+    scatters = layers * _dense_scatters(machine, lay, sh.sharding, dense / layers)
+    if spec.moe:  # routed experts: flat ZeRO-3 over their expert-data-parallel group, per MoE layer
+        moe_layers = np.maximum(comp.layers * sh.moe_frac, 1.0)
+        expert_gather = moe_layers * topo.all_gather(expert / moe_layers * WEIGHT_BYTES, lay.edp_group.stride,
+                                                     lay.edp_group.size)
+        gathers_forward = gathers_forward + expert_gather
+        gathers = gathers + (2.0 + full) * expert_gather
+        scatters = scatters + moe_layers * topo.reduce_scatter(expert / moe_layers * GRAD_BYTES,
+                                                               lay.edp_group.stride, lay.edp_group.size)
     gathers, scatters = np.where(zero3, gathers, 0.0), np.where(zero3, scatters, 0.0)
+    gathers_forward = np.where(zero3, gathers_forward, 0.0)
     fetch_bytes = (dense / sh.sharding.weights + expert / np.where(zero3, lay.edp, 1.0)) * WEIGHT_BYTES * (2.0 + full)
     fetch = np.where(c["param_place"] > 0, fetch_bytes / _tier_bandwidth(machine, c["param_place"], "read"), 0.0)
-    return Communication(tp, ep, cp, pp, gathers, scatters, fetch)
+    return Communication(tp, ep, cp, pp, gathers, gathers_forward, scatters, fetch)
 
 
 def _cp_exchange(spec: TransformerSpec, topo, cp_comm, tokens, lay: Layout):
@@ -601,20 +616,20 @@ def _cp_exchange(spec: TransformerSpec, topo, cp_comm, tokens, lay: Layout):
     return np.select([gathering, ulysses], [gathered, heads], ring)
 
 
-def _dense_gathers(machine: Machine, lay: Layout, s: Sharding, dense, full):
-    """ZeRO-3's weight all-gathers of one microbatch (s): forward over the weights' group, backward
-    (and the recomputed forward) over the same group, or inside hpZ's secondary partition in bf16
-    (ZeRO++ Sec. 3.2); with qwZ every primary gather sends int8 (Sec. 3.1) and pays its kernels'
-    HBM passes: each rank quantizes its shard (read 2, write 1 byte per element), each receiver
-    dequantizes the gathered weights (read 1, write 2)."""
+def _dense_gathers(machine: Machine, lay: Layout, s: Sharding, dense, full) -> tuple:
+    """ZeRO-3's weight all-gathers of ``dense`` parameters (one layer's) for one microbatch (s), as
+    (forward, backward): forward over the weights' group, backward (and the recomputed forward)
+    over the same group, or inside hpZ's secondary partition in bf16 (ZeRO++ Sec. 3.2); with qwZ
+    every primary gather sends int8 (Sec. 3.1) and pays its kernels' HBM passes: each rank
+    quantizes its shard (read 2, write 1 byte per element), each receiver dequantizes the
+    gathered weights (read 1, write 2)."""
     topo = machine.topology
     primary, secondary = lay.replica_subgroup(s.weights), lay.replica_subgroup(s.secondary)
     hpz = s.secondary < s.weights
     forward = topo.all_gather(dense * s.weight_gather_bytes, primary.stride, primary.size)
     backward = np.where(hpz, topo.all_gather(dense * WEIGHT_BYTES, secondary.stride, secondary.size), forward)
-    primary_gathers = 1.0 + np.where(hpz, 0.0, 1.0 + full)
-    kernels = np.where(s.qwz & (s.weights > 1), primary_gathers * 3.0 * (dense + dense / s.weights), 0.0)
-    return forward + (1.0 + full) * backward + kernels / machine.hbm_bytes_per_s
+    kernel = np.where(s.qwz & (s.weights > 1), 3.0 * (dense + dense / s.weights), 0.0) / machine.hbm_bytes_per_s
+    return forward + kernel, (1.0 + full) * backward + np.where(hpz, 0.0, 1.0 + full) * kernel
 
 
 def _reduce_scatter(machine: Machine, group, s: Sharding, grad_bytes):
@@ -706,14 +721,23 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     overlap pipelines all but one chunk of them with the layer's GEMMs (with sequence
     parallelism); the CP ring passes K and V under the attention it feeds (Liu et al., Ring
     Attention, 2023); EP dispatch and combine block (Megatron's default); ZeRO-3 gathers and
-    parameter streaming prefetch the next layer under the whole compute, each on its own link,
-    except the first layer's; the pipeline's point-to-point messages block, except in an
-    interleaved schedule, where only the warm-up's and the flush's do (Megatron's
+    parameter streaming prefetch the next layer under the compute of its phase, each on its own
+    link, except each phase's first layer's; the pipeline's point-to-point messages block, except
+    in an interleaved schedule, where only the warm-up's and the flush's do (Megatron's
     overlap_p2p_comm). Once per step, the gradient reduction hides under the last backward on the
-    network while offload transfers use the host path. Transfers hiding under one
-    window add up on it, so a faster device or format never makes a step slower. None: every
-    transfer exposed. Ideal: every transfer under the whole compute (T_lower = max, as the
-    scaling book writes it; T_upper = sum is ``none``).
+    network while offload transfers use the host path. Transfers hiding under one window add up
+    on it, so a faster device or format never makes a step slower. None: every transfer exposed.
+    Ideal: every transfer under the whole compute (T_lower = max, as the scaling book writes it;
+    T_upper = sum is ``none``).
+
+    ZeRO-3 prefetch (``prefetch`` layers ahead, PyTorch FSDP's default 1: Zhao et al., VLDB 2023:
+    backward and forward prefetching; DeepSpeed's stage3_prefetch_bucket_size): each
+    layer's gather runs under the previous layer's compute, so a pass is as long as the slower
+    of its compute and its network traffic, phase by phase (the forward's gathers under the
+    forward; the backward's gathers, the recomputed forward's and the reduce-scatters under the
+    backward and the recompute), after the phase's first layer's gather (_prefetch_exposure).
+    Deeper prefetch holds more gathered layers (``_memory``) but with layers of one size runs no
+    faster. Without prefetch (0) every gather blocks the compute that needs it.
 
     With ``ep_overlap`` the dispatch and combine of one microbatch run under another's compute
     (Megatron-Core's --overlap-moe-expert-parallel-comm, forward of one microbatch against the
@@ -733,11 +757,11 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     # Dependent Computation via Decomposition", ASPLOS 2023, Sec. 3): the first chunk's gather and
     # the last chunk's scatter have no GEMM to hide under, 1 / tp of the transfer stays exposed.
     tp_hidden = np.where(tp_overlapped, comm.tp * (1.0 - 1.0 / np.maximum(sh.layout.tp, 1.0)), 0.0)
-    first = comm.zero3 / np.maximum(comp.layers, 1.0)              # the first layer's gather is not prefetched
+    # The first layer's gathers of each phase (the forward's first, the backward's first) are not prefetched.
+    first = comm.zero3 / np.maximum(comp.layers, 1.0)
     # ZeRO-3's reduce-scatters share the gathers' link; when the reduction does not overlap the
     # backward (--no-dp-overlap) they also block compute.
     reduce_hidden = comm.zero3_reduce * tail.dp_overlap
-    network = comm.zero3 - first + comm.zero3_reduce
     # Only the ring's messages run under the attention; the all-gather and the all-to-alls block it.
     ring = c["cp_comm"] == CpComm.P2P
     cp_part = np.where(ring, np.maximum(attention, comm.cp), attention + comm.cp)
@@ -745,15 +769,16 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
         + (comm.zero3_reduce - reduce_hidden)
     ep_exposed = _exposed_exchange(c, sh, comm.ep, rest, held)
     main = rest + ep_exposed
-    framework = first + np.maximum(main, np.maximum(network, comm.param_fetch))
+    gathered, fetched = _prefetch_exposure(c, comp, comm, main, first)
+    framework = main + first + gathered + fetched
     transfers = {"tp": comm.tp, "ep": comm.ep, "cp": comm.cp, "zero3": comm.zero3 + comm.zero3_reduce,
                  "param": comm.param_fetch}
     none = compute + sum(transfers.values())
     ideal = np.maximum(compute, np.maximum.reduce(np.broadcast_arrays(*transfers.values())))
     per_micro = np.select([mode == Overlap.NONE, mode == Overlap.IDEAL], [none, ideal], framework)
 
-    micro = _attribution(mode, compute, cp_part - attention, others, comm, tp_hidden, first, reduce_hidden, main,
-                         network, transfers, ideal, ep_exposed) if breakdown else {}
+    micro = _attribution(mode, compute, cp_part - attention, others, comm, tp_hidden, first, reduce_hidden,
+                         gathered, fetched, transfers, ideal, ep_exposed) if breakdown else {}
     # Interleaved schedules overlap each chunk's pipeline messages with the next chunk's compute
     # (Megatron-LM's overlap_p2p_comm, on by default with a virtual pipeline; Megatron-Bridge sets it
     # whenever vp > 1): only the warm-up's and the flush's messages stay exposed.
@@ -786,15 +811,43 @@ def _exposed_exchange(c: dict, sh: Shape, exchange, rest, held: float):
     return exchange - share * (exchange - paired)
 
 
-def _attribution(mode, compute, cp_exposed, others, comm, tp_hidden, first, reduce_hidden, main, network,
+def _prefetch_exposure(c: dict, comp: Compute, comm: Communication, main, first) -> tuple:
+    """(ZeRO-3 traffic, streamed parameters) each microbatch exposes beyond ``main`` (the
+    microbatch's compute and blocking transfers, s) and ``first``, the gathers of each phase's
+    first layer (its forward share: the forward's).
+
+    With prefetch (depth >= 1) each phase lasts max(its share of ``main``, its network traffic,
+    its parameter streaming): the forward's gathers (after the first) under the forward share,
+    the backward's and the recomputed forward's gathers plus the reduce-scatters under the rest;
+    the phase's excess belongs to the longer transfer. Without prefetch the gathers and the
+    streaming block (a + G_f + P_f + max(b, R) + G_b + P_b: only the reduce-scatters run under
+    the backward), never less than with it. The forward share is the forward's part of the
+    compute (Compute.forward over per_micro_s)."""
+    full = c["recompute"] == Recompute.FULL
+    share = comp.forward.total / np.maximum(comp.per_micro_s, 1e-30)
+    ahead, behind = share * main, (1.0 - share) * main
+    fetch_forward = comm.param_fetch / (2.0 + full)           # one of the 2 (+1 recomputed) passes
+    fetch_backward = comm.param_fetch - fetch_forward
+    first_forward = first * comm.zero3_forward / np.maximum(comm.zero3, 1e-30)
+    net_forward = comm.zero3_forward - first_forward
+    net_backward = comm.zero3 - comm.zero3_forward - (first - first_forward) + comm.zero3_reduce
+    excess_forward = np.maximum(ahead, np.maximum(net_forward, fetch_forward)) - ahead
+    excess_backward = np.maximum(behind, np.maximum(net_backward, fetch_backward)) - behind
+    lead_forward, lead_backward = net_forward >= fetch_forward, net_backward >= fetch_backward
+    gathered = np.where(lead_forward, excess_forward, 0.0) + np.where(lead_backward, excess_backward, 0.0)
+    fetched = np.where(lead_forward, 0.0, excess_forward) + np.where(lead_backward, 0.0, excess_backward)
+    prefetching = np.asarray(c["prefetch"]) >= 1
+    blocking = comm.zero3 - first + np.maximum(behind, comm.zero3_reduce) - behind
+    return np.where(prefetching, gathered, blocking), np.where(prefetching, fetched, comm.param_fetch)
+
+
+def _attribution(mode, compute, cp_exposed, others, comm, tp_hidden, first, reduce_hidden, gathered, fetched,
                  transfers, ideal, ep_exposed) -> dict[str, np.ndarray]:
     """Which transfer each exposed second belongs to, for the breakdown (the totals are _overlap's)."""
-    prefetch = np.maximum(main, np.maximum(network, comm.param_fetch)) - main
-    gathers_lead = network >= comm.param_fetch
     framework = {"tp": (comm.tp - tp_hidden) + np.maximum(tp_hidden - others, 0.0),
                  "cp": cp_exposed, "ep": ep_exposed,
-                 "zero3": first + (comm.zero3_reduce - reduce_hidden) + np.where(gathers_lead, prefetch, 0.0),
-                 "param": np.where(gathers_lead, 0.0, prefetch)}
+                 "zero3": first + (comm.zero3_reduce - reduce_hidden) + gathered,
+                 "param": fetched}
     largest = np.argmax(np.stack(np.broadcast_arrays(*transfers.values())), axis=0)
     return {k: np.select([mode == Overlap.NONE, mode == Overlap.IDEAL],
                          [transfers[k], np.where(largest == i, ideal - compute, 0.0)], framework[k])
@@ -836,8 +889,11 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
     # Parallel", VLDB 2023), and in the backward the layer's whole gradient waits for its reduce-scatter.
     one_dense = lay.params_per_device(spec, 1.0, False, False)[0] - lay.params_per_device(spec, 0.0, False, False)[0]
     one_expert = lay.expert_slots(spec) * spec.expert_params / lay.etp if spec.moe else 0.0
+    # ``prefetch`` layers ahead hold theirs too (FSDP's limit_all_gathers bounds the in-flight
+    # gathers; depth 0 holds only the layer computing).
+    in_flight = 1.0 + np.maximum(np.asarray(c["prefetch"], dtype=float), 0.0)
     gathered = (np.where((c["zero"] >= 3) & (sh.sharding.weights > 1), one_dense, 0.0)
-                + np.where((c["zero"] >= 3) & (lay.edp > 1), one_expert, 0.0)) * (2.0 * state_bytes[0]
+                + np.where((c["zero"] >= 3) & (lay.edp > 1), one_expert, 0.0)) * (in_flight * state_bytes[0]
                                                                                   + state_bytes[1])
     # DualPipe keeps two copies of the parameters (and their gradients) on every rank (DeepSeek-V3
     # report, Table 2).

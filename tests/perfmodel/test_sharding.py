@@ -130,8 +130,8 @@ def test_quantized_collectives_move_the_stated_fraction(size, n):
     machine = SimpleNamespace(topology=topo, hbm_bytes_per_s=np.inf)
     lay = Layout(tp=1, dp=n)
     params = size / 2.0
-    plain = _dense_gathers(machine, lay, Sharding.of(3, n), params, 0.0)
-    int8 = _dense_gathers(machine, lay, Sharding.of(3, n, qwz=True), params, 0.0)
+    plain = sum(_dense_gathers(machine, lay, Sharding.of(3, n), params, 0.0))
+    int8 = sum(_dense_gathers(machine, lay, Sharding.of(3, n, qwz=True), params, 0.0))
     assert int8 == pytest.approx(plain * QWZ_BYTES / 2.0, rel=1e-12)
     grads = _reduce_scatter(machine, lay.replica_subgroup(n), Sharding.of(3, n, qgz=True), size)
     assert grads == pytest.approx(reduce_scatter_time(size * QGZ_BYTES / 2.0, n, 50e9, 0.0), rel=1e-12)

@@ -129,6 +129,7 @@ def outcome_of(argv, max_mib=300.0):
     # Found by the generated profile: a chart into a folder that cannot be made, or onto a folder.
     (["estimate", "serve", "--plot", "/proc/no-such/a.png"], 2, "--plot /proc/no-such/a.png: cannot write"),
     (["estimate", "train", "--export", "megatron", "--out", "/proc/no-such"], 2, "--out /proc/no-such: cannot write"),
+    (["estimate", "train", "--zero", "3", "--prefetch", "-1"], 2, "--prefetch needs 0 to 64 layers, has -1"),
 ])
 def test_reproducers_on_the_command_line(argv, code, message):
     outcome = outcome_of(argv)
