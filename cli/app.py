@@ -86,10 +86,10 @@ def hardware_list(ctx: typer.Context, json_out: JsonFlag = False, csv_out: CsvFl
                            "all; the tables default to accelerators and systems, --json and --csv to all.")] = None
                   ) -> None:
     """List the database's entries by kind."""
-    from . import render
+    from . import view_catalog
 
     db = database(ctx)
-    render.hardware_list(db, kind, json_out, csv_out)
+    view_catalog.hardware_list(db, kind, json_out, csv_out)
 
 
 @hardware_app.command("show")
@@ -97,9 +97,9 @@ def hardware_show(ctx: typer.Context, name: str, json_out: JsonFlag = False,
                   nodes: Annotated[Optional[int], typer.Option(help="Scale a system to this many nodes.")] = None
                   ) -> None:
     """Show one entry with its figures (SI units in JSON) and sources."""
-    from . import render
+    from . import view_catalog
 
-    render.hardware_show(database(ctx), name, nodes, json_out)
+    view_catalog.hardware_show(database(ctx), name, nodes, json_out)
 
 
 @hardware_app.command("schema")
@@ -117,9 +117,9 @@ def hardware_schema() -> None:
 @models_app.command("list")
 def models_list(json_out: JsonFlag = False) -> None:
     """List the built-in models with their parameter counts."""
-    from . import render
+    from . import view_catalog
 
-    render.models_list(json_out)
+    view_catalog.models_list(json_out)
 
 
 @models_app.command("show")
@@ -130,11 +130,11 @@ def models_show(name: Annotated[str, typer.Argument(help="Catalog name, spec YAM
     """Show a model's spec and derived quantities (parameters, FLOPs per token, KV cache)."""
     from perfmodel.hardware_db.errors import SpecError
 
-    from . import render
+    from . import view_catalog
 
     if not 1 <= seq_len <= 100_000_000:
         raise SpecError(f"--seq-len needs 1 to 100,000,000, has {seq_len}")
-    render.models_show(name, seq_len, json_out)
+    view_catalog.models_show(name, seq_len, json_out)
 
 
 # --- compare ---------------------------------------------------------------------------------
@@ -149,9 +149,9 @@ def compare(ctx: typer.Context,
             json_out: JsonFlag = False, csv_out: CsvFlag = False, plot: PlotFile = None) -> None:
     """Compare accelerators or systems side by side; the best value of each row is highlighted.
     --plot draws their rooflines."""
-    from . import render
+    from . import view_catalog
 
-    render.compare(database(ctx), list(names or DEFAULT_COMPARE), ChartOutput(json_out, csv_out, plot))
+    view_catalog.compare(database(ctx), list(names or DEFAULT_COMPARE), ChartOutput(json_out, csv_out, plot))
 
 
 # --- estimate --------------------------------------------------------------------------------
@@ -159,19 +159,19 @@ def compare(ctx: typer.Context,
 @command(estimate_app, "train", TrainRequest, EstimateOutput)
 def estimate_train(ctx: typer.Context, request: TrainRequest, output: EstimateOutput) -> None:
     """Evaluate one training plan: step time by component, MFU, memory per tier, energy and cost."""
-    from . import render
+    from . import view_estimate
 
     db = database(ctx)
-    render.estimate_train(*request.resolve(db), output=output, model_ref=request.model, db=db)
+    view_estimate.estimate_train(*request.resolve(db), output=output, model_ref=request.model, db=db)
 
 
 @command(estimate_app, "serve", ServeRequest, EstimateOutput)
 def estimate_serve(ctx: typer.Context, request: ServeRequest, output: EstimateOutput) -> None:
     """Evaluate one serving instance: TTFT, TPOT, throughput, memory, energy and cost."""
-    from . import render
+    from . import view_estimate
 
     db = database(ctx)
-    render.estimate_serve(*request.resolve(db), output=output, model_ref=request.model, db=db)
+    view_estimate.estimate_serve(*request.resolve(db), output=output, model_ref=request.model, db=db)
 
 
 # --- plan ------------------------------------------------------------------------------------
@@ -184,9 +184,9 @@ def plan_default(ctx: typer.Context, json_out: Annotated[bool, typer.Option(
     """Run the built-in example: Llama 3.1 70B on 64 H100s, 512 x 8K-token batches, 1T tokens."""
     if ctx.invoked_subcommand is not None:
         return
-    from . import render
+    from . import view_train
 
-    render.plan_train(database(ctx), PlanTrainRequest(), PlanOutput(json_out=json_out, verbose=verbose))
+    view_train.plan_train(database(ctx), PlanTrainRequest(), PlanOutput(json_out=json_out, verbose=verbose))
 
 
 @command(plan_app, "train", PlanTrainRequest, PlanOutput)
@@ -195,17 +195,17 @@ def plan_train(ctx: typer.Context, request: PlanTrainRequest, output: PlanOutput
 
     With --routing or --zipf, expert parallelism pays the load imbalance of a placement of that
     routing at each EP degree instead of assuming balance."""
-    from . import render
+    from . import view_train
 
-    render.plan_train(database(ctx), request, output)
+    view_train.plan_train(database(ctx), request, output)
 
 
 @command(plan_app, "serve", PlanServeRequest, PlanOutput)
 def plan_serve(ctx: typer.Context, request: PlanServeRequest, output: PlanOutput) -> None:
     """Find the cheapest serving deployment meeting a request rate within latency targets."""
-    from . import render
+    from . import view_serve
 
-    render.plan_serve(database(ctx), request, output)
+    view_serve.plan_serve(database(ctx), request, output)
 
 
 # --- place-experts ---------------------------------------------------------------------------
@@ -213,9 +213,9 @@ def plan_serve(ctx: typer.Context, request: PlanServeRequest, output: PlanOutput
 @command(app, "place-experts", PlaceExpertsRequest, TableOutput)
 def place_experts(ctx: typer.Context, request: PlaceExpertsRequest, output: TableOutput) -> None:
     """Place MoE experts (with replicas of hot ones) on devices; compare with round-robin and greedy."""
-    from . import render
+    from . import view_serve
 
-    render.place_experts(database(ctx), request, output)
+    view_serve.place_experts(database(ctx), request, output)
 
 
 # --- sweep -----------------------------------------------------------------------------------
@@ -265,9 +265,9 @@ def validate(ctx: typer.Context, json_out: JsonFlag = False, csv_out: CsvFlag = 
              calibrate: Annotated[bool, typer.Option(help="Also refit the one calibrated constant on its set.")] = False
              ) -> None:
     """Predict every published measurement of the validation set and report the error."""
-    from . import render
+    from . import view_validate
 
-    render.validate(database(ctx), calibrate, json_out, csv_out)
+    view_validate.validate(database(ctx), calibrate, json_out, csv_out)
 
 
 # --- entry point -----------------------------------------------------------------------------

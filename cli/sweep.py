@@ -9,7 +9,7 @@ from pathlib import Path
 
 from perfmodel.hardware_db.errors import SpecError
 
-from .render import _kv_table, console, fmt
+from .render import console, fmt, kv_table
 
 ENGINES = ("process", "ray")
 DEFAULT_METRIC = "tokens_per_usd"
@@ -87,7 +87,7 @@ def run(spec_path: str, out: str, engine: str, workers: int | None, address: str
     if json_out:
         print(json.dumps(summary, indent=1, default=str))
         return
-    console.print(_kv_table(f"sweep {spec.name} over {spec.base_system}", [
+    console.print(kv_table(f"sweep {spec.name} over {spec.base_system}", [
         ("points", f"{summary['points']:,} ({summary['evaluated']:,} evaluated, {summary['resumed']:,} resumed)"),
         ("rows (points x workloads)", f"{summary['rows']:,}"),
         ("status", ", ".join(f"{k} {v:,}" for k, v in summary["status"].items())),

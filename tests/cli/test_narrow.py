@@ -91,7 +91,7 @@ def test_reproduce_commands_paste_as_one_command(narrow, capsys):
 def test_command_lines_round_trip():
     command = ("perfmodel estimate serve --model 'my model.yaml' --system dgx-h100 --devices 8 --tp 8 --batch 128 "
                "--output-len 1024 --weight-precision fp8 --activation-precision a8 --kv-precision fp8")
-    lines = render._command_lines("  #1 decode:", command, 60)
+    lines = render.wrapped_command("  #1 decode:", command, 60)
     assert all(cell_len(line) <= 60 for line in lines)
     assert all(line.endswith(" \\") for line in lines[:-1]) and not lines[-1].endswith("\\")
     joined = " ".join(line.rstrip("\\") for line in lines).split("decode:", 1)[1]
