@@ -16,7 +16,8 @@ from perfmodel.catalog import find_model
 from perfmodel.search.brute import brute_force_fleet
 from perfmodel.search import fleet
 from perfmodel.search.options import Demand, Lengths, ServeSearchOptions
-from perfmodel.search.serve import fleet_instance, pool_options, search_serving, slo_of
+from perfmodel.search.serve import fleet_instance, search_serving
+from perfmodel.search.serve_pools import pool_options, slo_of
 
 
 def main() -> None:

@@ -12,7 +12,7 @@ servers; a colocated instance's time-sharing stretch falls with its share of the
   part of its configuration) and every remaining device to the prefill pool.
 
 The search enumerates every colocated option and every KV-compatible prefill / decode pair at those
-counts, so it is exact over the pool options it is given; ``serve._pool_options`` prunes only
+counts, so it is exact over the pool options it is given; ``serve_pools._pool_options`` prunes only
 options another beats in every parameter the latencies rise with (exact dominance). A fleet of one
 prefill and one decode configuration is searched: a second decode configuration cannot lower the
 slowest pool's TPOT, only free devices for prefill, and that is not searched (stated in the evidence).

@@ -105,7 +105,7 @@ def test_die_level_systems_print_per_package_figures(capsys):
 def test_redundant_experts_are_searched(db):
     from perfmodel.catalog import find_model
     from perfmodel.machine import build_machine
-    from perfmodel.search.serve import _layouts
+    from perfmodel.search.serve_pools import _layouts
 
     spec = find_model("deepseek-v3")
     layouts = _layouts(spec, build_machine(db, "cloudmatrix384-die", 768), 512)

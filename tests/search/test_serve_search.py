@@ -11,7 +11,8 @@ from perfmodel.catalog import find_model
 from perfmodel.search.brute import brute_force_fleet
 from perfmodel.search import fleet
 from perfmodel.search.options import Demand, Lengths, ServeSearchOptions
-from perfmodel.search.serve import fleet_instance, pool_options, search_serving, slo_of
+from perfmodel.search.serve import fleet_instance, search_serving
+from perfmodel.search.serve_pools import pool_options, slo_of
 
 
 SMALL = ServeSearchOptions(weight_precisions=("fp8",), activation_precisions=("a8",), kv_precisions=("fp8",),
@@ -183,13 +184,13 @@ def test_fastest_deployment_matches_brute_force(db, rate, max_devices):
 def test_latency_pruning_loses_nothing(db, monkeypatch):
     """The pool options --objective latency drops are beaten in every parameter its latency rises with:
     searching every option (no pruning at all) finds no faster fleet."""
-    from perfmodel.search import serve
+    from perfmodel.search import serve_pools
 
     spec = find_model("llama-3.1-8b")
     demand = Demand(rate=6.0, input_len=Lengths.of(4096), output_len=Lengths.of(512), ttft_p90=1.5, tpot_p90=0.04)
     options = ServeSearchOptions(**{**vars(SMALL), "objective": "latency", "max_devices": 16})
     pruned = search_serving(spec, db, ["dgx-h100"], demand, options)
-    monkeypatch.setattr(serve, "pareto_front", lambda rows: np.arange(len(rows)))
+    monkeypatch.setattr(serve_pools, "pareto_front", lambda rows: np.arange(len(rows)))
     everything = search_serving(spec, db, ["dgx-h100"], demand, options)
     assert everything.evidence.pool_options > pruned.evidence.pool_options
     assert pruned.best.latency_s == pytest.approx(everything.best.latency_s, rel=1e-12)
@@ -245,7 +246,7 @@ def test_owned_devices_and_kind_limits_match_brute_force(db, owned, limits):
 def test_fewest_gallops_to_the_same_count_as_brute_force(thresholds, upper, slack):
     """Galloping from a valid lower bound, then bisecting, finds the smallest count a monotone
     test passes (0 where ``upper`` fails), as a scan over every count does."""
-    from perfmodel.search.serve import _fewest
+    from perfmodel.search.serve_pools import _fewest
 
     t = np.array(thresholds, dtype=np.int64)
     def ok(n, rows):
@@ -259,7 +260,7 @@ def test_fewest_gallops_to_the_same_count_as_brute_force(thresholds, upper, slac
 
 def test_stability_bound_never_exceeds_the_fewest_count(db):
     """The load K / n needs n > K: the bound the search starts from is below every answer."""
-    from perfmodel.search.serve import MAX_INSTANCES, _sizes, _stability_bound
+    from perfmodel.search.serve_pools import MAX_INSTANCES, _sizes, _stability_bound
 
     spec = find_model("llama-3.1-8b")
     demand = Demand(rate=40.0, input_len=Lengths.of(1024), output_len=Lengths.of(256), ttft_p90=1.0, tpot_p90=0.05)
