@@ -15,7 +15,8 @@ from perfmodel.hardware_db.errors import InfeasibleError
 from .machine import Machine
 from .power import cost_basis
 from .plan import PLACES
-from .training import GRADS_WITH_OPTIMIZER, TrainResult
+from .training import TrainResult
+from .training_memory import GRADS_WITH_OPTIMIZER
 
 if TYPE_CHECKING:   # the training reports need not load the serving model
     from .serving import ServeResult

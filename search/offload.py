@@ -15,7 +15,8 @@ import numpy as np
 
 from perfmodel.machine import Machine
 from perfmodel.plan import INTERLEAVED, PLACES, TIERS
-from perfmodel.training import TrainPlan, estimate_training, interleave_share, step_time_floor
+from perfmodel.training import TrainPlan, estimate_training, step_time_floor
+from perfmodel.training_memory import interleave_share
 
 from .space import PLAN_FIELDS, SpaceOptions
 

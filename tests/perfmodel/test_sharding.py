@@ -17,7 +17,8 @@ from perfmodel.layout import Layout
 from perfmodel.machine import build_machine
 from perfmodel.requests import TrainRequest
 from perfmodel.sharding import QGZ_BYTES, QWZ_BYTES, Sharding
-from perfmodel.training import TrainPlan, TrainWorkload, _dense_gathers, _reduce_scatter, estimate_training
+from perfmodel.training import TrainPlan, TrainWorkload, estimate_training
+from perfmodel.training_comm import _dense_gathers, _reduce_scatter
 
 SLOW = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 WORK = TrainWorkload(256, 4096)

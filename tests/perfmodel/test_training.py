@@ -87,7 +87,7 @@ def test_infeasible_plans_name_the_binding_constraint(h100x64, db):
 
 def test_gradients_leave_hbm_only_with_the_optimizer_states(db):
     # DeepSpeed has no gradient offload of its own: offload_optimizer carries the gradient partitions.
-    from perfmodel.training import GRADS_WITH_OPTIMIZER
+    from perfmodel.training_memory import GRADS_WITH_OPTIMIZER
 
     machine, spec, work = build_machine(db, "hgx-h200", 8), find_model("llama-3.1-8b"), TrainWorkload(64, 4096)
     plan = dict(tp=1, dp=8, zero=2, grad_place="ddr")
@@ -122,7 +122,7 @@ def test_a_state_interleaved_over_ddr_and_cxl(db):
     """Optimizer states interleaved over DDR and CXL by bandwidth: each memory holds its share, the CPU
     step reads both at once (faster than either alone), and CXL alone (naive) is the slowest."""
     from perfmodel.report import host_placements
-    from perfmodel.training import interleave_share
+    from perfmodel.training_memory import interleave_share
 
     spec = find_model("llama-3.1-70b")
     machine = build_machine(db, "hgx-h200", 8)

@@ -1,0 +1,331 @@
+"""Communication of a training step and what of it compute hides (perfmodel.training).
+
+TP, CP, EP, PP and ZeRO collectives per layer and pass (Narayanan et al. 2021, Sec. 3.2; Korthikanti
+et al. 2022, Sec. 4; Ring Attention; GShard; ZeRO and MiCS; Zhao et al., PyTorch FSDP, VLDB 2023),
+the step's tail (gradient synchronization, the optimizer, offload transfers), and the overlap of
+each with the compute it runs under.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .layout import Layout
+from .machine import Machine
+from .memory import GRAD_BYTES, WEIGHT_BYTES, state_bytes_per_param
+from .model import TransformerSpec
+from .plan import CpComm, Overlap, Place, Recompute
+from .sharding import QGZ_BYTES, Sharding
+from .training_memory import _tier_bandwidth
+from .training_terms import Communication, Compute, Exposure, Shape, StepTail
+
+
+def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, comp: Compute,
+                   stage_params: tuple) -> Communication:
+    """Collectives of one microbatch on the busiest stage (Narayanan et al. 2021 Sec. 3.2 and 4.1;
+    Korthikanti et al. 2022 Sec. 4; GShard / DeepSpeed-MoE; Ring Attention; ZeRO-3 and
+    ZeRO-Infinity), each over its layout group's slowest link."""
+    lay, topo, h = sh.layout, machine.topology, spec.hidden_size
+    full = c["recompute"] == Recompute.FULL
+    act = sh.tokens * h * 2.0                    # one layer's activation, bf16, per TP group
+    passes = 4.0 + 2.0 * full                    # 2 forward + 2 backward (+2 in the recomputed forward)
+    tp = comp.layers * passes * topo.all_reduce(act, lay.tp_group.stride, lay.tp_group.size)
+    ep = 0.0
+    if spec.moe:
+        # Each device dispatches the rows it holds (tokens x etp / tp) to top-k experts, busiest load.
+        # Training keeps this link model, not the DeepEP kernel fits serving uses: the Megatron and
+        # NeMo exports run Megatron-Core's token dispatcher over NCCL (--moe-token-dispatcher-type
+        # alltoall where the exchange overlaps), not DeepEP's kernels.
+        token_bytes = lay.expert_rows(sh.tokens, 1) * h * 2.0 * sh.imbalance
+        ep = comp.layers * sh.moe_frac * passes * topo.moe_all_to_all(token_bytes, spec.moe.top_k,
+                                                                    lay.ep_group.stride, lay.ep_group.size)
+    cp = comp.layers * _cp_exchange(spec, topo, c["cp_comm"], sh.tokens, lay) * (lay.cp > 1)
+    # Scatter-gather: each TP rank sends 1/t, then an all-gather (Narayanan et al. Sec. 4.1).
+    pp = 2.0 * np.maximum(c["interleave"], 1) * topo.p2p(act / lay.tp, lay.pp_neighbour_stride) * (lay.pp > 1)
+
+    dense, expert = stage_params
+    zero3 = c["zero"] >= 3
+    # ZeRO-3 / FSDP gathers and reduce-scatters one layer (one FSDP unit) at a time: each pass
+    # runs one collective per layer of a layer's parameters (Zhao et al., "PyTorch FSDP", VLDB
+    # 2023: one all-gather per unit in the forward and in the backward, one
+    # reduce-scatter per unit in the backward; DeepSpeed ZeRO-3 likewise per submodule), so
+    # each collective pays its latency once per layer, at the layer's shard size.
+    layers = np.maximum(comp.layers, 1.0)
+    forward, backward = _dense_gathers(machine, lay, sh.sharding, dense / layers, full)
+    gathers_forward = layers * forward
+    gathers = gathers_forward + layers * backward
+    scatters = layers * _dense_scatters(machine, lay, sh.sharding, dense / layers)
+    if spec.moe:  # routed experts: flat ZeRO-3 over their expert-data-parallel group, per MoE layer
+        moe_layers = np.maximum(comp.layers * sh.moe_frac, 1.0)
+        expert_gather = moe_layers * topo.all_gather(expert / moe_layers * WEIGHT_BYTES, lay.edp_group.stride,
+                                                     lay.edp_group.size)
+        gathers_forward = gathers_forward + expert_gather
+        gathers = gathers + (2.0 + full) * expert_gather
+        scatters = scatters + moe_layers * topo.reduce_scatter(expert / moe_layers * GRAD_BYTES,
+                                                               lay.edp_group.stride, lay.edp_group.size)
+    gathers, scatters = np.where(zero3, gathers, 0.0), np.where(zero3, scatters, 0.0)
+    gathers_forward = np.where(zero3, gathers_forward, 0.0)
+    fetch_bytes = (dense / sh.sharding.weights + expert / np.where(zero3, lay.edp, 1.0)) * WEIGHT_BYTES * (2.0 + full)
+    fetch = np.where(c["param_place"] > 0, fetch_bytes / _tier_bandwidth(machine, c["param_place"], "read"), 0.0)
+    return Communication(tp, ep, cp, pp, gathers, gathers_forward, scatters, fetch)
+
+
+def _cp_exchange(spec: TransformerSpec, topo, cp_comm, tokens, lay: Layout):
+    """One layer's context-parallel traffic for one microbatch, forward and backward, bf16
+    (plan.CpComm). The ring passes the local K and V (cp - 1) steps forward and K, V and their
+    gradients backward; the all-gather variant gathers K and V in the forward and again in the
+    backward and reduce-scatters their gradients; Ulysses all-to-alls Q, K, V and the output in
+    the forward and their gradients in the backward."""
+    kv_w = 2.0 * (spec.mla.kv_lora_rank + spec.mla.qk_rope_head_dim if spec.mla else spec.kv_heads * spec.dim_head)
+    kv = tokens * kv_w / lay.tp * 2.0                        # this rank's K and V, bytes
+    group = lay.cp_group
+    ring = (lay.cp - 1) * topo.p2p(kv, group.stride) * 3.0
+    gathering, ulysses = cp_comm == CpComm.ALL_GATHER, cp_comm == CpComm.A2A
+    gathered = heads = 0.0                   # each variant's traffic only where some plan runs it
+    if np.any(gathering):
+        gathered = 2.0 * topo.all_gather(kv * lay.cp, group.stride, group.size) \
+            + topo.reduce_scatter(kv * lay.cp, group.stride, group.size)
+    if np.any(ulysses):
+        q_w = spec.num_heads * (spec.mla.qk_nope_head_dim + spec.mla.qk_rope_head_dim if spec.mla else spec.dim_head)
+        out_w = spec.num_heads * (spec.mla.v_head_dim if spec.mla else spec.dim_head)
+        heads = 2.0 * (topo.all_to_all(tokens * q_w / lay.tp * 2.0 + kv, group.stride, group.size)
+                       + topo.all_to_all(tokens * out_w / lay.tp * 2.0, group.stride, group.size))
+    return np.select([gathering, ulysses], [gathered, heads], ring)
+
+
+def _dense_gathers(machine: Machine, lay: Layout, s: Sharding, dense, full) -> tuple:
+    """ZeRO-3's weight all-gathers of ``dense`` parameters (one layer's) for one microbatch (s), as
+    (forward, backward): forward over the weights' group, backward (and the recomputed forward)
+    over the same group, or inside hpZ's secondary partition in bf16 (ZeRO++ Sec. 3.2); with qwZ
+    every primary gather sends int8 (Sec. 3.1) and pays its kernels' HBM passes: each rank
+    quantizes its shard (read 2, write 1 byte per element), each receiver dequantizes the
+    gathered weights (read 1, write 2)."""
+    topo = machine.topology
+    primary, secondary = lay.replica_subgroup(s.weights), lay.replica_subgroup(s.secondary)
+    hpz = s.secondary < s.weights
+    forward = topo.all_gather(dense * s.weight_gather_bytes, primary.stride, primary.size)
+    backward = np.where(hpz, topo.all_gather(dense * WEIGHT_BYTES, secondary.stride, secondary.size), forward)
+    kernel = np.where(s.qwz & (s.weights > 1), 3.0 * (dense + dense / s.weights), 0.0) / machine.hbm_bytes_per_s
+    return forward + kernel, (1.0 + full) * backward + np.where(hpz, 0.0, 1.0 + full) * kernel
+
+
+def _reduce_scatter(machine: Machine, group, s: Sharding, grad_bytes):
+    """A gradient reduce-scatter of ``grad_bytes`` (bf16) over ``group``: a ring, or with qgZ two
+    int4 all-to-alls, inside the fast level then across (ZeRO++ Sec. 3.3), plus its kernels' HBM
+    passes per bf16 element: quantize (read 2, write 0.5 bytes), then after each hop read what
+    arrived and write the reduced slice (0.5 + 0.5 / k, 0.5 / k + 2 / n)."""
+    topo = machine.topology
+    ring = topo.reduce_scatter(grad_bytes, group.stride, group.size)
+    quantizing = s.qgz & (group.size > 1)
+    quantized = 0.0                          # the qgZ path only where some plan takes it
+    if np.any(quantizing):
+        elements = np.asarray(grad_bytes, dtype=float) / GRAD_BYTES
+        k = topo.inner_members(group.stride, group.size)
+        passes = elements * (2.5 + 0.5 + 1.0 / k + 2.0 / group.size)
+        quantized = topo.two_hop_reduce_scatter(elements * QGZ_BYTES, group.stride, group.size) \
+            + passes / machine.hbm_bytes_per_s
+    return np.where(quantizing, quantized, ring)
+
+
+def _dense_scatters(machine: Machine, lay: Layout, s: Sharding, dense):
+    """ZeRO-3's gradient reduce-scatter of one microbatch (s), inside the gradients' group."""
+    return _reduce_scatter(machine, lay.replica_subgroup(s.grads), s, dense * GRAD_BYTES)
+
+
+def _dense_step_sync(machine: Machine, lay: Layout, s: Sharding, zero, dense):
+    """The dense gradients' reduction and the updated weights' return, once per step (s), level by
+    level. Gradients: stage 2 reduce-scatters inside the gradients' group (stage 3 did with every
+    microbatch); each gradient shard is reduce-scattered across the gradients' groups of one
+    optimizer group, then all-reduced across optimizer groups (MiCS's second hop). After
+    the update, weights return to their shards: all-gathered across the gradients' groups, then
+    across the weights' groups inside one (the three-level scheme's levels in reverse). Over the
+    whole group this is ZeRO's accounting: stage 1 one all-reduce, stage 2 a reduce-scatter and an
+    all-gather, stage 3 nothing more (Rajbhandari et al. 2020, Sec. 7)."""
+    topo = machine.topology
+    r, o, g, w = s.replicas, s.optimizer, s.grads, s.weights
+    grads, weights = dense * GRAD_BYTES, dense * WEIGHT_BYTES
+    inside, across = lay.replica_subgroup(g), lay.replica_subgroup(o / g, every=g)
+    replicas = lay.replica_subgroup(r / o, every=o)
+    back_across, back_inside = lay.replica_subgroup(o / g, every=g), lay.replica_subgroup(g / w, every=w)
+    reduce = np.where(zero == 2, topo.reduce_scatter(grads, inside.stride, inside.size), 0.0) \
+        + _reduce_scatter(machine, across, s, grads / g) + topo.all_reduce(grads / o, replicas.stride, replicas.size)
+    gather = topo.all_gather(weights / g, back_across.stride, back_across.size) \
+        + topo.all_gather(weights / w, back_inside.stride, back_inside.size)
+    whole = lay.replica_group
+    return np.where((zero == 1) & (o == r), topo.all_reduce(grads, whole.stride, whole.size), reduce + gather)
+
+
+def _step_tail(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, comp: Compute,
+               stage_params: tuple) -> StepTail:
+    """Gradient reduction (bucketed under the last backward; Li et al., VLDB 2020, Sec. 3.2.3),
+    offloaded gradients and updated weights over the host path (ZeRO-Offload, Ren et al. 2021,
+    Sec. 4.1), and the Adam step on the device or on the CPU over the states' tier."""
+    lay, topo = sh.layout, machine.topology
+    dense, expert = stage_params
+    zero = c["zero"]
+    edp = lay.edp_group
+    o = sh.sharding.optimizer
+    dp = _dense_step_sync(machine, lay, sh.sharding, zero, dense)
+    if spec.moe:
+        dp = dp + np.where(zero >= 3, 0.0, topo.all_reduce(expert * GRAD_BYTES, edp.stride, edp.size))
+    dp_overlap = machine.constants.get("dp-overlap-fraction", 0.0) * c["overlap_dp"].astype(bool)
+
+    opt_params = dense / o + expert / np.where(zero >= 1, lay.edp, 1.0)
+    weight_bytes, grad_bytes, state_bytes = state_bytes_per_param(c["storage"])
+    adam_bytes = opt_params * (state_bytes * 2 + grad_bytes + weight_bytes * 2)     # states read and written
+    on_device = c["optimizer_place"] == Place.HBM
+    host_link = machine.host_bytes_per_s or np.inf
+    # Over the device's host path: gradients out and updated weights back when the optimizer runs on
+    # the CPU, or the reduced gradient partition to its tier when gradients are offloaded (the one the
+    # CPU step then reads: it crosses once).
+    gradients_out = np.where(on_device | (c["grad_place"] > 0), 0.0, opt_params * GRAD_BYTES / host_link)
+    weights_back = np.where(on_device, 0.0, opt_params * WEIGHT_BYTES / host_link)
+    grad_partition = (dense / o + expert / lay.edp) * GRAD_BYTES
+    grad_io = np.where(c["grad_place"] > 0, grad_partition / _tier_bandwidth(machine, c["grad_place"], "write"), 0.0)
+    # Off the device the step runs on the host CPU over the states where they lie: at the memory's own
+    # bandwidth (DeepSpeedCPUAdam is memory-bound; Ren et al. 2021, 'Optimized CPU execution'), not
+    # over the device's path.
+    optimizer = np.where(on_device, adam_bytes / machine.hbm_bytes_per_s,
+                         adam_bytes / _tier_bandwidth(machine, c["optimizer_place"], "host"))
+    return StepTail(dp, dp_overlap, gradients_out + grad_io, optimizer, on_device, weights_back)
+
+
+def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepTail, held: float = 0.0,
+             breakdown: bool = True) -> Exposure:
+    """What each transfer leaves exposed, with every compute window spent once.
+
+    Framework (Megatron-LM / DeepSpeed schedules): TP all-reduces block compute unless TP-comm
+    overlap pipelines all but one chunk of them with the layer's GEMMs (with sequence
+    parallelism); the CP ring passes K and V under the attention it feeds (Liu et al., Ring
+    Attention, 2023); EP dispatch and combine block (Megatron's default); ZeRO-3 gathers and
+    parameter streaming prefetch the next layer under the compute of its phase, each on its own
+    link, except each phase's first layer's; the pipeline's point-to-point messages block, except
+    in an interleaved schedule, where only the warm-up's and the flush's do (Megatron's
+    overlap_p2p_comm). Once per step, the gradient reduction hides under the last backward on the
+    network while offload transfers use the host path. Transfers hiding under one window add up
+    on it, so a faster device or format never makes a step slower. None: every transfer exposed.
+    Ideal: every transfer under the whole compute (T_lower = max, as the scaling book writes it;
+    T_upper = sum is ``none``).
+
+    ZeRO-3 prefetch (``prefetch`` layers ahead, PyTorch FSDP's default 1: Zhao et al., VLDB 2023:
+    backward and forward prefetching; DeepSpeed's stage3_prefetch_bucket_size): each
+    layer's gather runs under the previous layer's compute, so a pass is as long as the slower
+    of its compute and its network traffic, phase by phase (the forward's gathers under the
+    forward; the backward's gathers, the recomputed forward's and the reduce-scatters under the
+    backward and the recompute), after the phase's first layer's gather (_prefetch_exposure).
+    Deeper prefetch holds more gathered layers (``_memory``) but with layers of one size runs no
+    faster. Without prefetch (0) every gather blocks the compute that needs it.
+
+    With ``ep_overlap`` the dispatch and combine of one microbatch run under another's compute
+    (Megatron-Core's --overlap-moe-expert-parallel-comm, forward of one microbatch against the
+    backward of the previous; DeepSeek-V3's DualPipe, DeepSeek-AI 2024, Sec. 3.2.1). The exchange
+    kernels hold ``exchange-sms`` of the SMs while they run (Sec. 3.2.2), so the rest of the
+    microbatch runs on fewer SMs for that long: the pair takes max(A, X + A h), A the exchange, X
+    everything else, h the held share; never more than X + A. A pipeline's first microbatch has
+    none before it to pair with and pays A in full.
+    """
+    mode = c["overlap"]
+    compute = comp.per_micro_s
+    attention = comp.forward.seconds["attention core"] + comp.forward.backward["attention core"]
+    others = compute - attention
+    tp_overlapped = c["tp_overlap"].astype(bool) & c["sp"].astype(bool) & (sh.layout.tp > 1)
+    # The overlap splits each all-gather and reduce-scatter into tp chunks around the GEMM it feeds
+    # (Transformer Engine's userbuffers ring exchange; Wang et al., "Overlap Communication with
+    # Dependent Computation via Decomposition", ASPLOS 2023, Sec. 3): the first chunk's gather and
+    # the last chunk's scatter have no GEMM to hide under, 1 / tp of the transfer stays exposed.
+    tp_hidden = np.where(tp_overlapped, comm.tp * (1.0 - 1.0 / np.maximum(sh.layout.tp, 1.0)), 0.0)
+    # The first layer's gathers of each phase (the forward's first, the backward's first) are not prefetched.
+    first = comm.zero3 / np.maximum(comp.layers, 1.0)
+    # ZeRO-3's reduce-scatters share the gathers' link; when the reduction does not overlap the
+    # backward (--no-dp-overlap) they also block compute.
+    reduce_hidden = comm.zero3_reduce * tail.dp_overlap
+    # Only the ring's messages run under the attention; the all-gather and the all-to-alls block it.
+    ring = c["cp_comm"] == CpComm.P2P
+    cp_part = np.where(ring, np.maximum(attention, comm.cp), attention + comm.cp)
+    rest = np.maximum(others, tp_hidden) + cp_part + (comm.tp - tp_hidden) \
+        + (comm.zero3_reduce - reduce_hidden)
+    ep_exposed = _exposed_exchange(c, sh, comm.ep, rest, held)
+    main = rest + ep_exposed
+    gathered, fetched = _prefetch_exposure(c, comp, comm, main, first)
+    framework = main + first + gathered + fetched
+    transfers = {"tp": comm.tp, "ep": comm.ep, "cp": comm.cp, "zero3": comm.zero3 + comm.zero3_reduce,
+                 "param": comm.param_fetch}
+    none = compute + sum(transfers.values())
+    ideal = np.maximum(compute, np.maximum.reduce(np.broadcast_arrays(*transfers.values())))
+    per_micro = np.select([mode == Overlap.NONE, mode == Overlap.IDEAL], [none, ideal], framework)
+
+    micro = _attribution(mode, compute, cp_part - attention, others, comm, tp_hidden, first, reduce_hidden,
+                         gathered, fetched, transfers, ideal, ep_exposed) if breakdown else {}
+    # Interleaved schedules overlap each chunk's pipeline messages with the next chunk's compute
+    # (Megatron-LM's overlap_p2p_comm, on by default with a virtual pipeline; Megatron-Bridge sets it
+    # whenever vp > 1): only the warm-up's and the flush's messages stay exposed.
+    v = np.maximum(c["interleave"], 1)
+    warm = np.minimum(2.0 * (sh.layout.pp - 1) + (v - 1) * sh.layout.pp, sh.num_micro * v)
+    steady_hidden = np.where((v > 1) & (mode == Overlap.FRAMEWORK), warm / (sh.num_micro * v), 1.0)
+    pp = np.where(mode == Overlap.IDEAL, 0.0, comm.pp * steady_hidden)
+
+    # Once per step: the reduction on the network and the host transfers run side by side.
+    # The last backward as it runs, stalls included; its links also carry that microbatch's own
+    # transfers (parameters over the host path, ZeRO-3 traffic over the network), so only their
+    # idle time is free for the step's transfers.
+    backward = np.maximum(per_micro - comp.forward.total - comp.recompute_s, 0.0)
+    host_window = np.minimum(backward, np.maximum(per_micro - comm.param_fetch, 0.0))
+    dp_window = np.minimum(tail.dp_overlap * backward, np.maximum(per_micro - comm.zero3 - comm.zero3_reduce, 0.0))
+    dp_exposed = np.maximum(tail.dp - dp_window, 0.0)
+    host_exposed = np.maximum(np.maximum(tail.host - host_window, 0.0) - dp_exposed, 0.0)
+    none_mode = mode == Overlap.NONE
+    return Exposure(per_micro, micro, pp, {"dp": np.where(none_mode, tail.dp, dp_exposed),
+                                           "host": np.where(none_mode, tail.host, host_exposed)})
+
+
+def _exposed_exchange(c: dict, sh: Shape, exchange, rest, held: float):
+    """Per microbatch, what the MoE dispatch and combine (``exchange``, s) add to the rest of the
+    microbatch (``rest``, s): all of it, or with ``ep_overlap`` max(A, X + A h) - X on all but a
+    pipeline's first microbatch (see _overlap); ``held`` the exchange kernels' share of the SMs."""
+    overlapped = c["ep_overlap"].astype(bool) & (sh.layout.ep > 1)
+    paired = np.maximum(exchange, rest + exchange * held) - rest
+    share = np.where(overlapped, (sh.num_micro - 1.0) / np.maximum(sh.num_micro, 1.0), 0.0)
+    return exchange - share * (exchange - paired)
+
+
+def _prefetch_exposure(c: dict, comp: Compute, comm: Communication, main, first) -> tuple:
+    """(ZeRO-3 traffic, streamed parameters) each microbatch exposes beyond ``main`` (the
+    microbatch's compute and blocking transfers, s) and ``first``, the gathers of each phase's
+    first layer (its forward share: the forward's).
+
+    With prefetch (depth >= 1) each phase lasts max(its share of ``main``, its network traffic,
+    its parameter streaming): the forward's gathers (after the first) under the forward share,
+    the backward's and the recomputed forward's gathers plus the reduce-scatters under the rest;
+    the phase's excess belongs to the longer transfer. Without prefetch the gathers and the
+    streaming block (a + G_f + P_f + max(b, R) + G_b + P_b: only the reduce-scatters run under
+    the backward), never less than with it. The forward share is the forward's part of the
+    compute (Compute.forward over per_micro_s)."""
+    full = c["recompute"] == Recompute.FULL
+    share = comp.forward.total / np.maximum(comp.per_micro_s, 1e-30)
+    ahead, behind = share * main, (1.0 - share) * main
+    fetch_forward = comm.param_fetch / (2.0 + full)           # one of the 2 (+1 recomputed) passes
+    fetch_backward = comm.param_fetch - fetch_forward
+    first_forward = first * comm.zero3_forward / np.maximum(comm.zero3, 1e-30)
+    net_forward = comm.zero3_forward - first_forward
+    net_backward = comm.zero3 - comm.zero3_forward - (first - first_forward) + comm.zero3_reduce
+    excess_forward = np.maximum(ahead, np.maximum(net_forward, fetch_forward)) - ahead
+    excess_backward = np.maximum(behind, np.maximum(net_backward, fetch_backward)) - behind
+    lead_forward, lead_backward = net_forward >= fetch_forward, net_backward >= fetch_backward
+    gathered = np.where(lead_forward, excess_forward, 0.0) + np.where(lead_backward, excess_backward, 0.0)
+    fetched = np.where(lead_forward, 0.0, excess_forward) + np.where(lead_backward, 0.0, excess_backward)
+    prefetching = np.asarray(c["prefetch"]) >= 1
+    blocking = comm.zero3 - first + np.maximum(behind, comm.zero3_reduce) - behind
+    return np.where(prefetching, gathered, blocking), np.where(prefetching, fetched, comm.param_fetch)
+
+
+def _attribution(mode, compute, cp_exposed, others, comm, tp_hidden, first, reduce_hidden, gathered, fetched,
+                 transfers, ideal, ep_exposed) -> dict[str, np.ndarray]:
+    """Which transfer each exposed second belongs to, for the breakdown (the totals are _overlap's)."""
+    framework = {"tp": (comm.tp - tp_hidden) + np.maximum(tp_hidden - others, 0.0),
+                 "cp": cp_exposed, "ep": ep_exposed,
+                 "zero3": first + (comm.zero3_reduce - reduce_hidden) + gathered,
+                 "param": fetched}
+    largest = np.argmax(np.stack(np.broadcast_arrays(*transfers.values())), axis=0)
+    return {k: np.select([mode == Overlap.NONE, mode == Overlap.IDEAL],
+                         [transfers[k], np.where(largest == i, ideal - compute, 0.0)], framework[k])
+            for i, k in enumerate(transfers)}
