@@ -354,6 +354,7 @@ torch.library.register_fake = lambda *a, **k: (lambda f: f)   # fake kernels of 
 import vllm.platforms
 from vllm.platforms.cuda import NonNvmlCudaPlatform
 vllm.platforms._current_platform = NonNvmlCudaPlatform()
+vllm.platforms._current_platform.device_count = lambda: inp["gpu"]["count"]   # the host's GPUs, as torch.cuda says
 import vllm.model_executor.models.registry as registry
 registry._run_in_subprocess = lambda fn: fn()   # the model class is inspected here, under these stand-ins
 '''
