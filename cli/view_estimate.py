@@ -60,7 +60,7 @@ def estimate_serve(spec, machine, plan, work, output=None, model_ref: str | None
     def export(framework: str) -> dict[str, str]:
         from perfmodel.exports import instance_pool, serving_files
 
-        return serving_files(framework, spec, [instance_pool(machine, plan, work)], model_ref or spec.name)
+        return serving_files(framework, spec, [instance_pool(spec, machine, plan, work)], model_ref or spec.name)
     rows = lambda: [{"phase": phase, "component": k, "seconds": v}  # noqa: E731
                     for phase in ("prefill", "decode") for k, v in report[f"{phase}_components_s"].items()]
     if delivered(doc, output, rows, dict.fromkeys(("breakdown", "roofline", "memory"), lambda: doc), "breakdown",

@@ -150,7 +150,8 @@ class ServePlanning:
         """A deployment's pools as the exporters take them."""
         from perfmodel.exports import deployment_pools
 
-        return deployment_pools(deployment, self.machines, self.demand, self.options.mtp_draft_tokens)
+        return deployment_pools(self.spec, deployment, self.machines, self.demand, self.options.mtp_draft_tokens,
+                                self.options.expert_balance)
 
 
 # The recommendation among deployments the model cannot tell apart (README, "Which deployment plan serve recommends").

@@ -122,18 +122,19 @@ def serving_files(framework: str, spec, pools, model_ref: str) -> dict[str, str]
     return WRITERS[framework](spec, pools, model_ref)
 
 
-def instance_pool(machine, plan, work):
+def instance_pool(spec, machine, plan, work):
     """One colocated instance (``estimate serve``) as a pool of one."""
     from .serving import PoolSpec
 
-    return PoolSpec.of_instance(machine, plan, work)
+    return PoolSpec.of_instance(spec, machine, plan, work)
 
 
-def deployment_pools(deployment, machines, demand, mtp_draft_tokens: int = 0):
-    """The pools of a searched deployment (``plan serve``); decode pools draft ``mtp_draft_tokens``."""
+def deployment_pools(spec, deployment, machines, demand, mtp_draft_tokens: int = 0, expert_balance: str = "eplb"):
+    """The pools of a searched deployment (``plan serve``); decode pools draft ``mtp_draft_tokens``; expert
+    parallel pools run EPLB as ``expert_balance`` places the experts."""
     from dataclasses import replace
 
     from .serving import PoolSpec
 
-    pools = [PoolSpec.of_pool(pool, machines[pool.system], demand) for pool in deployment.pools]
+    pools = [PoolSpec.of_pool(spec, pool, machines[pool.system], demand, expert_balance) for pool in deployment.pools]
     return [replace(p, mtp_draft_tokens=mtp_draft_tokens if p.role != "prefill" else 0) for p in pools]

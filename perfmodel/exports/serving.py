@@ -46,13 +46,14 @@ class PoolSpec:
     mtp_draft_tokens: int = 0
     vendor: str = "NVIDIA"    # the accelerator's
     weight_place: str = "hbm"
+    redundant_experts: int = 0   # EPLB's copies of hot experts, as the prediction places them (perfmodel.eplb)
 
     @property
     def nodes(self) -> int:
         return max(1, math.ceil(self.devices_per_instance / self.devices_per_node))
 
     @staticmethod
-    def of_instance(machine, plan, work) -> "PoolSpec":
+    def of_instance(spec, machine, plan, work) -> "PoolSpec":
         return PoolSpec(role="colocated", system=machine.system.name, instances=1,
                         devices_per_instance=int(plan.tp * plan.pp * plan.dp_attention),
                         devices_per_node=int(machine.system.devices_per_launch_host), tp=int(plan.tp), pp=int(plan.pp),
@@ -60,10 +61,11 @@ class PoolSpec:
                         weight=str(plan.weight_precision), activation=str(plan.activation_precision),
                         kv=str(plan.kv_precision), kv_place=str(plan.kv_place),
                         max_len=int(work.input_len + work.output_len), mtp_draft_tokens=int(plan.mtp_draft_tokens),
-                        vendor=str(machine.accelerator.vendor), weight_place=str(plan.weight_place))
+                        vendor=str(machine.accelerator.vendor), weight_place=str(plan.weight_place),
+                        redundant_experts=redundant_experts_of(spec, machine, int(plan.ep), str(plan.expert_balance)))
 
     @staticmethod
-    def of_pool(pool, machine, demand) -> "PoolSpec":
+    def of_pool(spec, pool, machine, demand, expert_balance: str) -> "PoolSpec":
         c = pool.config
         return PoolSpec(role=pool.role, system=pool.system, instances=int(pool.instances),
                         devices_per_instance=int(pool.devices_per_instance),
@@ -72,7 +74,8 @@ class PoolSpec:
                         weight=str(c["weight_precision"]), activation=str(c["activation_precision"]),
                         kv=str(c["kv_precision"]), kv_place=str(c.get("kv_place", "hbm")),
                         max_len=int(math.ceil(demand.input_len.p90 + demand.output_len.p90)),
-                        vendor=str(machine.accelerator.vendor), weight_place=str(c.get("weight_place", "hbm")))
+                        vendor=str(machine.accelerator.vendor), weight_place=str(c.get("weight_place", "hbm")),
+                        redundant_experts=redundant_experts_of(spec, machine, int(c["ep"]), expert_balance))
 
     def describe(self) -> str:
         return (f"{self.role} pool: {self.instances} instance{'s' if self.instances > 1 else ''} of "
@@ -80,6 +83,17 @@ class PoolSpec:
                 f"(tp {self.tp}, pp {self.pp}, dp-attention "
                 f"{self.dp_attention}, ep {self.ep}), batch {self.batch}, weights {self.weight} {self.activation}, "
                 f"kv {self.kv}")
+
+
+def redundant_experts_of(spec, machine, ep: int, balance: str) -> int:
+    """The redundant experts an instance runs with, as its prediction counts them: with ``--expert-balance
+    eplb`` and expert parallelism, EPLB's ceil(E x (1 + share) / ep) slots per device filled with copies of
+    hot experts (perfmodel.eplb.redundant_experts, ``moe-redundant-expert-share``); none otherwise."""
+    if not spec.moe or ep <= 1 or balance != "eplb":
+        return 0
+    from perfmodel.eplb import redundant_experts
+
+    return redundant_experts(spec.moe.num_experts, ep, machine.constants.get("moe-redundant-expert-share", 0.125))
 
 
 # --- what each framework runs --------------------------------------------------------------------
@@ -204,6 +218,8 @@ def _vllm_items(spec, pool: PoolSpec) -> dict[str, object]:
         items["--data-parallel-size"] = pool.dp_attention
     if pool.ep > 1:
         items["--enable-expert-parallel"] = True
+    if pool.redundant_experts:   # EPLB with the redundant experts the prediction places (ParallelConfig.eplb_config)
+        items.update({"--enable-eplb": True, "--eplb-config": {"num_redundant_experts": pool.redundant_experts}})
     # Each data-parallel rank is its own vLLM engine with its own scheduler: the instance's batch splits.
     items.update({"--max-num-seqs": max(1, pool.batch // pool.dp_attention), "--max-model-len": pool.max_len})
     quantization = _quantization("vllm", spec, pool)
@@ -228,8 +244,9 @@ def vllm(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
     files = {}
     for pool in pools:
         items = checked("vllm", _vllm_items(spec, pool))
-        for key, value in (items.get("--kv-transfer-config") or {}).items():
-            checked("vllm", {f"kv_transfer_config.{key}": value}, "keys")
+        for flag, field in (("--kv-transfer-config", "kv_transfer_config"), ("--eplb-config", "eplb_config")):
+            for key, value in (items.get(flag) or {}).items():
+                checked("vllm", {f"{field}.{key}": value}, "keys")
         run = _run(pool) + (" Disaggregated: the NIXL connector moves the KV cache from prefill to decode "
                             "instances; route requests with a prefill/decode proxy (or --export dynamo)."
                             if pool.role != "colocated" else "")
@@ -250,6 +267,8 @@ def _sglang_items(spec, pool: PoolSpec) -> dict[str, object]:
         items["--attn-dp-size"] = pool.dp_attention
     if pool.ep > 1:
         items["--ep-size"] = pool.ep
+    if pool.redundant_experts:   # EPLB with the redundant experts the prediction places
+        items.update({"--enable-eplb": True, "--ep-num-redundant-experts": pool.redundant_experts})
     items.update({"--max-running-requests": pool.batch, "--context-length": pool.max_len})
     quantization = _quantization("sglang", spec, pool)
     if quantization:

@@ -169,6 +169,21 @@ def test_plan_serve_exports_every_pool(framework, tmp_path, capsys):
         assert names & {f"{framework}.sh", f"{framework}-prefill.sh", f"{framework}-decode.sh"}
 
 
+@pytest.mark.parametrize("framework, flag", [("vllm", "--eplb-config '{\"num_redundant_experts\":32}'"),
+                                             ("sglang", "--ep-num-redundant-experts 32")])
+def test_expert_parallel_launches_run_the_eplb_the_prediction_counts(framework, flag, tmp_path, capsys):
+    """A prediction with EPLB (the default --expert-balance) places 32 redundant experts of DeepSeek-V3's 256
+    at ep 8 (36 slots per device, perfmodel.eplb): the launch enables EPLB with them; with --expert-balance
+    none the prediction has no copies and neither does the launch."""
+    argv = ["estimate", "serve", "--model", "deepseek-v3", "--system", "dgx-b200", "--devices", "8", "--tp", "1",
+            "--ep", "8", "--dp-attention", "8", "--batch", "256", "--weight-precision", "fp8"]
+    with_eplb = "".join(f.read_text() for f in _export(argv, framework, tmp_path / "a", capsys))
+    without = "".join(f.read_text() for f in _export(argv + ["--expert-balance", "none"], framework, tmp_path / "b",
+                                                      capsys))
+    assert "--enable-eplb" in with_eplb and flag in with_eplb
+    assert "eplb" not in without and "redundant" not in without
+
+
 def test_disaggregated_pools_each_get_their_role(tmp_path):
     from perfmodel.catalog import find_model
     from perfmodel.exports import serving_files

@@ -12,6 +12,8 @@ python -m sglang.launch_server \
   --pp-size 1 \
   --attn-dp-size 8 \
   --ep-size 8 \
+  --enable-eplb \
+  --ep-num-redundant-experts 32 \
   --max-running-requests 256 \
   --context-length 2560 \
   --kv-cache-dtype fp8_e4m3 \

@@ -11,6 +11,8 @@ vllm serve "$MODEL" \
   --pipeline-parallel-size 1 \
   --data-parallel-size 8 \
   --enable-expert-parallel \
+  --enable-eplb \
+  --eplb-config '{"num_redundant_experts":32}' \
   --max-num-seqs 32 \
   --max-model-len 2560 \
   --kv-cache-dtype fp8 \
