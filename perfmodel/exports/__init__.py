@@ -73,7 +73,11 @@ def check_framework(framework: str, kind: str) -> None:
 
 def training_files(framework: str, spec, machine, plan, work, model_ref: str) -> dict[str, str]:
     """The launch files (name -> text) of a training plan for ``framework``."""
-    from .training import WRITERS, TrainJob
+    from .train_deepspeed import deepspeed
+    from .train_torchtitan import torchtitan
+    from .training import TrainJob, megatron, nemo
+
+    WRITERS = {"megatron": megatron, "nemo": nemo, "torchtitan": torchtitan, "deepspeed": deepspeed}
 
     check_framework(framework, "training")
     if str(getattr(plan, "schedule", "1f1b")) == "dualpipe":

@@ -1,17 +1,17 @@
-"""Training plans as launch files: Megatron-LM flags, Megatron-Bridge (NeMo 2) recipe overrides,
-torchtitan TOML and DeepSpeed JSON. Each writer maps the plan's degrees and choices one to one onto
+"""Training plans as launch files: Megatron-LM flags and Megatron-Bridge (NeMo 2) recipe overrides here,
+torchtitan TOML (``train_torchtitan``) and DeepSpeed JSON (``train_deepspeed``) beside, all on the job and
+the rules shared here. Each writer maps the plan's degrees and choices one to one onto
 its framework's arguments (checked against the vendored version) or raises ``ExportError`` naming
 what the framework cannot express."""
 
 from __future__ import annotations
 
-import json
 import math
 import shlex
 from dataclasses import dataclass
 
 from .errors import ExportError
-from .scripts import command, flatten
+from .scripts import command
 from .vendored import checked, vendored
 
 
@@ -78,7 +78,7 @@ class TrainJob:
         sharding = self.sharding()
         return (f"{self.spec.name} on {self.devices:,} devices of {self.system} ({self.nodes} node"
                 f"{'s' if self.nodes > 1 else ''} of {self.gpus_per_node}): tp {p.tp}, pp {p.pp} x {p.interleave}, "
-                f"dp {p.dp}, cp {p.cp}{f' ({_cp_comm(p)})' if p.cp > 1 and _cp_comm(p) != 'p2p' else ''}, "
+                f"dp {p.dp}, cp {p.cp}{f' ({cp_comm_type(p)})' if p.cp > 1 and cp_comm_type(p) != 'p2p' else ''}, "
                 f"ep {p.ep}, micro-batch {p.micro_batch}, ZeRO {p.zero}"
                 + (f" ({sharding})" if sharding else "") + f", recompute "
                 f"{p.recompute}, {p.precision}; {self.work.global_batch:,} x {self.work.seq_len:,} tokens per step")
@@ -92,7 +92,7 @@ def tp_overlapped(plan) -> bool:
     return bool(plan.tp_overlap and plan.sp and plan.tp > 1)
 
 
-def _no_zeropp(framework: str, job: TrainJob) -> None:
+def refuse_zeropp(framework: str, job: TrainJob) -> None:
     """Frameworks without ZeRO++ refuse its secondary partition and quantized collectives in one line."""
     p = job.plan
     asked = [name for name, on in (("hpZ", job.groups[3] < job.groups[0]), ("qwZ", getattr(p, "qwz", False)),
@@ -108,7 +108,7 @@ def _hybrid_groups(framework: str, job: TrainJob) -> tuple[int, str] | None:
     states inside each instance (a partial distributed optimizer); Megatron-FSDP shards weights and
     gradients inside each instance and the optimizer states either there too (outer no_shard: HSDP) or
     also across instances (outer optim: hybrid FSDP)."""
-    _no_zeropp(framework, job)
+    refuse_zeropp(framework, job)
     w, g, o, _ = job.groups
     zero, r = int(job.plan.zero), job.replicas
     inner = o if zero == 1 else g
@@ -131,7 +131,7 @@ PORTS = {("megatron", "amd"): "ROCm/Megatron-LM", ("nemo", "amd"): "ROCm/Megatro
          ("deepspeed", "huawei"): "DeepSpeed with torch_npu", ("torchtitan", "huawei"): "torchtitan with torch_npu"}
 
 
-def _header(framework: str, job: TrainJob, run: str) -> str:
+def script_header(framework: str, job: TrainJob, run: str) -> str:
     v = vendored(framework)
     port = PORTS.get((framework, job.vendor.lower()))
     return "\n".join([
@@ -144,15 +144,11 @@ def _header(framework: str, job: TrainJob, run: str) -> str:
         "set -euo pipefail", ""])
 
 
-def _torchrun(job: TrainJob) -> list[str]:
+def torchrun_command(job: TrainJob) -> list[str]:
     """torchrun's own flags (PyTorch's elastic launcher), one process per device."""
     return ["torchrun", "--nproc-per-node", str(job.gpus_per_node), "--nnodes", str(job.nodes),
             "--node-rank", '"${NODE_RANK:-0}"', "--master-addr", '"${MASTER_ADDR:-localhost}"',
             "--master-port", '"${MASTER_PORT:-29500}"']
-
-
-
-
 
 
 def _offload_to_ddr_only(framework: str, job: TrainJob, what: str) -> bool:
@@ -270,7 +266,7 @@ def pipeline_layout(job: TrainJob) -> str | None:
     return "|".join(stages)
 
 
-def _cp_comm(plan) -> str:
+def cp_comm_type(plan) -> str:
     """The plan's context-parallel communication as Megatron-Core names it (cp_comm_type)."""
     return str(getattr(plan, "cp_comm", "p2p"))
 
@@ -288,8 +284,8 @@ def _megatron_parallel(job: TrainJob) -> dict[str, object]:
         items.update({"--account-for-embedding-in-pipeline-split": True, "--account-for-loss-in-pipeline-split": True})
     if p.sp and p.tp > 1:
         items["--sequence-parallel"] = True
-    if p.cp > 1 and _cp_comm(p) != "p2p":
-        items["--cp-comm-type"] = [_cp_comm(p)]     # one type for every layer
+    if p.cp > 1 and cp_comm_type(p) != "p2p":
+        items["--cp-comm-type"] = [cp_comm_type(p)]     # one type for every layer
     if job.spec.moe:
         items.update({"--expert-model-parallel-size": int(p.ep), "--expert-tensor-parallel-size": job.etp})
     items.update({"--micro-batch-size": int(p.micro_batch), "--global-batch-size": int(job.work.global_batch),
@@ -383,7 +379,7 @@ def _environment_of(lines: str) -> dict[str, str | None]:
     return out
 
 
-def _refuse_broken(framework: str, broken: list[str], what: str) -> None:
+def refuse_broken(framework: str, broken: list[str], what: str) -> None:
     """One line naming the first broken rule in the framework's words, with its source."""
     from .vendored import rule
 
@@ -470,14 +466,12 @@ def megatron(job: TrainJob) -> dict[str, str]:
     checked("megatron", items)
     run = (f"Run from a Megatron-LM checkout on each of the {job.nodes} node(s), with NODE_RANK, MASTER_ADDR, "
            "TOKENIZER (a Hugging Face id or path), DATA_PATH and CHECKPOINT_DIR set.")
-    script = _header("megatron", job, run) + ': "${TOKENIZER:?}" "${DATA_PATH:?}" "${CHECKPOINT_DIR:?}"\n'
+    script = script_header("megatron", job, run) + ': "${TOKENIZER:?}" "${DATA_PATH:?}" "${CHECKPOINT_DIR:?}"\n'
     environment = megatron_environment(job, items)
-    _refuse_broken("megatron", megatron_broken_rules(items, _environment_of(environment), job.spec.num_layers),
+    refuse_broken("megatron", megatron_broken_rules(items, _environment_of(environment), job.spec.num_layers),
                    "this launch")
-    script += environment + command(_torchrun(job) + ["pretrain_gpt.py"], items)
+    script += environment + command(torchrun_command(job) + ["pretrain_gpt.py"], items)
     return {"megatron.sh": script}
-
-
 
 
 # --- Megatron-Bridge (NeMo 2) --------------------------------------------------------------------
@@ -509,7 +503,7 @@ def nemo(job: TrainJob) -> dict[str, str]:
         "model.tensor_model_parallel_size": int(p.tp), "model.pipeline_model_parallel_size": int(p.pp),
         "model.virtual_pipeline_model_parallel_size": int(p.interleave) if p.interleave > 1 else NULL,
         "model.context_parallel_size": int(p.cp), "model.sequence_parallel": bool(p.sp and p.tp > 1),
-        "model.cp_comm_type": _cp_comm(p) if p.cp > 1 and _cp_comm(p) != "p2p" else None,
+        "model.cp_comm_type": cp_comm_type(p) if p.cp > 1 and cp_comm_type(p) != "p2p" else None,
         "model.seq_length": int(job.work.seq_len), "dataset.seq_length": int(job.work.seq_len),
         "train.micro_batch_size": int(p.micro_batch), "train.global_batch_size": int(job.work.global_batch),
         "train.train_iters": job.steps, "mixed_precision": BRIDGE_PRECISION[p.precision],
@@ -547,13 +541,13 @@ def nemo(job: TrainJob) -> dict[str, str]:
     unknown_nulls = [k for k, v in overrides.items() if v is NULL and k not in vendored("nemo").keys]
     assert not unknown_nulls, f"nemo export: {unknown_nulls} are not keys of {vendored('nemo').citation}"
     environment = _unset_connections("nemo") if p.zero >= 2 else ""
-    _refuse_broken("nemo", bridge_broken_rules(overrides, _environment_of(environment)), "this launch")
+    refuse_broken("nemo", bridge_broken_rules(overrides, _environment_of(environment)), "this launch")
     run = (f"Run from a Megatron-Bridge checkout on each of the {job.nodes} node(s), with NODE_RANK and MASTER_ADDR "
            "set; --dataset mock until you point the recipe at your data.")
-    words = _torchrun(job) + ["scripts/training/run_recipe.py", "--recipe", recipe, "--mode", "pretrain",
+    words = torchrun_command(job) + ["scripts/training/run_recipe.py", "--recipe", recipe, "--mode", "pretrain",
                               "--dataset", "mock"]
     lines = [" ".join(words)] + [shlex.quote(f"{k}={_override(v)}") for k, v in overrides.items()]
-    return {"nemo.sh": _header("nemo", job, run) + environment + " \\\n  ".join(lines) + "\n"}
+    return {"nemo.sh": script_header("nemo", job, run) + environment + " \\\n  ".join(lines) + "\n"}
 
 
 def bridge_broken_rules(overrides: dict[str, object], environment: dict[str, str | None]) -> list[str]:
@@ -587,320 +581,3 @@ def _override(value) -> str:
     if isinstance(value, (list, tuple)):          # Hydra's list syntax: [a,b]
         return "[" + ",".join(_override(v) for v in value) + "]"
     return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-# --- torchtitan ----------------------------------------------------------------------------------
-
-# Catalog model -> torchtitan v0.2.2 model name and flavor (torchtitan/models/*/__init__.py).
-TITAN_MODELS = {"llama-3.1-8b": ("llama3", "8B"), "llama-3.1-70b": ("llama3", "70B"),
-                "llama-3.1-405b": ("llama3", "405B"), "deepseek-v3": ("deepseek_v3", "671B"),
-                "gpt-oss-120b": ("gpt_oss", "120b")}
-
-
-def _toml(sections: dict[str, dict[str, object]]) -> str:
-    out = []
-    for section, values in sections.items():
-        out.append(f"[{section}]")
-        out += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
-        out.append("")
-    return "\n".join(out)
-
-
-def _titan_shard(job: TrainJob) -> int:
-    """torchtitan's data_parallel_shard_degree: FSDP shards over dp_shard x cp ranks and replicates over
-    dp_replicate (HSDP); every sharded state over the same group, a whole number of cp groups."""
-    _no_zeropp("torchtitan", job)
-    p = job.plan
-    if not p.zero:
-        return 1
-    w, g, o, _ = job.groups
-    group = {size for size, on in ((w, p.zero >= 3), (g, p.zero >= 2), (o, True)) if on}
-    if len(group) > 1:
-        raise ExportError(f"torchtitan shards every state over one group (FSDP or HSDP); the plan has groups of "
-                          f"{', '.join(map(str, sorted(group)))} ranks; plan train --export torchtitan searches only what it runs")
-    size = group.pop()
-    if size % int(p.cp):
-        raise ExportError(f"torchtitan's FSDP group holds whole context-parallel groups (dp_shard x cp); the plan "
-                          f"shards over {size} ranks with cp {p.cp}")
-    return size // int(p.cp)
-
-
-def titan_even_split(effective_layers: int, stages: int) -> list[int]:
-    """Effective layers per stage as torchtitan splits them by itself (rule even-split): the same
-    share each, the remainder one each to the first stages."""
-    q, extra = divmod(effective_layers, stages)
-    return [q + (i < extra) for i in range(stages)]
-
-
-def titan_stage_count(effective_layers: int, pp: int, layers_per_stage: int | None, multi_stage: bool) -> int:
-    """The virtual stages torchtitan builds from its flags (rules virtual-stages-divisible,
-    stages-per-rank): ceil(effective / layers_per_stage), or 1 (2 for a multi-stage schedule) per rank."""
-    if layers_per_stage is None:
-        return pp * (2 if multi_stage else 1)
-    return -(-effective_layers // layers_per_stage)
-
-
-def titan_planned_layers(job: TrainJob) -> list[int]:
-    """Transformer layers of each virtual stage under the plan (chunk_slots without the embedding,
-    loss and MTP slots; torchtitan builds no MTP module)."""
-    ends = int(bool(job.plan.ends_as_layers) and job.plan.pp > 1)
-    layers = chunk_slots(job)
-    layers[0] -= ends
-    layers[-1] -= ends * (1 + job.spec.mtp_layers)
-    return layers
-
-
-def titan_pipeline_split(job: TrainJob) -> dict[str, object]:
-    """torchtitan's [parallelism] keys that build the plan's virtual stages (titan_planned_layers):
-    the embedding and output weights (rule stage-weights: 1 each by default, the plan's
-    --ends-as-layers here) and pipeline_parallel_layers_per_stage where torchtitan's own split is the
-    plan's; else (an uneven split, whose longer stages torchtitan would put first, or stages its
-    layers_per_stage cannot count) each stage's modules as module_fqns_per_model_part."""
-    p, spec = job.plan, job.spec
-    ends, multi = int(bool(p.ends_as_layers)), int(p.interleave) > 1
-    planned = titan_planned_layers(job)
-    keys: dict[str, object] = {"pipeline_parallel_first_stage_less_layers": ends,
-                               "pipeline_parallel_last_stage_less_layers": ends}
-    if multi:
-        keys["pipeline_parallel_layers_per_stage"] = -(-(spec.num_layers + 2 * ends) // len(planned))
-    if titan_stage_layers({**keys, "pipeline_parallel_degree": int(p.pp)}, spec.num_layers, multi) == planned:
-        return keys
-    if min(planned[1:-1] or [1]) < 1 or min(planned) < 0:
-        return {"module_fqns_per_model_part": [[] for _ in planned]}     # refused by titan_broken_rules
-    starts = [sum(planned[:k]) for k in range(len(planned))]
-    modules = [[f"layers.{i}" for i in range(start, start + n)] for start, n in zip(starts, planned)]
-    modules[0].insert(0, "tok_embeddings")
-    modules[-1] += ["norm", "output"]
-    return {"module_fqns_per_model_part": modules}
-
-
-def titan_stage_layers(parallelism: dict[str, object], num_layers: int, multi_stage: bool) -> list[int] | str:
-    """Transformer layers of each virtual stage as torchtitan v0.2.2 builds them from these
-    [parallelism] keys (pipeline_parallel.py:59-121, 236-344, 456-458), or the name of the rule it
-    raises on (virtual-stages-divisible, empty-stage)."""
-    pp = int(parallelism.get("pipeline_parallel_degree", 1))
-    listed = parallelism.get("module_fqns_per_model_part")
-    if listed:
-        if not all(listed):
-            return "empty-stage"
-        return [sum(str(m).startswith("layers.") for m in stage) for stage in listed] if len(listed) % pp == 0 \
-            else "virtual-stages-divisible"
-    first = int(parallelism.get("pipeline_parallel_first_stage_less_layers", 1))
-    last = int(parallelism.get("pipeline_parallel_last_stage_less_layers", 1))
-    effective = num_layers + first + last
-    per_stage = parallelism.get("pipeline_parallel_layers_per_stage")
-    stages = titan_stage_count(effective, pp, int(per_stage) if per_stage else None, multi_stage)
-    if stages % pp:
-        return "virtual-stages-divisible"
-    split = titan_even_split(effective, stages)
-    if min(split) < max(1, first, last):
-        return "empty-stage"
-    split[0] -= first
-    split[-1] -= last
-    return split
-
-
-def titan_broken_rules(parallelism: dict[str, object], num_layers: int, planned: list[int]) -> list[str]:
-    """The vendored torchtitan rules (flags/torchtitan.yaml ``rules``) these [parallelism] keys break
-    for a plan with ``planned`` layers per virtual stage: what torchtitan raises on, and a split
-    other than the plan's."""
-    pp = int(parallelism.get("pipeline_parallel_degree", 1))
-    multi = parallelism.get("pipeline_parallel_schedule", "1F1B") != "1F1B"
-    if pp <= 1:
-        return []
-    built = titan_stage_layers(parallelism, num_layers, multi)
-    if isinstance(built, str):
-        return [built]
-    if (len(built) // pp < 2) if multi else (len(built) // pp != 1):
-        return ["stages-per-rank"]
-    if built != planned:
-        defaults = not ({"pipeline_parallel_first_stage_less_layers", "module_fqns_per_model_part"} & set(parallelism))
-        return ["stage-weights" if defaults else "even-split"]
-    return []
-
-
-def torchtitan(job: TrainJob) -> dict[str, str]:
-    """``torchtitan.toml`` and ``torchtitan.sh``: the plan as a torchtitan job config."""
-    model = TITAN_MODELS.get(job.spec.name)
-    if model is None:
-        raise ExportError(f"torchtitan {vendored('torchtitan').version} has no flavor for {job.spec.name} (flavors "
-                          f"for: {', '.join(TITAN_MODELS)}); use --export megatron")
-    p = job.plan
-    if p.precision == "fp16":
-        raise ExportError("torchtitan trains in bf16 or fp32 (training.mixed_precision_param); the plan uses fp16")
-    if tp_overlapped(p):
-        raise ExportError("the torchtitan export does not write TP-communication overlap (the plan overlaps TP "
-                          "collectives with the GEMMs); use --export megatron or nemo")
-    if p.recompute == "modules":
-        raise ExportError("torchtitan's activation checkpointing recomputes whole layers or chosen ops, not the "
-                          "norms, MLA up-projections and MoE activation of --recompute modules; use --export "
-                          "megatron or nemo")
-    if p.ep_overlap and p.ep > 1:
-        raise ExportError("the torchtitan export does not write the MoE exchange overlap (the plan overlaps the "
-                          "expert dispatch and combine with compute); use --export megatron or nemo")
-    if p.cp > 1 and _cp_comm(p) != "p2p":
-        raise ExportError(f"torchtitan's context parallelism is PyTorch's ring attention, not --cp-comm {_cp_comm(p)}; "
-                          "use --export megatron or nemo")
-    offloaded = {p.optimizer_place, p.grad_place, p.param_place} - {"hbm"}
-    if offloaded and (offloaded != {"ddr"} or "hbm" in (p.optimizer_place, p.grad_place, p.param_place)):
-        raise ExportError("torchtitan offloads weights, gradients and optimizer states together to host DDR "
-                          "(training.enable_cpu_offload); the plan offloads "
-                          + ", ".join(f"{k.split('_')[0]}:{v}" for k, v in (("optimizer_place", p.optimizer_place),
-                                      ("grad_place", p.grad_place), ("param_place", p.param_place)) if v != "hbm"))
-    pp = int(p.pp)
-    local = int(job.work.global_batch // p.dp) if pp > 1 else int(p.micro_batch)
-    shard = _titan_shard(job)
-    parallelism: dict[str, object] = {
-        "data_parallel_replicate_degree": int(p.dp) // shard, "data_parallel_shard_degree": shard,
-        "fsdp_reshard_after_forward": "always" if p.zero == 3 else "never",
-        "tensor_parallel_degree": int(p.tp), "context_parallel_degree": int(p.cp), "pipeline_parallel_degree": pp}
-    if pp > 1:
-        parallelism.update({"pipeline_parallel_schedule": "Interleaved1F1B" if p.interleave > 1 else "1F1B",
-                            "pipeline_parallel_microbatch_size": int(p.micro_batch), **titan_pipeline_split(job)})
-    if job.spec.moe:
-        parallelism.update({"expert_parallel_degree": int(p.ep), "expert_tensor_parallel_degree": job.etp})
-    _refuse_broken("torchtitan", titan_broken_rules(parallelism, job.spec.num_layers, titan_planned_layers(job)),
-                   f"the plan's {pp} x {int(p.interleave)} pipeline stages")
-    name, flavor = model
-    sections: dict[str, dict[str, object]] = {
-        "job": {"description": job.describe()[:200], "dump_folder": "./outputs"},
-        "model": {"name": name, "flavor": flavor, "hf_assets_path": "./assets/hf/" + job.spec.name},
-        "training": {"local_batch_size": local, "global_batch_size": int(job.work.global_batch),
-                     "seq_len": int(job.work.seq_len), "steps": job.steps, "mixed_precision_param": "bfloat16",
-                     "enable_cpu_offload": bool(offloaded)},
-        "parallelism": parallelism,
-        "activation_checkpoint": {"mode": str(p.recompute), **({"selective_ac_option": "op"}
-                                                               if p.recompute == "selective" else {})}}
-    if p.precision == "fp8":
-        sections["model"]["converters"] = ["quantize.linear.float8"]
-        sections["quantize.linear.float8"] = {"recipe_name": "tensorwise"}
-    checked("torchtitan", {f"{s}.{k}": v for s, values in sections.items() for k, v in values.items()}, "keys")
-    v = vendored("torchtitan")
-    toml = (f"# {job.describe()}\n# Written by perfmodel for {v.citation};\n# every key below exists at that version."
-            "\n\n" + _toml(sections))
-    run = f"Run from a torchtitan checkout on each of the {job.nodes} node(s), with NODE_RANK and MASTER_ADDR set."
-    script = _header("torchtitan", job, run) + command(
-        _torchrun(job) + ["-m", "torchtitan.train"], {"--job.config_file": "torchtitan.toml"})
-    return {"torchtitan.toml": toml, "torchtitan.sh": script}
-
-
-# --- DeepSpeed -----------------------------------------------------------------------------------
-
-DEEPSPEED_DEVICES = {"hbm": "none", "ddr": "cpu", "nvme": "nvme"}
-
-
-def _deepspeed_sharding(job: TrainJob) -> dict[str, object]:
-    """ZeRO++ (hpZ, qwZ, qgZ) and MiCS as zero_optimization keys; one line for what DeepSpeed lacks."""
-    p = job.plan
-    w, g, o, secondary = job.groups
-    r, zero = job.replicas, int(p.zero)
-    states = [size for size, on in ((w, zero >= 3), (g, zero >= 2), (o, zero >= 1)) if on]
-    keys: dict[str, object] = {}
-    if any(size != r for size in states):
-        if len(set(states)) > 1:
-            raise ExportError("DeepSpeed shards every state over one group (ZeRO, or MiCS's partition group); a group "
-                              f"per state (weights over {w}, gradients over {g}, optimizer states over {o}) is not in "
-                              "its config; use --export megatron for weights and gradients within a group")
-        if zero < 3:
-            raise ExportError(f"DeepSpeed's MiCS (mics_shard_size) shards with stage 3 only; the plan shards ZeRO "
-                              f"{zero} over groups of {o}; use --export megatron (partial distributed optimizer)")
-        if secondary < w or getattr(p, "qwz", False) or getattr(p, "qgz", False):
-            raise ExportError("the DeepSpeed export writes MiCS or ZeRO++, not both in one config")
-        keys["mics_shard_size"] = w
-    if secondary < w:
-        keys["zero_hpz_partition_size"] = secondary
-    if getattr(p, "qwz", False):
-        keys["zero_quantized_weights"] = True
-    if getattr(p, "qgz", False):
-        keys["zero_quantized_gradients"] = True
-    return keys
-
-
-def deepspeed(job: TrainJob) -> dict[str, str]:
-    """``ds_config.json`` and ``deepspeed.sh``: ZeRO stage, offload, precision and batch as DeepSpeed config."""
-    p = job.plan
-    for degree, what in ((p.pp, "pipeline stages are set in the model code (PipelineModule(num_stages=...))"),
-                         (p.cp, "its sequence parallelism (Ulysses, all-to-all) is not the plan's ring context "
-                                "parallelism"),
-                         (p.ep, "expert parallelism is set in the model code (deepspeed.moe.layer.MoE(ep_size=...))")):
-        if degree > 1:
-            raise ExportError(f"DeepSpeed cannot take this plan from ds_config.json: {what}; use --export megatron")
-    if p.precision == "fp8":
-        raise ExportError("DeepSpeed's config has no fp8 training; use --export megatron or torchtitan")
-    if tp_overlapped(p):
-        raise ExportError("DeepSpeed has no TP-communication overlap (the plan overlaps TP collectives with the "
-                          "GEMMs); use --export megatron or nemo")
-    for place in (p.optimizer_place, p.grad_place, p.param_place):
-        if place not in DEEPSPEED_DEVICES:
-            raise ExportError(f"DeepSpeed offloads to cpu or nvme; the plan uses {place}")
-    if p.param_place != "hbm" and p.zero < 3:
-        raise ExportError("DeepSpeed offloads weights (offload_param) only with ZeRO stage 3")
-    if p.optimizer_place != "hbm" and p.zero < 1:
-        raise ExportError("DeepSpeed offloads optimizer states only with ZeRO stage 1 or more")
-    zero: dict[str, object] = {"stage": int(p.zero), "overlap_comm": bool(p.overlap_dp), "contiguous_gradients": True,
-                               **_deepspeed_sharding(job)}
-    for part, place in (("offload_optimizer", p.optimizer_place), ("offload_param", p.param_place)):
-        if place != "hbm":
-            zero[part] = {"device": DEEPSPEED_DEVICES[place], "pin_memory": True,
-                          **({"nvme_path": "/local_nvme"} if place == "nvme" else {})}
-    accumulation = job.work.global_batch // (p.micro_batch * p.dp)
-    config: dict[str, object] = {
-        "train_batch_size": int(job.work.global_batch), "train_micro_batch_size_per_gpu": int(p.micro_batch),
-        "gradient_accumulation_steps": int(accumulation), "gradient_clipping": 1.0,
-        "bf16" if p.precision == "bf16" else "fp16": {"enabled": True}, "zero_optimization": zero,
-        "steps_per_print": 10, "wall_clock_breakdown": False}
-    if p.tp > 1:
-        config["tensor_parallel"] = {"autotp_size": int(p.tp)}
-    if p.recompute != "none":
-        config["activation_checkpointing"] = {"partition_activations": bool(p.tp > 1), "cpu_checkpointing": False}
-    checked("deepspeed", dict(flatten(config)), "keys")
-    # With AutoTP the training script passes the model-parallel unit, so DeepSpeedConfig counts dp ranks.
-    _refuse_broken("deepspeed", deepspeed_broken_rules(config, job.devices // int(p.tp)), "this config")
-    mics = (" Build the model under deepspeed.zero.MiCS_Init(config_dict_or_path=ds_config.json) for mics_shard_size."
-            if "mics_shard_size" in zero else "")
-    run = (f"Run with your DeepSpeed training script (TRAIN_SCRIPT) over a hostfile of {job.nodes} node(s);{mics} "
-           + ("activations are recomputed in your model code (deepspeed.checkpointing.checkpoint), "
-              f"{p.recompute} as planned." if p.recompute != "none" else "no activation recomputation."))
-    script = _header("deepspeed", job, run) + deepspeed_mpu_note(job, config) + \
-        ': "${TRAIN_SCRIPT:?your DeepSpeed training script}"\n' + command(
-        ["deepspeed", "--num_nodes", str(job.nodes), "--num_gpus", str(job.gpus_per_node), "--hostfile",
-         '"${HOSTFILE:-hostfile}"', '"$TRAIN_SCRIPT"'], {"--deepspeed": True, "--deepspeed_config": "ds_config.json"})
-    return {"ds_config.json": json.dumps(config, indent=2) + "\n", "deepspeed.sh": script}
-
-
-
-
-def deepspeed_broken_rules(config: dict[str, object], world_size: int) -> list[str]:
-    """The vendored DeepSpeed rules (flags/deepspeed.yaml ``rules``) a ds_config breaks when
-    DeepSpeedConfig sees ``world_size`` data-parallel ranks (rule batch-world-size)."""
-    batch = int(config["train_batch_size"])
-    per_step = int(config["train_micro_batch_size_per_gpu"]) * int(config["gradient_accumulation_steps"])
-    return [] if batch == per_step * world_size else ["batch-world-size"]
-
-
-def deepspeed_mpu_note(job: TrainJob, config: dict[str, object]) -> str:
-    """Comment lines for a tensor-parallel config: without a model-parallel unit DeepSpeedConfig
-    counts every rank as data-parallel and refuses the batch (rule batch-world-size); the exact
-    calls the training script makes so that it counts the dp ranks."""
-    from .vendored import rule
-
-    tp = int(job.plan.tp)
-    if tp <= 1:
-        return ""
-    why = rule("deepspeed", "batch-world-size")
-    micro, steps = config["train_micro_batch_size_per_gpu"], config["gradient_accumulation_steps"]
-    return "\n".join([
-        f"# Tensor parallelism (autotp_size {tp}): train_batch_size {config['train_batch_size']} = {micro} x {steps} x "
-        f"{job.devices // tp} data-parallel ranks, not x {job.devices} ranks. Without a model-parallel unit",
-        f"# DeepSpeed counts every rank and refuses the config: \"{why.reason}\"",
-        f"# ({why.source.split(' (')[0]}). TRAIN_SCRIPT must build the TP groups and pass them as mpu, as",
-        "# DeepSpeed's engine does for AutoTP (deepspeed/runtime/engine.py:653-654):",
-        "#   import deepspeed",
-        "#   from deepspeed.utils import groups",
-        "#   deepspeed.init_distributed()",
-        f"#   groups._init_tp_mesh_device(tensor_model_parallel_size={tp})",
-        "#   engine, optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(),",
-        "#                                                  config=\"ds_config.json\", mpu=groups)", ""])
-
-
-WRITERS = {"megatron": megatron, "nemo": nemo, "torchtitan": torchtitan, "deepspeed": deepspeed}

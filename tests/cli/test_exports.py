@@ -372,9 +372,9 @@ def _value(words: list[str], flag: str) -> str:
 
 def test_every_vendored_rule_cites_its_source_and_is_checked_by_a_writer():
     """Each rule has the framework's reason and a file:line at the vendored version, and a writer uses it."""
-    import perfmodel.exports.training as training
+    from perfmodel.exports import train_deepspeed, train_torchtitan, training
 
-    code = Path(training.__file__).read_text()
+    code = "".join(Path(m.__file__).read_text() for m in (training, train_torchtitan, train_deepspeed))
     for framework in ("megatron", "nemo", "torchtitan", "deepspeed"):
         for name, entry in vendored(framework).rules.items():
             assert entry["reason"] and ".py:" in entry["source"], (framework, name)
@@ -500,11 +500,11 @@ def test_megatron_rules_catch_each_launch_megatron_refuses():
 
 
 def test_a_broken_rule_is_refused_in_one_line_with_the_framework_reason():
-    from perfmodel.exports.training import _refuse_broken
+    from perfmodel.exports.training import refuse_broken
     from perfmodel.exports import ExportError
 
     with pytest.raises(ExportError) as info:
-        _refuse_broken("megatron", ["fsdp-ckpt-format"], "this launch")
+        refuse_broken("megatron", ["fsdp-ckpt-format"], "this launch")
     message = str(info.value)
     assert "\n" not in message and "Megatron-FSDP requires the `fsdp_dtensor` checkpointing format." in message
     assert "megatron/training/arguments.py:1146-1147" in message and "core_v0.19.0" in message
@@ -621,7 +621,7 @@ def test_torchtitan_builds_the_planned_pipeline_stages(model, layers, pipeline, 
 
 def test_torchtitan_rules_catch_the_splits_it_would_refuse_or_change():
     """The split the exporter wrote before issue 32 is caught, each rule by name."""
-    from perfmodel.exports.training import titan_broken_rules
+    from perfmodel.exports.train_torchtitan import titan_broken_rules
 
     old_70b = {"pipeline_parallel_degree": 4, "pipeline_parallel_schedule": "Interleaved1F1B",
                "pipeline_parallel_layers_per_stage": 10}
@@ -668,7 +668,7 @@ def test_deepspeed_tensor_parallel_script_says_the_mpu_call(tp, tmp_path, capsys
 
 
 def test_deepspeed_rules_catch_a_batch_deepspeed_refuses():
-    from perfmodel.exports.training import deepspeed_broken_rules
+    from perfmodel.exports.train_deepspeed import deepspeed_broken_rules
 
     config = {"train_batch_size": 64, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 16}
     assert deepspeed_broken_rules(config, 4) == []
