@@ -107,3 +107,9 @@ def test_the_checks_see_a_circle_and_an_upward_import():
     graph = _graph()
     assert "perfmodel.search.train" in graph["perfmodel.search.api"]      # the graph reads deferred imports too
     assert "perfmodel.hardware_db.limits" in graph["perfmodel.hardware_db.files"]
+
+
+def test_no_module_is_longer_than_a_reader_takes_in():
+    """Issue 31's house rule: no module above 700 lines outside tests and data."""
+    long = {name: n for name, path in _modules().items() if (n := len(path.read_text().splitlines())) > 700}
+    assert not long
