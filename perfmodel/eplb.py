@@ -105,10 +105,13 @@ def replicate(loads: np.ndarray, physical: int) -> np.ndarray:
         return copies
     k = np.arange(1, extra + 1)
     value = (loads[:, :, None] / k).reshape(layers, -1)                   # expert-major: e, then k
-    chosen = np.argsort(-value, axis=1, kind="stable")[:, :extra] // extra  # stable: lowest index on ties
-    for layer in range(layers):
-        copies[layer] += np.bincount(chosen[layer], minlength=experts)
-    return copies
+    # The ``extra`` largest values, the lowest index among equal ones (the set a stable descending sort
+    # takes first), found by the extra-th largest value in linear time rather than by sorting.
+    threshold = -np.partition(-value, extra - 1, axis=1)[:, extra - 1:extra]
+    above, tied = value > threshold, value == threshold
+    wanted = extra - above.sum(axis=1, keepdims=True)
+    chosen = above | (tied & (np.cumsum(tied, axis=1) <= wanted))
+    return copies + chosen.reshape(layers, experts, extra).sum(axis=2)
 
 
 def balanced_packing(weights: np.ndarray, packs: int) -> np.ndarray:
@@ -343,7 +346,8 @@ def default_imbalance(experts: int, top_k: int, tokens, ep, alpha: float, share:
         from perfmodel.hardware_db.errors import UnknownNameError
 
         raise UnknownNameError("expert balance", balance, BALANCES)
-    tokens, ep = np.broadcast_arrays(np.maximum(np.round(np.asarray(tokens, dtype=float)), 1.0),
+    # Above POWER_LAW_MAX_TOKENS the loads keep one shape and scale with the tokens: the same ratio.
+    tokens, ep = np.broadcast_arrays(np.clip(np.round(np.asarray(tokens, dtype=float)), 1.0, POWER_LAW_MAX_TOKENS),
                                      np.asarray(ep, dtype=float))
     out = np.ones(tokens.shape)
     if balance == "balanced":

@@ -177,7 +177,7 @@ def _instance(spec: TransformerSpec, machine: Machine, plan: ServePlan) -> Insta
 
 
 def _phase(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local, context, decode: bool,
-           overlap: bool) -> Phase:
+           overlap: bool, skew: tuple = (None, None)) -> Phase:
     """Prefill (``decode`` False) or one decode step of the last stage's layers, with its TP
     all-reduces (Pope et al. 2023 Sec. 3), EP dispatch and combine, and the PP hand-over.
 
@@ -187,13 +187,18 @@ def _phase(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local
     exchange) of a half batch; an engine enables it only where that beats the whole batch in turn.
     In prefill the exchange kernels hold ``exchange-sms`` of the device's SMs, so the overlapped
     compute runs on the rest; decode's low-latency kernels hold none."""
+    whole_skew, half_skew = skew      # the EP load of the whole batch and of its half (_phase_skews), or None
     if not (spec.moe and overlap):
+        inst = inst if whole_skew is None else replace(inst, imbalance=whole_skew)
         return Phase(*_pass(spec, machine, inst, tokens_local, context, decode))
     # The whole batch and its half in one evaluation: every plan's row twice, stacked.
     values = (tokens_local, context, *_instance_arrays(inst))
     n = int(np.broadcast(*values).size)
     tokens = np.broadcast_to(np.asarray(tokens_local, dtype=float), (n,))
-    stacked = _pass(spec, machine, _twice(inst, n), np.concatenate([tokens, tokens / 2.0]),
+    both = _stacked(inst, n, 2)
+    if whole_skew is not None:
+        both = replace(both, imbalance=np.concatenate([np.broadcast_to(x, (n,)) for x in (whole_skew, half_skew)]))
+    stacked = _pass(spec, machine, both, np.concatenate([tokens, tokens / 2.0]),
                     np.tile(np.broadcast_to(np.asarray(context, dtype=float), (n,)), 2), decode)
     # One plan given as scalars comes back as scalars.
     whole, half = (0, 1) if all(np.ndim(x) == 0 for x in values) else (np.arange(n), n + np.arange(n))
@@ -212,15 +217,31 @@ def _instance_arrays(inst: Instance) -> tuple:
             lay.pp, lay.ep, lay.etp)
 
 
-def _twice(inst: Instance, n: int) -> Instance:
-    """The instance with each of its ``n`` plans' rows twice, one copy after the other."""
-    def twice(x):
-        return np.tile(np.broadcast_to(np.asarray(x, dtype=float), (n,)), 2)
+def _stacked(inst: Instance, n: int, times: int) -> Instance:
+    """The instance with each of its ``n`` plans' rows ``times`` times, one copy after the other."""
+    def tile(x):
+        return np.tile(np.broadcast_to(np.asarray(x, dtype=float), (n,)), times)
     lay = inst.layout
-    return replace(inst, layout=Layout(tp=twice(lay.tp), cp=twice(lay.cp), dp=twice(lay.dp), pp=twice(lay.pp),
-                                       ep=twice(lay.ep), etp=twice(lay.etp)),
-                   batch=twice(inst.batch), local_batch=twice(inst.local_batch), layers=twice(inst.layers),
-                   imbalance=twice(inst.imbalance), mtp_drafts=twice(inst.mtp_drafts))
+    return replace(inst, layout=Layout(tp=tile(lay.tp), cp=tile(lay.cp), dp=tile(lay.dp), pp=tile(lay.pp),
+                                       ep=tile(lay.ep), etp=tile(lay.etp)),
+                   batch=tile(inst.batch), local_batch=tile(inst.local_batch), layers=tile(inst.layers),
+                   imbalance=tile(inst.imbalance), mtp_drafts=tile(inst.mtp_drafts))
+
+
+def _phase_skews(spec: TransformerSpec, machine: Machine, inst: Instance, tokens: dict, overlap: bool) -> dict:
+    """Each phase's busiest over mean EP load (``_skew``) for its whole batch and, with ``overlap``, its
+    half (else None): {phase: (whole, half)}, every phase's rows placed in one call, so that each EP
+    degree's distinct token counts share one EPLB placement. Empty for a dense model."""
+    if not spec.moe:
+        return {}
+    shape = np.broadcast(*_instance_arrays(inst), *tokens.values()).shape
+    n = int(np.prod(shape, dtype=int))
+    parts = [t for whole in tokens.values() for t in ((whole, np.asarray(whole) / 2.0) if overlap else (whole,))]
+    values = _skew(spec, machine, _stacked(inst, n, len(parts)),
+                   np.concatenate([np.broadcast_to(np.asarray(t, dtype=float), (n,)) for t in parts]))
+    rows = np.broadcast_to(values, (len(parts) * n,)).reshape(len(parts), n)
+    each = iter(row.reshape(shape) if shape else float(row[0]) for row in rows)
+    return {name: (next(each), next(each) if overlap else None) for name in tokens}
 
 
 def _take(x, rows):
@@ -395,16 +416,19 @@ def estimate_serving_placed(spec: TransformerSpec, machine: Machine, plan: Serve
     # With a cached prefix (prefix caching; Zheng et al. 2024, SGLang RadixAttention, Sec. 3) only the new
     # tokens are prefilled, attending to the whole prompt: the cached KV plus half the new tokens on average.
     cached = np.minimum(np.maximum(np.asarray(work.cached_len, dtype=float), 0.0), s_in - 1.0)
-    prefill = _phase(spec, machine, inst, inst.local_batch * (s_in - cached), cached + (s_in - cached) / 2.0, False,
-                     overlap) if "prefill" in phases else IDLE
+    # Each phase's tokens in the EP group, the whole batch and (with overlap) its half, placed at once.
+    draft = np.asarray(plan.mtp_draft_tokens, dtype=float)
+    tokens = {"prefill": inst.local_batch * (s_in - cached), "decode": inst.local_batch / pp * (1.0 + draft)}
+    skews = _phase_skews(spec, machine, inst, {k: v for k, v in tokens.items() if k in phases}, overlap)
+    prefill = _phase(spec, machine, inst, tokens["prefill"], cached + (s_in - cached) / 2.0, False,
+                     overlap, skews.get("prefill", (None, None))) if "prefill" in phases else IDLE
     # Pipeline: a prompt batch passes the pp stages in turn; each stage computes 1/pp of the layers.
     context = s_in + s_out / 2.0
-    draft = np.asarray(plan.mtp_draft_tokens, dtype=float)
     per_step = 1.0 + draft * np.asarray(plan.mtp_acceptance, dtype=float)   # tokens emitted per sequence per step
     # Decode: pp microbatches of batch/pp in flight; each token passes all pp stages per step.
     # With multi-token prediction a step checks 1 + draft tokens and emits per_step of them
     # (DeepSeek-V3 Technical Report, Sec. 2.2 and 5.4.3).
-    decode = _phase(spec, machine, inst, inst.local_batch / pp * (1.0 + draft), context, True, overlap) \
+    decode = _phase(spec, machine, inst, tokens["decode"], context, True, overlap, skews.get("decode", (None, None))) \
         if "decode" in phases else IDLE
     # Under a power cap each phase runs at the highest clock its power allows (perfmodel.power):
     # compute-bound prefill slows, memory-bound decode rarely does.
@@ -413,10 +437,8 @@ def estimate_serving_placed(spec: TransformerSpec, machine: Machine, plan: Serve
              for name, phase in (("prefill", prefill), ("decode", decode))}
     (pre_capped, _, pre_clock), (dec_capped, _, dec_clock) = (capped_phase(machine, works[n], cap)
                                                               for n in ("prefill", "decode"))
-    # The busiest over mean EP device each phase pays (the whole batch's; _pass computes it again, cached).
-    skew = {name: _skew(spec, machine, inst, tokens) for name, tokens, on in (
-        ("prefill", inst.local_batch * (s_in - cached), "prefill" in phases),
-        ("decode", inst.local_batch / pp * (1.0 + draft), "decode" in phases)) if on} if spec.moe else {}
+    # The busiest over mean EP device each phase pays (its whole batch's).
+    skew = {name: whole for name, (whole, _) in skews.items()}
     phased = _Phased(inst, prefill, decode, works, pre_capped, pre_clock, dec_capped, dec_clock, per_step, context,
                      skew)
     return [_placed(spec, machine, work, phased, str(kv_place), str(weight_place)) for kv_place, weight_place in places]
