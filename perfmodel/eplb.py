@@ -42,6 +42,8 @@ import numpy as np
 
 from perfmodel.hardware_db.errors import SpecError
 
+from .plan import EXPERT_BALANCES
+
 POLICIES = ("global", "hierarchical")
 # The largest batch aiconfigurator's power-law rows measure (aiconfigurator_core 0.12.0, trtllm
 # 1.3.0rc20 moe_perf.parquet on h100_sxm: num_tokens 1 to 16,384 for power_law_1.01, power_law_1.2
@@ -298,7 +300,7 @@ def slots_per_device(experts: int, ep, share: float) -> np.ndarray:
     return np.ceil(experts * (1.0 + share) / np.asarray(ep, dtype=float) - 1e-9)
 
 
-BALANCES = ("eplb", "none", "balanced")
+BALANCES = EXPERT_BALANCES
 
 
 def routing_imbalance(loads, ep: int, share: float = 0.0, balance: str = "eplb") -> float:

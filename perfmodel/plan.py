@@ -100,6 +100,9 @@ WEIGHT_PRECISIONS = ("bf16", "fp8", "int8", "int4", "fp4")
 KV_PRECISIONS = ("bf16", "fp8", "int4")
 # Activation (GEMM input) precision: "a16" keeps bf16 math; "a8" and "a4" run at the weight's rate.
 ACTIVATION_PRECISIONS = ("a16", "a8", "a4")
+# How a serving plan balances expert load (perfmodel.eplb): DeepSeek's EPLB with redundant experts, experts
+# in contiguous blocks without replicas, or every device equal.
+EXPERT_BALANCES = ("eplb", "none", "balanced")
 ATTENTION = ("flash", "standard")   # fused causal FlashAttention, or the 2021 kernels writing the s x s scores
 # The only weight formats each activation width pairs with (W8A8: fp8 or int8; W4A4: int4 or fp4).
 _GEMM_RATE = {("a8", "fp8"): "fp8", ("a8", "int8"): "int8", ("a4", "int4"): "int4", ("a4", "fp4"): "fp4"}

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field, fields
 from perfmodel.hardware_db.errors import SpecError, UnknownNameError
 
 from .defaults import SERVE_DEFAULTS, TRAIN_DEFAULTS
-from .plan import (ACTIVATION_PRECISIONS, ATTENTION, CP_COMMS, INTERLEAVED, KV_PRECISIONS, OVERLAP, PLACES,
-                   RECOMPUTE, SCHEDULES, STORAGES, WEIGHT_PRECISIONS, QuantScheme)
+from .plan import (ACTIVATION_PRECISIONS, ATTENTION, CP_COMMS, EXPERT_BALANCES, INTERLEAVED, KV_PRECISIONS, OVERLAP,
+                   PLACES, RECOMPUTE, SCHEDULES, STORAGES, WEIGHT_PRECISIONS, QuantScheme)
 
 PRICING = ("cloud", "owned")
 KV_PLACES = ("hbm", "ddr", "cxl", "pooled")
@@ -27,7 +27,6 @@ EXPERT_BALANCE_HELP = ("How expert load is balanced when serving MoE: eplb (Deep
                        "moe-redundant-expert-share, over the routing statistics or the default power-law routing "
                        "moe-routing-power-law-alpha), none (experts in contiguous blocks, no replicas) or balanced "
                        "(every device equal).")
-EXPERT_BALANCES = ("eplb", "none", "balanced")   # perfmodel.eplb.BALANCES (not imported: start-up)
 
 
 def option(default, help: str, *, choices=(), many: bool = False, complete: str | None = None,
