@@ -49,6 +49,21 @@ CASES = [
     ("moe", "mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", "dgx-h100", 2, 2, 1, 32, "bf16", "bf16"),
     ("moe", "mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", "dgx-h100", 2, 2, 1, 32, "fp8", "fp8"),
     ("moe", "deepseek-v3", "deepseek-ai/DeepSeek-V3", "hgx-h200", 8, 8, 1, 32, "fp8_block", "fp8"),
+    # Other batches and layouts of the same models (issue 29: 25 deployments or more).
+    ("dense", "llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B", "dgx-h100", 1, 1, 1, 1, "bf16", "bf16"),
+    ("dense", "llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B", "dgx-h100", 1, 1, 1, 128, "fp8", "fp8"),
+    ("dense", "llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B", "hgx-h200", 1, 1, 1, 1, "fp8", "fp8"),
+    ("dense", "llama-3.1-8b", "meta-llama/Meta-Llama-3.1-8B", "hgx-h200", 2, 1, 1, 32, "bf16", "bf16"),
+    ("dense", "llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "dgx-h100", 8, 1, 1, 1, "bf16", "bf16"),
+    ("dense", "llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "dgx-h100", 8, 1, 1, 128, "fp8", "fp8"),
+    ("dense", "llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "hgx-h200", 4, 1, 1, 8, "fp8", "fp8"),
+    ("dense", "llama-3.1-70b", "meta-llama/Meta-Llama-3.1-70B", "hgx-h200", 2, 1, 1, 16, "fp8", "fp8"),
+    ("moe", "mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", "dgx-h100", 4, 4, 1, 64, "bf16", "bf16"),
+    ("moe", "mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", "dgx-h100", 2, 2, 1, 8, "fp8", "fp8"),
+    ("moe", "mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", "hgx-h200", 2, 2, 1, 64, "fp8", "fp8"),
+    ("moe", "mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", "dgx-h100", 8, 8, 1, 32, "fp8", "fp8"),
+    ("moe", "deepseek-v3", "deepseek-ai/DeepSeek-V3", "hgx-h200", 8, 8, 1, 8, "fp8_block", "fp8"),
+    ("moe", "deepseek-v3", "deepseek-ai/DeepSeek-V3", "hgx-h200", 8, 8, 1, 128, "fp8_block", "fp8"),
 ]
 
 
