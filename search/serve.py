@@ -3,8 +3,8 @@ instance configurations, instance counts and hardware per pool, at minimum cost 
 devices).
 
 1. Instance configurations (TP, PP, EP, attention DP, batch, weight / activation / KV precision,
-   KV cache in HBM or host memory) are evaluated per system in vectorized calls of the cost model:
-   prefill at one prompt per attention rank, decode at each batch.
+   KV cache in HBM or host memory) are evaluated per system in vectorized calls of the cost model
+   (search.serve_pools): prefill at one prompt per attention rank, decode at each batch.
 2. Queueing (perfmodel.queueing, the stated approximation): an M/M/c queue per prefill server
    pool (Erlang C), Little's law for decode slots, time sharing when colocated.
 3. The fewest instances meeting every SLO are found per configuration (the SLOs are monotone in

@@ -77,7 +77,7 @@ def training_files(framework: str, spec, machine, plan, work, model_ref: str) ->
     from .train_torchtitan import torchtitan
     from .training import TrainJob, megatron, nemo
 
-    WRITERS = {"megatron": megatron, "nemo": nemo, "torchtitan": torchtitan, "deepspeed": deepspeed}
+    writers = {"megatron": megatron, "nemo": nemo, "torchtitan": torchtitan, "deepspeed": deepspeed}
 
     check_framework(framework, "training")
     if str(getattr(plan, "schedule", "1f1b")) == "dualpipe":
@@ -90,7 +90,7 @@ def training_files(framework: str, spec, machine, plan, work, model_ref: str) ->
                    devices_per_node=int(machine.system.devices_per_launch_host), plan=plan, work=work,
                    model_ref=model_ref,
                    vendor=str(machine.accelerator.vendor))
-    return WRITERS[framework](job)
+    return writers[framework](job)
 
 
 def training_frameworks(spec, machine, plan, work, model_ref: str,
