@@ -18,7 +18,7 @@ from perfmodel.hardware_db.loader import Database, MemoryTier
 from perfmodel.hardware_db.schema import PRECISIONS, Accelerator, System
 
 from .collectives import COLLECTIVES, FittedCollectives, FittedDispatch, Topology
-from .kernels import AttentionKernel, GemmKernel
+from .kernels import PER_PLAN_FIELDS, AttentionKernel, GemmKernel
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ class Machine:
         if not isinstance(precision, str):
             codes = np.unique(np.asarray(precision))
             if len(codes) != 1:
-                return None                       # plans of several precisions: the GEMM kernel for all
+                return self._grouped_per_plan(np.asarray(precision), block, weight, in_framework)
             precision = PRECISIONS[int(codes[0])]
         if weight in ("int4", "fp4") and precision == self.math16:
             key = "w4a16"
@@ -164,6 +164,24 @@ class Machine:
             return kernel
         return replace(kernel, compute_fraction=kernel.compute_fraction * self.constants.get(
             "framework-gemm-efficiency", 1.0))
+
+    def _grouped_per_plan(self, code: np.ndarray, block: bool, weight: str | None,
+                          in_framework: bool) -> GemmKernel | None:
+        """``grouped_kernel`` of plans of several precisions (PRECISIONS codes, one per plan): each
+        plan's own fit, as it would get alone; a precision without one takes the GEMM kernel its
+        routed experts would otherwise run on. None when no plan's precision has a fit."""
+        used = [int(c) for c in np.unique(code)]
+        own = {c: self.grouped_kernel(PRECISIONS[c], block, weight, in_framework) for c in used}
+        if all(k is None for k in own.values()):
+            return None
+        table = {c: k if k is not None else self.gemm_kernel(PRECISIONS[c]) for c, k in own.items()}
+        first = next(k for k in own.values() if k is not None)
+        index = np.zeros(len(PRECISIONS), dtype=int)
+        index[used] = np.arange(len(used))
+
+        def column(name: str) -> np.ndarray:
+            return np.array([float(getattr(table[c], name)) for c in used])[index[code]]
+        return replace(first, **{name: column(name) for name in PER_PLAN_FIELDS})
 
     def attention_kernel(self, precision: str, decode: bool = False, latent: bool = False) -> AttentionKernel | None:
         """The fitted attention kernel for prefill at attention ``precision``, or for decode over
