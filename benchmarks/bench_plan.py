@@ -5,7 +5,8 @@
    the search enumerates the lattice once and solves offload by CP-SAT branch and bound. Both must
    return the same optimum.
 2. The time to plan Llama-3.1-405B on 16,384 H100s and Megatron-LM's 1T GPT on 3,072 A100s over
-   the full declared space (target: under one second each, with the proven optimum).
+   the full declared space, in process after a warm-up (targets: under one second for the 405B,
+   under 0.3 s for the 1T, issue 27's in-process target; each with the proven optimum).
 
     python benchmarks/bench_plan.py
 """
@@ -54,8 +55,8 @@ def main() -> None:
     print(f"405B on 16,384 x H100: search {search_s:.2f} s vs brute force {brute_s:.2f} s ({evaluated:,} plans): "
           f"{brute_s / search_s:.0f}x faster; same optimum: {'yes' if same else 'NO'}")
     # 2. The two planning targets over the full space.
-    for name, system, devices, batch, seq in (("llama-3.1-405b", "dgx-h100", 16384, 2048, 8192),
-                                              ("megatron-1t", "dgx-a100", 3072, 3072, 2048)):
+    for name, system, devices, batch, seq, target in (("llama-3.1-405b", "dgx-h100", 16384, 2048, 8192, 1.0),
+                                                      ("megatron-1t", "dgx-a100", 3072, 3072, 2048, 0.3)):
         spec = find_model(name)
         r, seconds = timed(lambda: search_training(spec, db, [(system, devices)], TrainWorkload(batch, seq, 1e12)))
         p = r.best["plan"]
@@ -63,11 +64,13 @@ def main() -> None:
               f"{r.evidence.declared_space:,} ({r.evidence.evaluated:,} valid lattice plans, "
               f"{r.evidence.feasible:,} feasible), {r.evidence.status}: tp {p['tp']} pp {p['pp']}x{p['interleave']} "
               f"dp {p['dp']} cp {p['cp']} mb {p['micro_batch']} zero {p['zero']} {p['recompute']} {p['precision']}, "
-              f"step {r.best['step_time_s']:.2f} s, MFU {r.best['mfu']:.1%}; target < 1 s: "
-              f"{'met' if seconds < 1 else 'NOT met'}")
-    # 3. Megatron's 1T restricted to what Megatron-LM had in 2021 (no CP, SP or selective recompute,
-    #    fp16/bf16 only, ZeRO 0): the published choice was TP 8 within a node, PP 64.
-    old = SpaceOptions(max_cp=1, zero_stages=(0,), recomputes=("full",), precisions=("bf16",))
+              f"step {r.best['step_time_s']:.2f} s, MFU {r.best['mfu']:.1%}; target < {target:g} s: "
+              f"{'met' if seconds < target else 'NOT met'}")
+    # 3. Megatron's 1T restricted to what Megatron-LM had in 2021 (no CP, SP, selective recompute,
+    #    FlashAttention or TP overlap, fp16/bf16 only, ZeRO 0; tests/data/practiced_training.yaml's
+    #    megatron-2021): the published choice was TP 8 within a node, PP 64.
+    old = SpaceOptions(max_cp=1, zero_stages=(0,), recomputes=("full", "none"), precisions=("bf16",),
+                       sequence_parallel=(False,), flash=False, tp_overlap=False, sharding=("flat",))
     spec = find_model("megatron-1t")
     r = search_training(spec, db, [("dgx-a100", 3072)], TrainWorkload(3072, 2048, 1e12),
                         SearchOptions(space=old, offload=False))

@@ -10,6 +10,12 @@ choose: either a real improvement or a model error, to be read case by case. Eac
 the step-time terms (compute, each exposed transfer, the pipeline bubble, the optimizer) that
 separate the two plans most, published minus pick, so that the mechanism to check is explicit.
 
+The published plan's step over the any-precision pick is then split into three factors, each a
+search of its own: the layout (the pick within the software the publisher's framework had, the
+file's ``software`` sets, at its precision: what the search itself changes, and where a ratio
+well above 1 points at the model), the software (every option the search has, same precision:
+the features the publisher did not have) and the precision.
+
     python benchmarks/bench_practiced.py [ID-SUBSTRING ...]     (only the cases whose id contains one)
 """
 
@@ -36,6 +42,7 @@ def _label(plan: dict) -> str:
     ends = ("e" if plan.get("ends_as_layers") else "") + (" dualpipe" if plan.get("schedule") == "dualpipe" else "") \
         + (" ds-storage" if plan.get("storage") == "deepseek" else "")
     overlap = "+o" if plan.get("tp_overlap") else ""
+    ends += "" if plan.get("flash", True) else " no-flash"
     ep_overlap = "+o" if plan.get("ep_overlap") else ""
     cp = f"cp{plan['cp']}" + (f"/{plan['cp_comm']}" if plan.get("cp_comm", "p2p") != "p2p" else "")
     return (f"tp{plan['tp']}{overlap} pp{plan['pp']}x{plan['interleave']}{ends} dp{plan['dp']} {cp} "
@@ -53,8 +60,9 @@ def main(only: list[str]) -> None:
     db = load_database()
     print(f"{'configuration':34s} {'published plan':46s} {'pred. step':>10s} {'search pick (same precision)':46s}"
           f" {'step':>8s} {'ratio':>6s} {'any precision':>13s} {'recommended':>11s} {'s':>5s}")
-    ratios, recommended = [], []
-    for config in yaml.safe_load(DATA.read_text())["configs"]:
+    ratios, recommended, layouts = [], [], []
+    data = yaml.safe_load(DATA.read_text())
+    for config in data["configs"]:
         if only and not any(part in config["id"] for part in only):
             continue
         spec = find_model(config["model"])
@@ -66,6 +74,11 @@ def main(only: list[str]) -> None:
         same = search_training(spec, db, [(config["system"], config["devices"])], work, SearchOptions(
             offload=False, space=SpaceOptions(precisions=(config["plan"]["precision"],))))
         anyp = search_training(spec, db, [(config["system"], config["devices"])], work, SearchOptions(offload=False))
+        software = data["software"][config["software"]]["options"] if "software" in config else None
+        had = same if software is None else search_training(
+            spec, db, [(config["system"], config["devices"])], work, SearchOptions(offload=False, space=SpaceOptions(
+                precisions=(config["plan"]["precision"],), **{k: tuple(v) if isinstance(v, list) else v
+                                                               for k, v in software.items()})))
         advice = search_training(spec, db, [(config["system"], config["devices"])], work, SearchOptions(
             offload=False, space=SpaceOptions(precisions=(config["plan"]["precision"],)), recommend_on=TRAINING,
             memory_headroom=db.constant("hbm-headroom-fraction"))).recommended
@@ -85,9 +98,16 @@ def main(only: list[str]) -> None:
             best = estimate_training(spec, machine, TrainPlan(**anyp.best["plan"]), work)
             print(f"{'':34s} any-precision pick {_label(anyp.best['plan'])}; separating terms (s, published - pick): "
                   f"{_separating(published, best)}")
+        if had.best and pick and anyp.best:
+            layout = step / had.best["step_time_s"]
+            print(f"{'':34s} = layout {layout:.2f} ({config.get('software', 'current software')}: "
+                  f"{_label(had.best['plan'])}) x software {had.best['step_time_s'] / pick['step_time_s']:.2f}"
+                  f" x precision {pick['step_time_s'] / anyp.best['step_time_s']:.2f}")
+            layouts.append(layout)
         ratios.append(ratio_any)
         recommended.append(ratio_advice)
-    for name, values in (("any precision", ratios), ("recommended", recommended)):
+    for name, values in (("layout, the publisher's software", layouts), ("any precision", ratios),
+                         ("recommended", recommended)):
         finite = sorted(r for r in values if r == r)
         print(f"ratios ({name}): median {finite[len(finite) // 2]:.2f}, max {finite[-1]:.2f}, "
               f"above 1.15: {sum(r > 1.15 for r in finite)} of {len(finite)}")

@@ -55,7 +55,7 @@ LEFT_OUT = (
 
 # The columns of a plan the lattice holds (perfmodel.training.TrainPlan's fields a search sets).
 PLAN_FIELDS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "interleave", "ends_as_layers", "micro_batch", "zero",
-               "recompute", "sp", "tp_overlap", "ep_overlap", "precision",
+               "recompute", "sp", "flash", "tp_overlap", "ep_overlap", "precision",
                "optimizer_place", "grad_place", "param_place", "moe_imbalance", "shard", "shard_grads", "shard_weights",
                "hpz", "qwz", "qgz")
 
@@ -84,6 +84,10 @@ class SpaceOptions:
     shard_whole_cp: bool = False                   # sub-groups of whole cp groups only (torchtitan's device mesh)
     zeropp_with_groups: bool = True                # ZeRO++ also with sub-group sharding (DeepSpeed: flat ZeRO-3 only)
     tp_overlap: bool = True                        # TP communication overlapped wherever sp and tp > 1 allow it
+    sequence_parallel: tuple[bool, ...] = (False, True)   # sequence parallelism searched (with tp > 1 only)
+    # FlashAttention (Dao et al. 2022); False: the s x s scores written, as frameworks ran attention
+    # before it (benchmarks restrict a search to what a publisher's framework had).
+    flash: bool = True
     ep_overlap: bool = True                        # the MoE exchange overlapped wherever Megatron-Core allows it
     # Context-parallel exchanges searched (plan.CpComm): the ring by default. The all-gather and
     # Ulysses variants more than double the lattice of a large model (the Megatron 1T plan: 203k ->
@@ -164,7 +168,7 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
                 "cp communication": len(options.cp_comms),
                 "micro_batch": len(options.micro_batches), "zero": len(options.zero_stages),
                 "sharding (groups, hpZ, quantized collectives)": max(widest, 1),
-                "recompute": len(recomputes), "sp": 2, "precision": len(precisions),
+                "recompute": len(recomputes), "sp": len(options.sequence_parallel), "precision": len(precisions),
                 "offload (optimizer x gradients x parameters)": len(options.offload_places) ** 3}
     comms = {(tp, cp): _cp_comms(spec, tp, cp, options.cp_comms) for tp, cp in itertools.product(tps, cps)}
     rows = []
@@ -188,14 +192,16 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     if not rows or not precisions:
         return {}, declared
     base = np.array(rows, dtype=np.int64)
-    cheap = np.array(list(itertools.product([RECOMPUTE.index(r) for r in recomputes], (0, 1),
+    sps = sorted({int(bool(on)) for on in options.sequence_parallel})
+    cheap = np.array(list(itertools.product([RECOMPUTE.index(r) for r in recomputes], sps,
                                             [PRECISIONS.index(p) for p in precisions])), dtype=np.int64)
     # Per (tp, replicas): every (zero, sharding) choice times every (recompute, sp, precision), zero-major.
-    # Sequence parallelism needs tp > 1: with tp 1 only the rows without it.
+    # Sequence parallelism needs tp > 1: with tp 1 only the rows without it (each choice once).
+    without_sp = np.array(list(dict.fromkeys((r, 0, p) for r, _, p in cheap.tolist())), dtype=np.int64)
     tables = {}
     for pair, schemes in stage_schemes.items():
         stages = np.array(schemes, dtype=np.int64).reshape(-1, 7)
-        allowed = cheap if pair[0] > 1 else cheap[cheap[:, 1] == 0]
+        allowed = cheap if pair[0] > 1 else without_sp
         tables[pair] = np.hstack([np.repeat(stages, len(allowed), axis=0), np.tile(allowed, (len(stages), 1))])
     per_row = [tables[(int(tp), int(cp), int(dp * cp))] for tp, _, dp, cp, *_ in rows]
     counts = np.array([len(t) for t in per_row])
@@ -211,6 +217,7 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     # A dominated choice (off) is not searched, where the device and the framework can overlap.
     cols["tp_overlap"] = cols["sp"] & (options.tp_overlap and machine.overlaps_tp_communication)
     cols["ep_overlap"] = ep_overlap_allowed(cols) & options.ep_overlap
+    cols["flash"] = np.full(len(cols["tp"]), options.flash)
     zeros = np.zeros(len(cols["tp"]), dtype=np.int64)
     cols.update(optimizer_place=zeros, grad_place=zeros, param_place=zeros, moe_imbalance=np.zeros(len(zeros)))
     return cols, declared
