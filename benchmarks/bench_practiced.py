@@ -100,9 +100,11 @@ def main(only: list[str]) -> None:
                   f"{_separating(published, best)}")
         if had.best and pick and anyp.best:
             layout = step / had.best["step_time_s"]
-            print(f"{'':34s} = layout {layout:.2f} ({config.get('software', 'current software')}: "
-                  f"{_label(had.best['plan'])}) x software {had.best['step_time_s'] / pick['step_time_s']:.2f}"
-                  f" x precision {pick['step_time_s'] / anyp.best['step_time_s']:.2f}")
+            within = estimate_training(spec, machine, TrainPlan(**had.best["plan"]), work)
+            print(f"{'':34s} = layout {layout:.2f} x software {had.best['step_time_s'] / pick['step_time_s']:.2f}"
+                  f" x precision {pick['step_time_s'] / anyp.best['step_time_s']:.2f}; layout pick "
+                  f"({config.get('software', 'current software')}) {_label(had.best['plan'])}, separating terms: "
+                  f"{_separating(published, within)}")
             layouts.append(layout)
         ratios.append(ratio_any)
         recommended.append(ratio_advice)
