@@ -169,7 +169,8 @@ class Machine:
                           in_framework: bool) -> GemmKernel | None:
         """``grouped_kernel`` of plans of several precisions (PRECISIONS codes, one per plan): each
         plan's own fit, as it would get alone; a precision without one takes the GEMM kernel its
-        routed experts would otherwise run on. None when no plan's precision has a fit."""
+        routed experts would otherwise run on (tiled over the fit's SM count). None when no plan's
+        precision has a fit."""
         used = [int(c) for c in np.unique(code)]
         own = {c: self.grouped_kernel(PRECISIONS[c], block, weight, in_framework) for c in used}
         if all(k is None for k in own.values()):

@@ -157,6 +157,7 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     # there is MLA or MoE; elsewhere it is selective recomputation at a higher price.
     recomputes = [r for r in options.recomputes if r != "modules" or spec.mla or spec.moe]
     etps = (0, 1) if spec.moe else (0,)          # 0: expert TP = tp (Megatron's default); 1: experts unsplit
+    sps = sorted({int(bool(on)) for on in options.sequence_parallel})
     # Every (tp, cp, replicas) a layout can have, with its (zero, sharding) choices.
     keys = {(tp, cp, n // (tp * pp)) for tp, cp, pp in itertools.product(tps, cps, pps) if n % (tp * cp * pp) == 0}
     stage_schemes = {key: [(z, *scheme) for z in options.zero_stages
@@ -168,7 +169,7 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
                 "cp communication": len(options.cp_comms),
                 "micro_batch": len(options.micro_batches), "zero": len(options.zero_stages),
                 "sharding (groups, hpZ, quantized collectives)": max(widest, 1),
-                "recompute": len(recomputes), "sp": len(options.sequence_parallel), "precision": len(precisions),
+                "recompute": len(recomputes), "sp": len(sps), "precision": len(precisions),
                 "offload (optimizer x gradients x parameters)": len(options.offload_places) ** 3}
     comms = {(tp, cp): _cp_comms(spec, tp, cp, options.cp_comms) for tp, cp in itertools.product(tps, cps)}
     rows = []
@@ -192,7 +193,6 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     if not rows or not precisions:
         return {}, declared
     base = np.array(rows, dtype=np.int64)
-    sps = sorted({int(bool(on)) for on in options.sequence_parallel})
     cheap = np.array(list(itertools.product([RECOMPUTE.index(r) for r in recomputes], sps,
                                             [PRECISIONS.index(p) for p in precisions])), dtype=np.int64)
     # Per (tp, replicas): every (zero, sharding) choice times every (recompute, sp, precision), zero-major.
