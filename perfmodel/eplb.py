@@ -222,8 +222,12 @@ def rebalance(loads, devices: int, redundant: int = 0, devices_per_node: int | N
     slot_expert = slot_local.reshape(layers, physical)
     copies = np.zeros((layers, experts), dtype=int)
     np.put_along_axis(copies, node_experts.reshape(layers, experts), copies_local.reshape(layers, experts), axis=1)
-    share = np.take_along_axis(loads / copies, slot_expert, axis=1)
-    device_load = share.reshape(layers, devices, slots).sum(axis=2)
+    # Each slot's share of its expert's tokens, summed per device in units of the layer's largest
+    # load: a subnormal load split into copies would round to nothing (5e-324 in two copies).
+    top = loads.max(axis=1, keepdims=True)
+    scale = np.where(top > 0, top, 1.0)
+    share = np.take_along_axis(loads / scale / copies, slot_expert, axis=1)
+    device_load = share.reshape(layers, devices, slots).sum(axis=2) * scale
     return EplbPlacement(policy, devices, per_node if policy == "hierarchical" else devices, slot_expert, copies,
                          device_load)
 

@@ -7,6 +7,13 @@ import shutil
 import tempfile
 
 import pytest
+from hypothesis import settings
+
+# Every property test draws the same examples on every run and machine (derived from the test, not
+# the clock), and keeps no example database: a property holds on them or fails every time.
+# benchmarks/bench_fuzz.py explores further.
+settings.register_profile("deterministic", derandomize=True, database=None)
+settings.load_profile("deterministic")
 
 
 def pytest_configure(config):

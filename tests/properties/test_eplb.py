@@ -35,6 +35,7 @@ def instances(draw):
 @given(instances())
 @example((np.array([[90.0, 5, 3, 2]]), 2, 1, 0, 1))                  # one hot expert, no room for a copy
 @example((np.array([[90.0, 5, 3, 2, 0, 0]]), 2, 1, 2, 2))             # two copies of the hot one, two nodes
+@example((np.array([[5e-324]]), 1, 1, 1, 1))                         # a subnormal load in two copies on one device
 def test_eplb_invariants(instance):
     loads, devices, per_node, redundant, groups = instance
     placed = rebalance(loads, devices, redundant, per_node, groups)
