@@ -10,6 +10,12 @@ recomputation DeepSeek states (RMSNorm and the MLA up-projections, Sec. 3.2.3), 
 messages (the profile leaves them out). The trace is kernel data: a fit may use it, and this
 script says where the model's constants stand against it. It is not shipped; give its path.
 
+A second table takes the MoE layer apart: the routed experts' grouped GEMM kernels (forward and
+data gradient, DeepSeek's m_grouped kernels) against the fitted grouped kernel at the same rows
+per expert, with and without the fit's input passes; the token kernels (permute, unpermute,
+routing map, top-k, router GEMM) against the model's expert permute and router; and every cast
+and transpose kernel against the casts the model charges inside its GEMMs.
+
     python benchmarks/bench_deepseek_trace.py PATH/TO/train.json
 """
 
@@ -71,6 +77,62 @@ def modelled() -> dict[str, float]:
     return dict(out)
 
 
+# The MoE layer's kernels in the trace, by role (DeepSeek's names); the rest of the table's families.
+MOE_ROLES = (("routed grouped GEMMs (fwd + dgrad)", r"m_grouped"),
+             ("token kernels (permute, unpermute, map, top-k, router)",
+              r"expand_to_fused|reduce_fused|get_fused_mapping|clean_and_count|TopK|topk|sm90_xmma_gemm_bf16"),
+             ("fp8 casts and transposes", r"cast|transpose|quant"))
+
+
+def moe_measured(path: str) -> dict[str, float]:
+    """Milliseconds of the trace's compute-stream kernels by MoE role (first match wins)."""
+    with open(path) as fh:
+        trace = json.load(fh)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    out: dict[str, float] = defaultdict(float)
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "kernel" and not re.search(r"dpsk::ep::", e["name"]):
+            role = next((r for r, pattern in MOE_ROLES if re.search(pattern, e["name"])), None)
+            if role:
+                out[role] += e["dur"] / 1e3
+    return dict(out)
+
+
+def moe_modelled() -> dict[str, tuple[float, float]]:
+    """(as charged, kernels alone) milliseconds of the model's terms for the same roles, 4 layers."""
+    from dataclasses import replace
+    db = load_database()
+    spec = find_model("deepseek-v3")
+    machine = build_machine(db, "hgx-h800", 2048)
+    grouped = machine.grouped_kernel("fp8", block=True, in_framework=True)
+    rows, experts = 4096.0 * spec.moe.top_k, spec.moe.num_experts / 64     # balanced, EP64
+    m, h, f = rows / experts, spec.hidden_size, spec.moe.expert_ffn_hidden_size
+
+    def fwd_dgrad(kernel):
+        return LAYERS * 1e3 * float(sum(kernel.time(m, n, k, 1, 1, 1, experts) + kernel.time(m, k, n, 1, 1, 1, experts)
+                                        for n, k in ((2 * f, h), (h, f))))
+    cast_free = {k: replace(v, cast=0.0) for k, v in machine.grouped_kernels.items()}
+    bare = replace(machine, grouped_kernels=cast_free, gemm_kernels={k: replace(v, cast=0.0)
+                                                                      for k, v in machine.gemm_kernels.items()})
+    charged, alone = (_moe_ms(spec, mc) for mc in (machine, bare))
+    gemm = sum(charged[k] for k in ("qkv projection", "output projection", "router", "experts"))
+    gemm_bare = sum(alone[k] for k in ("qkv projection", "output projection", "router", "experts"))
+    return {MOE_ROLES[0][0]: (fwd_dgrad(grouped), fwd_dgrad(replace(grouped, cast=0.0))),
+            MOE_ROLES[1][0]: (charged["expert permute"] + charged["router"],) * 2,
+            MOE_ROLES[2][0]: (gemm - gemm_bare, 0.0)}
+
+
+def _moe_ms(spec, machine) -> dict[str, float]:
+    """Milliseconds per operator of 4 MoE layers' forward and backward (modelled()'s plan)."""
+    plan = TrainPlan(tp=1, pp=16, dp=128, ep=64, zero=1, precision="fp8", moe_imbalance=1.0)
+    c = {k: np.atleast_1d(v) for k, v in plan.columns().items()}
+    sh = _shape(spec, machine, c, TrainWorkload(15360, 4096))
+    _, moe, _, _ = _layer_times(spec, machine, c["precision"], c["sp"].astype(bool), c["flash"].astype(bool),
+                                sh.tokens, sh.context, sh.gemm_input_bytes, sh.imbalance, sh.layout.tp,
+                                sh.layout.cp, sh.layout.dp, sh.layout.ep, sh.layout.etp)
+    return {op: LAYERS * float(s[0] + moe.backward[op][0]) * 1e3 for op, s in moe.seconds.items()}
+
+
 def main(path: str) -> None:
     got, model = measured(path), modelled()
     print(f"{'family':26s} {'trace (ms)':>11s} {'model (ms)':>11s} {'model / trace':>14s}")
@@ -81,6 +143,14 @@ def main(path: str) -> None:
     compute_m = sum(model.values())
     print(f"{'compute kernels':26s} {compute_t:11.1f} {compute_m:11.1f} {compute_m / compute_t:14.2f}")
     print("(the model prices the exchange per transfer, not as kernels; fp8 casts sit inside its GEMM times)")
+    print()
+    got, model = moe_measured(path), moe_modelled()
+    print(f"{'MoE role':54s} {'trace (ms)':>11s} {'model (ms)':>11s} {'kernel alone':>13s}")
+    for role, _ in MOE_ROLES:
+        charged, alone = model[role]
+        print(f"{role:54s} {got.get(role, 0.0):11.1f} {charged:11.1f} {alone:13.1f}")
+    print("(routed GEMMs: the fitted grouped kernel at the trace's rows per expert, balanced EP64, with the fit's input\n"
+          " passes and without them; casts: what the input passes of every GEMM of the model add)")
 
 
 if __name__ == "__main__":
