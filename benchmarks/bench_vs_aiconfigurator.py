@@ -9,7 +9,7 @@ family (dense, MoE; issue 29's targets: 5% and 12%). aiconfigurator is a calibra
 never a run-time or CI dependency: without it the script says so and exits 0.
 
     pip install aiconfigurator-core            (a scratch environment)
-    python benchmarks/bench_vs_aiconfigurator.py [--expert-balance none|eplb|balanced]
+    python benchmarks/bench_vs_aiconfigurator.py [--expert-balance none|eplb|balanced] [--skew]
 
 Expert load: aiconfigurator's static mode prices these deployments' MoE layers on its power-law
 kernel rows (alpha 1.2, experts in contiguous blocks, no EPLB: its ``_eplb`` rows are for wide EP
@@ -109,11 +109,55 @@ def aiconfigurator_static(case, folder: str) -> tuple[float, float]:
     return context_ms / 1e3, generation_ms / (OSL - 1) / 1e3
 
 
+def skew_rows(db) -> None:
+    """The expert skew at kernel level: aiconfigurator's measured power-law over balanced MoE layer
+    latency (TensorRT-LLM rows, moe_tp 1, the rank its collector times: the busiest, swapped to
+    rank 0) beside perfmodel's routed-expert time with contiguous experts (``none``) over balanced,
+    for each MoE model, system and format of CASES, at EP 2 to 8 and 256 to 16,384 tokens."""
+    from importlib.resources import files
+
+    import pandas as pd
+
+    print(f"{'MoE layer (table power law / balanced, perfmodel none / balanced)':68s}" + "".join(
+        f"{f'N {n}':>14s}" for n in SKEW_TOKENS))
+    for model, system, gemm in dict.fromkeys((c[1], c[3], c[8]) for c in CASES if c[0] == "moe"):
+        spec, gpu = find_model(model), AIC_SYSTEMS[system]
+        path = files("aiconfigurator_core") / "systems" / "data" / gpu / "moe" / BACKEND / VERSION / "moe_perf.parquet"
+        t = pd.read_parquet(str(path))
+        m = spec.moe
+        t = t[(t.hidden_size == spec.hidden_size) & (t.inter_size == m.expert_ffn_hidden_size)
+              & (t.num_experts == m.num_experts) & (t.topk == m.top_k) & (t.moe_dtype == AIC_FORMATS[gemm])
+              & (t.moe_tp_size == 1)].pivot_table(index=["moe_ep_size", "num_tokens"], columns="distribution",
+                                                   values="latency")
+        precision = "fp8" if gemm.startswith("fp8") else gemm
+        for ep in (2, 4, 8):
+            for alpha in SKEW_ALPHAS:
+                cells = []
+                for n in SKEW_TOKENS:
+                    row = t.loc[(ep, n)]
+                    mine = []
+                    for balance in ("none", "balanced"):
+                        plan = ServePlan(tp=ep, ep=ep, batch=1, weight_precision=precision, kv_precision=precision,
+                                         activation_precision="a8" if precision == "fp8" else "a16",
+                                         expert_balance=balance)
+                        r = estimate_serving(spec, build_machine(db, system, ep), plan, ServeWorkload(n, 2))
+                        mine.append(float(r.prefill_operator_times["experts"]))
+                    cells.append(f"{row[f'power_law_{alpha}'] / row['balanced']:6.2f}/{mine[0] / mine[1]:<6.2f}")
+                print(f"{f'{model} {gemm} {system} ep{ep} alpha {alpha}':68s}" + "".join(f"{c:>14s}" for c in cells))
+
+
+SKEW_TOKENS = (256, 1024, 4096, 16384)
+SKEW_ALPHAS = ("1.01", "1.2")      # the table's power laws (aiconfigurator: 1.01 DeepSeek family, 1.2 other MoE)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--expert-balance", default="none", choices=("none", "eplb", "balanced"),
                         help="perfmodel's expert balance (default none: aiconfigurator's assumption)")
-    balance = parser.parse_args(argv).expert_balance
+    parser.add_argument("--skew", action="store_true",
+                        help="print the kernel-level expert skew (measured power-law over balanced rows) instead")
+    args = parser.parse_args(argv)
+    balance = args.expert_balance
     try:
         import aiconfigurator_core  # noqa: F401
     except ImportError:
@@ -121,8 +165,11 @@ def main(argv: list[str] | None = None) -> int:
               "nothing compared")
         return 0
     logging.disable(logging.WARNING)
-    print(f"perfmodel: expert balance {balance}")
     db = load_database()
+    if args.skew:
+        skew_rows(db)
+        return 0
+    print(f"perfmodel: expert balance {balance}")
     folder = tempfile.mkdtemp(prefix="aic-models-")
     print(f"{'deployment':44s} {'TTFT pm':>9s} {'aic':>9s} {'ratio':>6s} {'TPOT pm':>9s} {'aic':>9s} {'ratio':>6s}")
     deviation: dict[str, list[tuple[float, float]]] = {}

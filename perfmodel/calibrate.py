@@ -468,22 +468,48 @@ class GroupedGemmCalibration(KernelCalibration):
                 "held_out_p90": round(self.held_out_p90, 4), "samples": self.train_rows + self.test_rows}
 
 
+def balanced_rank_rows(tokens, num_experts, top_k, ep) -> tuple[np.ndarray, np.ndarray]:
+    """(token rows, experts hit) on the EP rank aiconfigurator's balanced MoE rows time: rank 0 of
+    ``ep``, holding experts [0, E / ep) (its collector runs one GPU as rank 0 of the mapping,
+    ai-dynamo/aiconfigurator ``collector/trtllm/collect_moe.py``, ``run_moe_torch``), routed by its
+    ``balanced_logits`` (``collector/helper.py``): token t takes experts (t + i s) mod E, i < top_k,
+    s = ceil(E / top_k); with fewer tokens than s, floor(t s / T + i s) mod E. The picks are spread
+    evenly, so a few tokens hit min(E, T k) distinct experts, not the fewer distinct experts of
+    random routing (``serving.distinct_experts``): at DeepSeek-V3's E 256, top 8, EP 8 and 32 tokens
+    all 32 of rank 0's experts (uniform random routing: 20). Vectorized over rows; each distinct
+    (tokens, experts, top-k) routing is built once."""
+    cols = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (tokens, num_experts, top_k, ep)))
+    rows, hit = np.empty(cols[0].shape), np.empty(cols[0].shape)
+    keys, inverse = np.unique(np.stack([c.ravel() for c in cols]), axis=1, return_inverse=True)
+    counts = {}
+    for j, (t, e, k, n) in enumerate(keys.T):
+        t, e, k = int(t), int(e), int(k)
+        if (t, e, k) not in counts:
+            s = -(-e // k)
+            token, pick = np.arange(t)[:, None], np.arange(k)[None, :] * s
+            expert = (token + pick) % e if t >= s else np.floor(np.mod(token * s / t + pick, e)).astype(int)
+            counts[t, e, k] = np.bincount(expert.ravel(), minlength=e)
+        local = counts[t, e, k][: max(int(np.ceil(e / n - 1e-9)), 1)]
+        mask = inverse.ravel() == j
+        rows.ravel()[mask], hit.ravel()[mask] = local.sum(), np.count_nonzero(local)
+    return rows, np.maximum(hit, 1.0)
+
+
 def moe_layer_parts(tokens, ep, etp, num_experts, top_k, hidden, expert_hidden, gated, act_bytes: float,
                     bytes_per_s: float) -> tuple:
     """(GEMM shapes, vector seconds) of one measured MoE layer as ``roofline.layer_ops`` runs it:
     ``tokens`` reach each of ``ep`` x ``etp`` ranks (TensorRT-LLM's MoE op: every rank routes all
-    of them to its E / ep experts, each split ``etp`` ways), balanced routing; the routed experts'
-    two grouped GEMMs (``roofline.routed_expert_gemms``) over the experts hit, and the vector work
+    of them to its E / ep experts, each split ``etp`` ways), with the rows and experts the measured
+    rank gets under the table's balanced routing (``balanced_rank_rows``); the routed experts' two
+    grouped GEMMs (``roofline.routed_expert_gemms``) over the experts hit, and the vector work
     layer_ops charges beside them (the permute and unpermute passes, the activation) at
     ``bytes_per_s``."""
     from .roofline import PERMUTE_ROW_PASSES, PERMUTE_TOKEN_PASSES, routed_expert_gemms
-    from .serving import distinct_experts
 
     t, n, tp, e, k, h, f = (np.asarray(x, dtype=float) for x in (tokens, ep, etp, num_experts, top_k, hidden,
                                                                  expert_hidden))
     gated = np.asarray(gated, dtype=bool)
-    rows = t * k / n
-    read = np.minimum(np.ceil(e / n), e / n * distinct_experts(e, k, t) / e)
+    rows, read = balanced_rank_rows(t, e, k, n)
     f_e = f / tp
     up, down = routed_expert_gemms(rows, read, h, f_e, True)
     up = replace(up, n=np.where(gated, up.n, f_e))

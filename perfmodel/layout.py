@@ -117,6 +117,19 @@ class Layout:
         return Group(self.etp, self.ep)
 
     @property
+    def ep_holds_tokens(self) -> np.ndarray:
+        """Whether every rank of an EP group already holds the tokens it routes: the group (ep ranks
+        etp apart, so etp x ep consecutive ranks) lies inside one TP group, whose ranks all hold the
+        same tokens after attention's all-reduce. Then nothing is dispatched (each rank takes its own
+        experts' rows of the tokens it has) and the combine is the all-reduce of the partial outputs
+        that TP already runs after the MoE block: TensorRT-LLM's fused MoE without attention data
+        parallelism (no all-to-all; ``reduce_results`` all-reduce), as aiconfigurator prices it on
+        Hopper (ai-dynamo/aiconfigurator, ``operators/moe_dispatch.rs``, ``TrtllmAlltoall``: attention
+        TP > 1 -> one custom all-reduce before and one after the experts), and vLLM's FusedMoE with
+        expert parallelism at data parallelism 1."""
+        return self.etp * self.ep <= self.tp
+
+    @property
     def edp_group(self) -> Group:
         """Expert data parallelism: the expert weights' gradient reduction and ZeRO group."""
         return Group(self.etp * self.ep, self.edp)

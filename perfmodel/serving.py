@@ -313,7 +313,9 @@ def _pass(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local,
             # DeepEP normal kernels where the device has a fit, else the link model.
             exchange = sum(topo.normal_exchange(op, rows, size, spec.moe.top_k, spec.moe.num_experts, g.stride, g.size)
                            for op, size in (("dispatch", sent), ("combine", h * 2.0)))
-        ep = inst.layers * inst.moe_frac * exchange
+        # EP ranks that already hold their tokens (inside one TP group) exchange nothing: their
+        # combine is the TP all-reduce counted in ``tp`` (Layout.ep_holds_tokens).
+        ep = inst.layers * inst.moe_frac * np.where(lay.ep_holds_tokens, 0.0, exchange)
     pp = (lay.pp - 1) / lay.pp * topo.p2p(act / lay.tp, lay.pp_neighbour_stride) * (lay.pp > 1)
     return ops, tp, ep, pp
 

@@ -33,7 +33,9 @@ def test_deepseek_v3_insights_ep_bound_on_h800(capsys):
     # per-op latencies (fitted on aiconfigurator's tables) add ~2 ms at NVLink speed, so the
     # printed ratio is ~5x, not 18x. Order and scale are what the test holds.
     assert 3.0 < h800 / nvl72 < 20.0
-    assert ep_per_token(capsys, "hgx-h800", "framework") < h800   # two-batch overlap hides part of it
+    # Two-batch overlap hides part of it where the busiest device's exchange outlasts the re-read half
+    # batch: under the default skew (EPLB); with balanced experts the engine keeps one batch here.
+    assert ep_per_token(capsys, "hgx-h800", "framework", "eplb") < ep_per_token(capsys, "hgx-h800", "none", "eplb")
 
 
 def test_h800_is_an_h100_with_a_narrower_nvlink(db):

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfmodel.calibrate import fit_grouped_gemm, moe_layer_parts, shape_split
+from perfmodel.calibrate import balanced_rank_rows, fit_grouped_gemm, moe_layer_parts, shape_split
 from perfmodel.catalog import load_model
 from perfmodel.cli.timings_io import read_moe_layer_timings
 from perfmodel.hardware_db import load_database
@@ -86,6 +86,21 @@ def test_fit_recovers_a_known_grouped_kernel_from_synthetic_layers():
     assert fit.kernel.launch_s == pytest.approx(12e-6, rel=0.1)
     assert fit.kernel.cast == pytest.approx(2.0, rel=0.15)
     assert fit.as_yaml()["backend"] == "synthetic"
+
+
+def test_the_measured_rank_gets_the_spread_picks_of_the_balanced_routing():
+    # DeepSeek-V3 (E 256, top 8) at EP 8: rank 0 holds experts 0-31; token t picks (t + 32 i) mod 256
+    # from 32 tokens on, floor(t 32 / T + 32 i) below: every pick of rank 0 a distinct expert.
+    rows, hit = balanced_rank_rows([1, 16, 32, 64, 16384], 256, 8, 8)
+    assert rows.tolist() == [1, 16, 32, 64, 16384] and hit.tolist() == [1, 16, 32, 32, 32]
+    # More experts than uniform random routing hits (20.4 of 32 at 32 tokens).
+    assert hit[2] > 32 * (1 - (1 - 8 / 256) ** 32) + 10
+    # One rank holds them all: every pick, and min(E, T k) distinct experts.
+    tokens = np.array([1, 3, 5, 31, 32, 100])
+    rows, hit = balanced_rank_rows(tokens, 256, 8, 1)
+    assert rows.tolist() == (tokens * 8).tolist() and hit.tolist() == np.minimum(256, tokens * 8).tolist()
+    # Mixtral (E 8, top 2) at EP 2: one token picks experts 0 and 4, one on each rank.
+    assert [x.tolist() for x in balanced_rank_rows(1, 8, 2, 2)] == [1.0, 1.0]
 
 
 def test_the_held_out_shapes_are_never_fitted():

@@ -59,13 +59,36 @@ def test_deepseek_int8_on_four_npus_needs_the_whole_model(db):
 
 
 def test_serving_ep_inside_one_node_uses_the_scale_up_link(db):
-    # tp 8 x ep 8 in one DGX H100: the experts' all-to-all stays on NVLink (it was priced over InfiniBand).
+    # attention dp 8 x ep 8 in one DGX H100: the experts' all-to-all stays on NVLink (it was priced over
+    # InfiniBand).
     spec, machine = find_model("mixtral-8x7b"), build_machine(db, "dgx-h100", 8)
-    lay = Layout(tp=8, ep=8, etp=1)
+    lay = Layout(tp=1, dp=8, ep=8, etp=1)
     assert int(machine.topology.level_of(lay.ep_group.stride, lay.ep_group.size)) == 0
-    r = estimate_serving(spec, machine, ServePlan(tp=8, ep=8, batch=16, overlap_comm=False),
+    r = estimate_serving(spec, machine, ServePlan(tp=1, ep=8, dp_attention=8, batch=16, overlap_comm=False),
                          ServeWorkload(2048, 256))
-    assert float(r.prefill_components["ep all-to-all"]) < 0.2 * float(r.ttft_s)
+    assert 0 < float(r.prefill_components["ep all-to-all"]) < 0.2 * float(r.ttft_s)
+
+
+def test_ep_ranks_inside_one_tp_group_hold_their_tokens():
+    # Attention TP over the EP ranks: every EP rank has every token (Layout.ep_holds_tokens).
+    assert bool(Layout(tp=8, ep=8, etp=1).ep_holds_tokens) and bool(Layout(tp=8, ep=4, etp=2).ep_holds_tokens)
+    assert bool(Layout(tp=8).ep_holds_tokens)
+    # Attention data parallelism: the EP group spans ranks holding different tokens.
+    assert not bool(Layout(tp=1, dp=8, ep=8, etp=1).ep_holds_tokens)
+    assert not bool(Layout(tp=2, dp=2, ep=4, etp=1).ep_holds_tokens)
+    assert not bool(Layout(tp=2, cp=2, ep=4, etp=1).ep_holds_tokens)
+
+
+def test_ep_inside_the_tp_group_exchanges_nothing(db):
+    # tp 8 x ep 8 without attention dp: no dispatch, and the combine is the TP all-reduce already paid
+    # (TensorRT-LLM's fused MoE without attention dp), so the TP communication is that of tp 8 alone.
+    spec, machine = find_model("mixtral-8x7b"), build_machine(db, "dgx-h100", 8)
+    work = ServeWorkload(2048, 256)
+    held = estimate_serving(spec, machine, ServePlan(tp=8, ep=8, batch=16), work)
+    assert float(held.prefill_components["ep all-to-all"]) == 0.0 and float(held.ep_per_token_s) == 0.0
+    tp_only = estimate_serving(spec, machine, ServePlan(tp=8, ep=1, batch=16), work)
+    assert float(held.prefill_components["tp communication"]) == pytest.approx(
+        float(tp_only.prefill_components["tp communication"]))
 
 
 def test_ep_beyond_the_routed_experts_holds_redundant_copies(db):
