@@ -101,9 +101,14 @@ def redundant_experts_of(spec, machine, ep: int, balance: str) -> int:
 ENGINE = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "dynamo": "vllm"}   # Dynamo: vLLM workers
 
 
-def layout_problem(framework: str, tp: int, pp: int, dp_attention: int, ep: int) -> str | None:
-    """Why ``framework`` cannot run this instance layout, or None."""
+def layout_problem(framework: str, tp: int, pp: int, dp_attention: int, ep: int, per_host: int = 0) -> str | None:
+    """Why ``framework`` cannot run this instance layout (on launch hosts of ``per_host`` devices, when
+    given), or None."""
     engine = ENGINE[framework]
+    if framework == "dynamo" and per_host:
+        problem = dynamo_multinode_problem(tp * pp, dp_attention, tp * pp * dp_attention, per_host)
+        if problem:
+            return problem
     if engine == "vllm" and ep > 1 and ep != tp * dp_attention:
         return (f"vLLM's expert parallelism spans every tensor x data parallel rank (ep {tp * dp_attention}); "
                 f"the plan has ep {ep}")
@@ -147,7 +152,7 @@ def pool_problem(framework: str, pool: PoolSpec, native: str) -> str | None:
     if pool.weight_place != "hbm":
         return (f"{vendored(ENGINE[framework]).framework} keeps the weights in HBM; the plan streams them from "
                 f"{pool.weight_place} every step (re-plan with --no-weight-offload)")
-    return layout_problem(framework, pool.tp, pool.pp, pool.dp_attention, pool.ep) or format_problem(
+    return layout_problem(framework, pool.tp, pool.pp, pool.dp_attention, pool.ep, pool.devices_per_node) or format_problem(
         framework, pool.weight, pool.activation, pool.kv, native)
 
 
@@ -525,11 +530,7 @@ def dynamo(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
     components = [{"name": "frontend", "type": "frontend", "replicas": 1, "podTemplate": {"spec": {"containers": [
         {"name": "main", "image": image, "command": ["python3", "-m", "dynamo.frontend"],
          "args": ["--http-port", "8000"]}]}}}]
-    for pool in pools:
-        problem = dynamo_multinode_problem(pool.tp * pool.pp, pool.dp_attention, pool.devices_per_instance,
-                                           pool.devices_per_node)
-        if problem:
-            raise ExportError(f"--export dynamo: {problem}")
+    for pool in pools:   # _checked_pools refused the layouts its operator cannot place (dynamo_multinode_problem)
         # Across hosts the operator injects the per-node launch flags (--nnodes ..., or the data-parallel ones).
         engine = {k: v for k, v in _vllm_items(spec, pool).items() if k not in OPERATOR_INJECTS}
         checked("vllm", engine)

@@ -200,3 +200,12 @@ def test_every_serving_rule_cites_its_source_and_is_checked_by_a_writer():
         for name, entry in rules.items():
             assert entry["reason"] and any(s in entry["source"] for s in (".py", ".go", ".sh:", ".md")), name
             assert f'"{name}"' in code, f"{framework} rule {name} is checked by no writer"
+
+
+def test_the_serving_search_for_dynamo_skips_layouts_its_operator_cannot_place():
+    """plan serve --export dynamo searches only what Dynamo runs: layout_problem knows the launch host."""
+    from perfmodel.exports.serving import layout_problem
+
+    assert "needsTensorParallelMultinodeLaunch" in layout_problem("dynamo", 8, 1, 2, 16, 4)
+    assert layout_problem("dynamo", 8, 1, 2, 16, 8) is None      # 16 GPUs: two 8-GPU engines, one per host
+    assert layout_problem("vllm", 8, 1, 2, 16, 4) is None        # vLLM runs it with --nnodes
