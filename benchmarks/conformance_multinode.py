@@ -141,9 +141,10 @@ def trtllm_disagg_verdict(folder: Path) -> tuple[str, str]:
 
 def trtllm_envs(script: Path) -> list[tuple[str, dict[str, str]]]:
     """(how, environment) to run a TensorRT-LLM script with: under Slurm and with mpirun's HOSTS across hosts."""
+    model = {"MODEL": "checkpoint"}   # a pre-quantized checkpoint the script asks the operator for
     if "trtllm-llmapi-launch" not in script.read_text():
-        return [("", {})]
-    return [("srun", {"SLURM_JOB_ID": "1"}), ("mpirun", {"HOSTS": "host0,host1"})]
+        return [("", model)]
+    return [("srun", {"SLURM_JOB_ID": "1", **model}), ("mpirun", {"HOSTS": "host0,host1", **model})]
 
 
 def experts_of(model: str) -> int:
