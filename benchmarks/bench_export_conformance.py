@@ -381,7 +381,7 @@ validate_parsed_serve_args(args)
 if getattr(args, "model_tag", None) is not None:   # as `vllm serve` does (vllm/entrypoints/cli/serve.py:56-57)
     args.model = args.model_tag
 engine = AsyncEngineArgs.from_cli_args(args)
-if args.headless:   # a host after the first: run_headless's config and its check (vllm/entrypoints/cli/serve.py:181-203)
+if args.headless:   # a host after the first: run_headless's config and check (vllm/entrypoints/cli/serve.py:181-203)
     parallel = engine.create_engine_config(headless=True).parallel_config
     if parallel.data_parallel_size_local <= 0:
         raise ValueError("data_parallel_size_local must be > 0 in headless mode")

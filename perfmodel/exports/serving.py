@@ -152,8 +152,8 @@ def pool_problem(framework: str, pool: PoolSpec, native: str) -> str | None:
     if pool.weight_place != "hbm":
         return (f"{vendored(ENGINE[framework]).framework} keeps the weights in HBM; the plan streams them from "
                 f"{pool.weight_place} every step (re-plan with --no-weight-offload)")
-    return layout_problem(framework, pool.tp, pool.pp, pool.dp_attention, pool.ep, pool.devices_per_node) or format_problem(
-        framework, pool.weight, pool.activation, pool.kv, native)
+    return (layout_problem(framework, pool.tp, pool.pp, pool.dp_attention, pool.ep, pool.devices_per_node)
+            or format_problem(framework, pool.weight, pool.activation, pool.kv, native))
 
 
 def _native(spec) -> str:

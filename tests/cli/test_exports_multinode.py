@@ -174,8 +174,9 @@ def test_dynamo_multinode_rules(engine, dp, devices, per_host, rule):
 
 
 def test_a_dynamo_worker_that_does_not_fill_its_hosts_is_refused_in_one_line(tmp_path, capsys):
-    code = main(["estimate", "serve", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--devices", "12", "--tp", "4",
-                 "--dp-attention", "3", "--batch", "48", "--export", "dynamo", "--out", str(tmp_path / "d")])
+    code = main(["estimate", "serve", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--devices", "12",
+                 "--tp", "4", "--dp-attention", "3", "--batch", "48", "--export", "dynamo",
+                 "--out", str(tmp_path / "d")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "containerGPUs" in err, err
 
