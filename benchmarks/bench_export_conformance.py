@@ -38,12 +38,21 @@ Stubs, the smallest that let the checks run without a GPU (each checker's source
   perfmodel's catalog) in place of the hub id; ``torch.cuda`` answering as one host of the system
   (name, capability, memory, GPUs per host); SGLang: an empty ``torchvision`` (vision configs import
   it); vLLM (and Dynamo's): its CUDA kernel extensions and their ``torch.ops`` namespaces empty, its
-  own ``NonNvmlCudaPlatform`` as the platform, the model class inspected in process.
+  own ``NonNvmlCudaPlatform`` as the platform, the model class inspected in process;
+- instances across hosts: vLLM and SGLang scripts launched as the first host and as the last (NODE_RANK);
+  vLLM's engine handshake check that a remote engine runs ``--headless`` (it needs running engines) is
+  restated after ``create_engine_config``, and a ``--headless`` host gets run_headless's config;
+  Dynamo's multinode workers get the flags its operator adds on the leader pod and on a worker pod
+  (``conformance_multinode.operator_roles``), the operator itself not being run.
 
-Not installable here, so checked by the exporter against the rules vendored from their source
-(reported as "source"): Megatron-Bridge v0.6.0 (PyPI has megatron-bridge up to 0.3.1; v0.6.0 needs
-Transformer Engine from a git commit and Megatron-Core built for CUDA) and TensorRT-LLM (PyPI has
-tensorrt-llm up to 1.2.1; the export targets the 1.3.0rc main branch, see ``trtllm.yaml``).
+Not installable here, so checked against the rules vendored from their source (reported as "source"):
+Megatron-Bridge v0.6.0 (PyPI has megatron-bridge up to 0.3.1; v0.6.0 needs Transformer Engine from a git
+commit and Megatron-Core built for CUDA) and TensorRT-LLM (PyPI's tensorrt-llm 1.2.1 is a stub that
+downloads the wheel from NVIDIA's index, unreachable here; its repository snapshot, 2.5 GB, is over the
+fetch limit, so no source tree to import the LLM API models from). TensorRT-LLM's scripts are still run
+under bash (under srun and under mpirun across hosts) and each launch checked by
+``conformance_multinode.trtllm_verdict``: MPI ranks = tp x pp, every trtllm-serve option and YAML key a
+vendored name, the load balancer's slots a multiple of the EP size and at least the experts.
 """
 
 from __future__ import annotations
@@ -59,6 +68,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conformance_multinode import check_trtllm, dynamo_pods, experts_of, node_ranks  # noqa: E402
+
 SYSTEMS = ("dgx-h100", "gb200-nvl72")
 TRAINING = ("megatron", "nemo", "torchtitan", "deepspeed")
 SERVING = ("vllm", "sglang", "trtllm", "dynamo")
@@ -73,7 +85,7 @@ GPUS = {"dgx-h100": {"name": "NVIDIA H100 80GB HBM3", "capability": 9, "memory_b
 
 VERSIONS = {"megatron": "core_v0.19.0", "deepspeed": "0.19.5", "torchtitan": "0.2.2", "sglang": "0.5.23",
             "sglang-router": "0.3.2", "vllm": "0.33.0", "ai-dynamo": "1.6.1"}
-LAUNCHERS = ("torchrun", "python", "python3", "deepspeed", "vllm", "trtllm-serve")
+LAUNCHERS = ("torchrun", "python", "python3", "deepspeed", "vllm", "trtllm-serve", "srun", "mpirun")
 OPERATOR_ENV = {"NODE_RANK": "0", "MASTER_ADDR": "node0", "MASTER_PORT": "29500", "TOKENIZER": "tokenizer",
                 "DATA_PATH": "data", "CHECKPOINT_DIR": "checkpoints", "TRAIN_SCRIPT": "train.py",
                 "HOSTFILE": "hostfile", "PORT": "8000", "BOOTSTRAP_PORT": "8998"}
@@ -369,7 +381,19 @@ validate_parsed_serve_args(args)
 if getattr(args, "model_tag", None) is not None:   # as `vllm serve` does (vllm/entrypoints/cli/serve.py:56-57)
     args.model = args.model_tag
 engine = AsyncEngineArgs.from_cli_args(args)
-engine.create_engine_config()   # the engine's config validation, as the server builds it before any GPU work
+if args.headless:   # a host after the first: run_headless's config and check (vllm/entrypoints/cli/serve.py:181-203)
+    parallel = engine.create_engine_config(headless=True).parallel_config
+    if parallel.data_parallel_size_local <= 0:
+        raise ValueError("data_parallel_size_local must be > 0 in headless mode")
+    print(f"CONFORMANCE-OK make_arg_parser + validate_parsed_serve_args + create_engine_config(headless) "
+          f"(node {parallel.node_rank}, {parallel.data_parallel_size_local} local engines)")
+    sys.exit(0)
+config = engine.create_engine_config()   # the engine's config validation, as the server builds it before any GPU work
+p = config.parallel_config
+if p.nnodes > 1 and p.node_rank > 0 and not (p.data_parallel_hybrid_lb or p.data_parallel_external_lb):
+    # the engine handshake's own check (vllm/v1/engine/utils.py:1502-1514), which needs running engines
+    raise RuntimeError(f"Remote engine {p.data_parallel_rank} must use --headless unless in external or hybrid "
+                       "dp lb mode")
 print("CONFORMANCE-OK make_arg_parser + validate_parsed_serve_args + create_engine_config")
 '''
 
@@ -459,27 +483,33 @@ def check_export(export: Export, envs: Path, bin_dir: Path) -> list[Row]:
         return [row("-", "refused", export.refusal or "")]
     fw = export.framework
     model = export.plan.split()[1]
-    if fw in ("nemo", "trtllm"):
+    if fw == "nemo":
         return [row(", ".join(sorted(p.name for p in export.folder.iterdir())), "source",
                     "not installable here (see the docstring): checked by the exporter against the rules vendored "
                     "from its source")]
+    if fw == "trtllm":
+        return check_trtllm(export.folder, lambda script, env: record(script, bin_dir, env), row, experts_of(model),
+                            GPUS[export.system]["count"])
     rows = []
     if fw == "dynamo":
         return check_dynamo(export, envs, row, model)
     models = envs / "scratch"
     for script in sorted(export.folder.glob("*.sh")):
-        extra = {}
-        if script.name.startswith("sglang-router"):
-            extra = router_env(script)
-        elif fw in ("sglang", "vllm"):
-            extra = {"MODEL": str(model_folder(model, models))}
-        try:
-            launches = record(script, bin_dir, extra)
-        except Exception as exc:  # the script itself refused to run
-            rows.append(row(script.name, "fail", str(exc)))
-            continue
-        for launch in launches:
-            rows.append(row(script.name, *check_launch(fw, launch, export, envs, model)))
+        ranks = node_ranks(script) if fw in ("sglang", "vllm") else ["0"]
+        for rank in ranks:   # across hosts: the first host and the last
+            extra = {"NODE_RANK": rank}
+            if script.name.startswith("sglang-router"):
+                extra = router_env(script)
+            elif fw in ("sglang", "vllm"):
+                extra["MODEL"] = str(model_folder(model, models))
+            item = script.name + (f" (node {rank})" if len(ranks) > 1 else "")
+            try:
+                launches = record(script, bin_dir, extra)
+            except Exception as exc:  # the script itself refused to run
+                rows.append(row(item, "fail", str(exc)))
+                continue
+            for launch in launches:
+                rows.append(row(item, *check_launch(fw, launch, export, envs, model)))
     return rows
 
 
@@ -539,7 +569,7 @@ def check_dynamo(export: Export, envs: Path, row, model: str) -> list[Row]:
     python = envs / "dynamo" / "bin" / "python"
     doc = yaml.safe_load((export.folder / "dynamo-deployment.yaml").read_text())
     rows = []
-    for name, argv in dynamo_commands(doc):
+    for name, argv in dynamo_pods(doc, dynamo_commands):   # a multinode worker: each pod as the operator starts it
         if not python.exists():
             rows.append(row(name, "skipped", f"no scratch environment {envs / 'dynamo'}"))
             continue

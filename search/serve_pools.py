@@ -45,7 +45,9 @@ def _layouts(spec: TransformerSpec, machine: Machine, max_devices: int, framewor
     if framework is not None:
         from perfmodel.exports.serving import layout_problem
 
-        return [lay for lay in _layouts(spec, machine, max_devices) if layout_problem(framework, *lay) is None]
+        per_host = machine.system.devices_per_launch_host
+        return [lay for lay in _layouts(spec, machine, max_devices)
+                if layout_problem(framework, *lay, per_host) is None]
     out = []
     sizes = [2 ** k for k in range(0, 20) if 2 ** k <= min(max_devices, machine.devices)]
     for d in sizes:

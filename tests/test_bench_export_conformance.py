@@ -63,3 +63,41 @@ def test_framework_message_is_the_frameworks_words(bench):
     assert "num_layers=126 should be divisible" in bench.framework_message(stderr)
     assert bench.framework_message("usage: x\nx: error: unrecognized arguments: --foo\n") \
         == "x: error: unrecognized arguments: --foo"
+
+
+def test_dynamo_multinode_pods_get_the_operators_flags(bench):
+    """backend_vllm.go: data parallelism over pods -> hybrid LB with GPUs/(TP x PP) local engines per pod;
+    an engine wider than a pod -> the multiprocessing launch, --headless on the workers."""
+    from conformance_multinode import operator_roles
+
+    dp = ["--tensor-parallel-size", "2", "--data-parallel-size", "8"]
+    (_, leader), (_, worker) = operator_roles(dp, 8, 2)
+    assert leader[leader.index("--data-parallel-size-local") + 1] == "4"
+    assert leader[leader.index("--data-parallel-start-rank") + 1] == "0"
+    assert worker[worker.index("--data-parallel-start-rank") + 1] == "4"
+    (_, leader), (_, worker) = operator_roles(["--tensor-parallel-size", "16"], 8, 2)
+    assert leader[-2:] == ["--node-rank", "0"] and worker[-3:] == ["--node-rank", "1", "--headless"]
+    assert operator_roles(dp, 8, 1) == [("", dp)]
+
+
+def test_multi_host_scripts_launch_as_the_first_and_the_last_host(bench, tmp_path):
+    from conformance_multinode import node_ranks
+
+    script = tmp_path / "vllm.sh"
+    script.write_text('vllm serve "$MODEL" \\\n  --nnodes 4 \\\n  --node-rank "$NODE_RANK"\n')
+    assert node_ranks(script) == ["0", "3"]
+    script.write_text('vllm serve "$MODEL" --tensor-parallel-size 8\n')
+    assert node_ranks(script) == ["0"]
+
+
+@pytest.mark.parametrize("tasks,verdict", [("8", "source"), ("4", "fail")])
+def test_trtllm_launch_checked_against_its_vendored_rules(bench, tmp_path, tasks, verdict):
+    from conformance_multinode import trtllm_verdict
+
+    (tmp_path / "x.yml").write_text("enable_attention_dp: true\nmoe_config:\n  load_balancer:\n    num_slots: 288\n"
+                                    "    layer_updates_per_iter: 1\n")
+    argv = ["-N", "2", "--ntasks-per-node", tasks, "--mpi=pmix", "trtllm-llmapi-launch", "trtllm-serve", "m",
+            "--tp_size", "16", "--pp_size", "1", "--ep_size", "16", "--extra_llm_api_options", "x.yml"]
+    got, message = trtllm_verdict({"launcher": "srun", "argv": argv}, tmp_path, 256, 8)
+    assert got == verdict, message
+    assert ("18 per EP rank of 16" in message) if verdict == "source" else ("8 MPI ranks" in message)

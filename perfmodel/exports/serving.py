@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .errors import ExportError
 from .scripts import command, flatten
-from .vendored import checked, vendored
+from .vendored import checked, rule, vendored
 
 # Catalog models -> their Hugging Face repositories (the checkpoint a server loads by default).
 HF_REPOS = {
@@ -101,9 +101,14 @@ def redundant_experts_of(spec, machine, ep: int, balance: str) -> int:
 ENGINE = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "dynamo": "vllm"}   # Dynamo: vLLM workers
 
 
-def layout_problem(framework: str, tp: int, pp: int, dp_attention: int, ep: int) -> str | None:
-    """Why ``framework`` cannot run this instance layout, or None."""
+def layout_problem(framework: str, tp: int, pp: int, dp_attention: int, ep: int, per_host: int = 0) -> str | None:
+    """Why ``framework`` cannot run this instance layout (on launch hosts of ``per_host`` devices, when
+    given), or None."""
     engine = ENGINE[framework]
+    if framework == "dynamo" and per_host:
+        problem = dynamo_multinode_problem(tp * pp, dp_attention, tp * pp * dp_attention, per_host)
+        if problem:
+            return problem
     if engine == "vllm" and ep > 1 and ep != tp * dp_attention:
         return (f"vLLM's expert parallelism spans every tensor x data parallel rank (ep {tp * dp_attention}); "
                 f"the plan has ep {ep}")
@@ -147,8 +152,8 @@ def pool_problem(framework: str, pool: PoolSpec, native: str) -> str | None:
     if pool.weight_place != "hbm":
         return (f"{vendored(ENGINE[framework]).framework} keeps the weights in HBM; the plan streams them from "
                 f"{pool.weight_place} every step (re-plan with --no-weight-offload)")
-    return layout_problem(framework, pool.tp, pool.pp, pool.dp_attention, pool.ep) or format_problem(
-        framework, pool.weight, pool.activation, pool.kv, native)
+    return (layout_problem(framework, pool.tp, pool.pp, pool.dp_attention, pool.ep, pool.devices_per_node)
+            or format_problem(framework, pool.weight, pool.activation, pool.kv, native))
 
 
 def _native(spec) -> str:
@@ -250,10 +255,22 @@ def vllm(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
         run = _run(pool) + (" Disaggregated: the NIXL connector moves the KV cache from prefill to decode "
                             "instances; route requests with a prefill/decode proxy (or --export dynamo)."
                             if pool.role != "colocated" else "")
-        body = 'PORT="${PORT:-8000}"\n' + command(["vllm", "serve", '"$MODEL"'], items)
+        body = 'PORT="${PORT:-8000}"\n' + _vllm_command(pool, items)
         files[_name("vllm", pool)] = _script("vllm", spec, pool, _model(spec, model_ref), run, body,
                                              _quantization("vllm", spec, pool))
     return files
+
+
+def _vllm_command(pool: PoolSpec, items: dict[str, object]) -> str:
+    """``vllm serve``; across hosts every node but node 0 runs it with ``--headless`` (vLLM's vendored rule
+    headless-secondary-nodes: remote engines and TP/PP workers start only headless)."""
+    if pool.nodes == 1:
+        return command(["vllm", "serve", '"$MODEL"'], items)
+    checked("vllm", {"--headless": True})
+    why = rule("vllm", "headless-secondary-nodes")
+    return (f"# NODE_RANK > 0: --headless ({why.source.split(' ')[0]})\n"
+            'headless=(); if [ "${NODE_RANK:?the rank of this host}" -gt 0 ]; then headless=(--headless); fi\n'
+            + command(["vllm", "serve", '"$MODEL"', '${headless[@]+"${headless[@]}"}'], items))
 
 
 # --- SGLang -------------------------------------------------------------------------------------
@@ -361,7 +378,7 @@ def _yaml(data: dict, indent: int = 0) -> str:
 
 
 
-def _trtllm_options(pool: PoolSpec) -> dict[str, object]:
+def _trtllm_options(spec, pool: PoolSpec) -> dict[str, object]:
     options: dict[str, object] = {"enable_attention_dp": pool.dp_attention > 1,
                                   "kv_cache_config": {"dtype": KV_DTYPES["trtllm"][pool.kv]}}
     if pool.role != "colocated":
@@ -370,42 +387,109 @@ def _trtllm_options(pool: PoolSpec) -> dict[str, object]:
         options["disable_overlap_scheduler"] = True
     if pool.mtp_draft_tokens:
         options["speculative_config"] = {"decoding_type": "MTP", "num_nextn_predict_layers": pool.mtp_draft_tokens}
+    if pool.redundant_experts:
+        options["moe_config"] = {"load_balancer": load_balancer(spec.moe.num_experts, pool.redundant_experts, pool.ep)}
     return options
+
+
+def load_balancer(experts: int, redundant: int, ep: int) -> dict[str, int]:
+    """TensorRT-LLM's MoeLoadBalancerConfig for the EPLB the prediction counts: ``num_slots`` = experts +
+    redundant copies over the ``ep`` ranks, placed online (``layer_updates_per_iter`` 1, one layer
+    re-placed per iteration, as vLLM's and SGLang's --enable-eplb rebalance while serving); refused with
+    TRT-LLM's reason when the slots do not divide among the EP ranks or fall short of the experts."""
+    slots = experts + redundant
+    for name, broken in (("load-balancer-slots-divide-ep", slots % ep != 0),
+                         ("load-balancer-slots-cover-experts", slots < experts)):
+        if broken:
+            raise ExportError(rule("trtllm", name).refusal(f"{slots} expert slots for {experts} experts on ep {ep}"))
+    return {"num_slots": slots, "layer_updates_per_iter": 1}
+
+
+def _mpi_launch(pool: PoolSpec) -> str:
+    """The MPI launch of one instance spanning hosts (TensorRT-LLM's vendored rule mpi-world-size: one rank
+    per GPU, tp x pp ranks): srun inside a Slurm allocation, else mpirun over the operator's HOSTS."""
+    ranks, per_host = pool.devices_per_instance, pool.devices_per_node
+    why = rule("trtllm", "mpi-world-size")
+    if ranks != pool.tp * pool.dp_attention * pool.pp:
+        raise ExportError(why.refusal(f"{ranks} ranks for tp {pool.tp * pool.dp_attention} x pp {pool.pp}"))
+    even = ranks % per_host == 0
+    srun = checked("trtllm", {"-N": pool.nodes, **({"--ntasks-per-node": per_host} if even else {"--ntasks": ranks}),
+                              "--mpi": "pmix"}, part="srun")
+    mpirun = checked("trtllm", {"-n": ranks, "--host": "$HOSTS"}, part="mpirun")
+    checked("trtllm", {"trtllm-llmapi-launch": True}, part="launch")
+    srun_words = " ".join(f"{k}={v}" if k == "--mpi" else f"{k} {v}" for k, v in srun.items())
+    hosts = ",".join(f"host{i}:{min(per_host, ranks - i * per_host)}" for i in range(pool.nodes))
+    return "\n".join([
+        f"# {why.source}: {ranks} MPI ranks, one per GPU, {per_host} per host.",
+        'if [ -n "${SLURM_JOB_ID:-}" ]; then',
+        f"  launch=(srun {srun_words})",
+        "else",
+        f'  HOSTS="${{HOSTS:?the {pool.nodes} hosts of this instance with their GPUs, e.g. {hosts}}}"',
+        f'  launch=(mpirun -n {mpirun["-n"]} --host "$HOSTS")',
+        "fi"])
+
+
+def _trtllm_items(pool: PoolSpec, config: str) -> dict[str, object]:
+    items: dict[str, object] = {"--backend": "pytorch", "--tp_size": pool.tp * pool.dp_attention, "--pp_size": pool.pp,
+                                "--ep_size": pool.ep,
+                                # with attention DP, each rank schedules its own batch
+                                "--max_batch_size": max(1, pool.batch // pool.dp_attention),
+                                "--max_seq_len": pool.max_len, "--extra_llm_api_options": config}
+    if pool.nodes > 1:   # ranks map to the GPUs of their host (a GB200 tray's 4)
+        items["--gpus_per_node"] = pool.devices_per_node
+    items.update({"--host": "0.0.0.0", "--port": "$PORT"})
+    return checked("trtllm", items)
+
+
+def _trtllm_run(pool: PoolSpec) -> str:
+    if pool.nodes == 1:
+        return _run(pool)
+    return (f"Run once per instance ({pool.instances} of them), on one host of its {pool.nodes} (in a Slurm allocation "
+            "of them, or with HOSTS for mpirun): trtllm-llmapi-launch starts trtllm-serve on every rank; the server "
+            "answers on the first rank's host; PORT defaults to 8000.")
+
+
+LOAD_BALANCER_NOTE = ("# moe_config.load_balancer: TensorRT-LLM's online EP load balancer reads the experts' load from "
+                      "host-accessible device memory (Grace's NVLink-C2C, or GDRCopy's gdrdrv on x86 hosts).\n")
 
 
 def trtllm(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
     """``trtllm[-prefill|-decode].sh`` and ``extra-llm-api-config[-role].yml`` per pool; ``disagg-config.yml``
-    for ``trtllm-serve disaggregated``."""
+    for ``trtllm-serve disaggregated``. An instance spanning hosts is one MPI job (srun or mpirun with
+    ``trtllm-llmapi-launch``, one rank per GPU)."""
     _checked_pools("trtllm", spec, pools)
     files = {}
     for pool in pools:
         config = _name("extra-llm-api-config", pool, ".yml")
-        options = _trtllm_options(pool)
+        options = _trtllm_options(spec, pool)
         checked("trtllm", dict(flatten(options)), "keys")
-        items = checked("trtllm", {"--backend": "pytorch", "--tp_size": pool.tp * pool.dp_attention,
-                                   "--pp_size": pool.pp, "--ep_size": pool.ep,
-                                   # with attention DP, each rank schedules its own batch
-                                   "--max_batch_size": max(1, pool.batch // pool.dp_attention),
-                                   "--max_seq_len": pool.max_len, "--extra_llm_api_options": config,
-                                   "--host": "0.0.0.0", "--port": "$PORT"})
+        items = _trtllm_items(pool, config)
+        words = ["trtllm-serve", '"$MODEL"']
+        body = 'PORT="${PORT:-8000}"\n'
         if pool.nodes > 1:
-            raise ExportError("--export trtllm writes single-node instances; this pool's instance spans "
-                              f"{pool.nodes} nodes (launch it with mpirun / trtllm-llmapi-launch)")
-        body = 'PORT="${PORT:-8000}"\n' + command(["trtllm-serve", '"$MODEL"'], items)
-        files[_name("trtllm", pool)] = _script("trtllm", spec, pool, _model(spec, model_ref), _run(pool), body,
+            body += _mpi_launch(pool) + "\n"
+            words = ['"${launch[@]}"', "trtllm-llmapi-launch", *words]
+        body += command(words, items)
+        files[_name("trtllm", pool)] = _script("trtllm", spec, pool, _model(spec, model_ref), _trtllm_run(pool), body,
                                                _quantization("trtllm", spec, pool))
-        files[config] = f"# {spec.name}, {pool.describe()}\n" + _yaml(options) + "\n"
+        files[config] = (f"# {spec.name}, {pool.describe()}\n" + (LOAD_BALANCER_NOTE if "moe_config" in options else "")
+                         + _yaml(options) + "\n")
     if any(p.role == "prefill" for p in pools):
-        by_role = {p.role: p for p in pools}
-        disagg = {"hostname": "localhost", "port": 8000,
-                  "context_servers": {"num_instances": by_role["prefill"].instances,
-                                      "urls": [f"localhost:{8001 + i}" for i in range(by_role["prefill"].instances)]},
-                  "generation_servers": {"num_instances": by_role["decode"].instances,
-                                         "urls": [f"localhost:{9001 + i}" for i in range(by_role["decode"].instances)]}}
-        checked("trtllm", {k: v for k, v in flatten(disagg)}, "keys", part="disaggregated")
-        files["disagg-config.yml"] = (f"# {spec.name}: trtllm-serve disaggregated -c disagg-config.yml; replace the "
-                                      "urls with each instance's host:port.\n" + _yaml(disagg) + "\n")
+        files["disagg-config.yml"] = _disagg_config(spec, pools)
     return files
+
+
+def _disagg_config(spec, pools: list[PoolSpec]) -> str:
+    """``disagg-config.yml``: one URL per context and generation instance (each instance's first host)."""
+    by_role = {p.role: p for p in pools}
+    disagg = {"hostname": "localhost", "port": 8000,
+              "context_servers": {"num_instances": by_role["prefill"].instances,
+                                  "urls": [f"localhost:{8001 + i}" for i in range(by_role["prefill"].instances)]},
+              "generation_servers": {"num_instances": by_role["decode"].instances,
+                                     "urls": [f"localhost:{9001 + i}" for i in range(by_role["decode"].instances)]}}
+    checked("trtllm", {k: v for k, v in flatten(disagg)}, "keys", part="disaggregated")
+    return (f"# {spec.name}: trtllm-serve disaggregated -c disagg-config.yml; replace the "
+            "urls with each instance's host:port (a multi-host instance's first host).\n" + _yaml(disagg) + "\n")
 
 
 # --- NVIDIA Dynamo ------------------------------------------------------------------------------
@@ -417,20 +501,38 @@ def dynamo_image() -> str:
     return f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{vendored('dynamo').version.lstrip('v')}"
 
 
+OPERATOR_INJECTS = ("--port", "--nnodes", "--node-rank", "--master-addr")
+
+
+def dynamo_multinode_problem(engine_devices: int, dp: int, devices: int, per_host: int) -> str | None:
+    """Why Dynamo's operator cannot launch a vLLM worker of ``devices`` GPUs (engines of ``engine_devices`` =
+    TP x PP, ``dp`` of them) over hosts of ``per_host`` GPUs, or None: one pod per host, each holding the
+    host's GPUs; an engine wider than a host only without data parallelism; else TP x PP divides a host."""
+    if devices <= per_host:
+        return None
+    what = f"a worker of {devices} GPUs (TP x PP {engine_devices}, data parallel {dp}) on hosts of {per_host}"
+    if devices % per_host:
+        return rule("dynamo", "multinode-gpus-per-pod").refusal(what, "plan instances that fill their hosts")
+    if engine_devices > per_host and dp > 1:
+        return rule("dynamo", "multinode-tp-precedes-dp").refusal(what)
+    if engine_devices <= per_host and per_host % engine_devices:
+        return rule("dynamo", "multinode-dp-engines-per-node").refusal(what)
+    return None
+
+
 def dynamo(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
     """``dynamo-deployment.yaml``: a DynamoGraphDeployment (nvidia.com/v1beta1) with the frontend and
-    one vLLM worker component per pool: replicas = instances, GPUs = devices per instance."""
+    one vLLM worker component per pool: replicas = instances, GPUs = devices per instance, or for an
+    instance spanning hosts ``multinode.nodeCount`` = hosts with each host's GPUs per pod."""
     _checked_pools("dynamo", spec, pools)
     model = _model(spec, model_ref) or "MODEL"
     image = dynamo_image()
     components = [{"name": "frontend", "type": "frontend", "replicas": 1, "podTemplate": {"spec": {"containers": [
         {"name": "main", "image": image, "command": ["python3", "-m", "dynamo.frontend"],
          "args": ["--http-port", "8000"]}]}}}]
-    for pool in pools:
-        if pool.nodes > 1:
-            raise ExportError("--export dynamo writes single-node workers; this pool's instance spans "
-                              f"{pool.nodes} nodes")
-        engine = {k: v for k, v in _vllm_items(spec, pool).items() if k != "--port"}
+    for pool in pools:   # _checked_pools refused the layouts its operator cannot place (dynamo_multinode_problem)
+        # Across hosts the operator injects the per-node launch flags (--nnodes ..., or the data-parallel ones).
+        engine = {k: v for k, v in _vllm_items(spec, pool).items() if k not in OPERATOR_INJECTS}
         checked("vllm", engine)
         own = {"--model": model}
         if pool.role != "colocated":
@@ -439,10 +541,13 @@ def dynamo(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
         args = [x if isinstance(x, str) else json.dumps(x, separators=(",", ":")) if isinstance(x, dict) else str(x)
                 for k, v in {**own, **engine}.items() for x in ((k,) if v is True else (k, v))]
         role = {"colocated": "worker"}.get(pool.role, pool.role)
-        components.append({"name": role, "type": role, "replicas": pool.instances, "podTemplate": {"spec": {"containers": [
+        gpus = pool.devices_per_instance if pool.nodes == 1 else pool.devices_per_node   # per pod: one pod per host
+        component = {"name": role, "type": role, "replicas": pool.instances}
+        if pool.nodes > 1:
+            component["multinode"] = {"nodeCount": pool.nodes}
+        components.append({**component, "podTemplate": {"spec": {"containers": [
                                {"name": "main", "image": image, "command": ["python3", "-m", "dynamo.vllm"],
-                                "args": args, "resources": {"limits": {"nvidia.com/gpu": str(pool.devices_per_instance)}}}
-                           ]}}})
+                                "args": args, "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}})
     deployment = {"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
                   "metadata": {"name": spec.name.replace(".", "-") + "-" + ("disagg" if len(pools) > 1 else "agg")},
                   "spec": {"backendFramework": "vllm", "components": components}}
@@ -456,12 +561,20 @@ def dynamo(spec, pools: list[PoolSpec], model_ref: str) -> dict[str, str]:
                            "spec.components[].podTemplate.spec.containers[].image": container["image"],
                            "spec.components[].podTemplate.spec.containers[].command": container["command"],
                            "spec.components[].podTemplate.spec.containers[].args": container["args"]}, "keys")
+        if "resources" in container:
+            checked("dynamo", {'spec.components[].podTemplate.spec.containers[].resources.limits["nvidia.com/gpu"]':
+                               container["resources"]["limits"]["nvidia.com/gpu"]}, "keys")
+        if "multinode" in c:
+            checked("dynamo", {"spec.components[].multinode.nodeCount": c["multinode"]["nodeCount"]}, "keys")
     v, engine_v = vendored("dynamo"), vendored("vllm")
     header = (f"# {spec.name}: " + "; ".join(p.describe() for p in pools) + "\n"
               f"# Written by perfmodel for {v.citation},\n# with vLLM workers (engine flags checked against "
               f"{engine_v.framework} {engine_v.version}; Dynamo {v.version} pins vLLM "
               f"{v.engine_versions.get('vllm', '?')}).\n# Apply with kubectl (the image is the version's vLLM runtime; "
-              "kubectl expands no variables).\n")
+              "kubectl expands no variables).\n"
+              + ("# Multinode workers: the operator launches one pod per host through its multinode deployer "
+                 "(Grove or LeaderWorkerSet in the cluster) and injects each host's launch flags.\n"
+                 if any(p.nodes > 1 for p in pools) else ""))
     return {"dynamo-deployment.yaml": header + _yaml(deployment) + "\n"}
 
 
