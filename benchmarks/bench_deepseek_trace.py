@@ -44,16 +44,20 @@ MODEL_FAMILIES = {"qkv projection": "GEMM", "output projection": "GEMM", "router
                   "expert permute": "other elementwise"}
 
 
-def measured(path: str) -> dict[str, float]:
-    """Milliseconds of kernel time per family in the trace (every stream)."""
+def kernels(path: str):
+    """(name, milliseconds) of every kernel the trace records (every stream)."""
     with open(path) as fh:
         trace = json.load(fh)
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    out: dict[str, float] = defaultdict(float)
-    for e in events:
+    for e in trace["traceEvents"] if isinstance(trace, dict) else trace:
         if e.get("ph") == "X" and e.get("cat") == "kernel":
-            family = next(f for f, pattern in FAMILIES if re.search(pattern, e["name"]))
-            out[family] += e["dur"] / 1e3
+            yield e["name"], e["dur"] / 1e3
+
+
+def measured(path: str) -> dict[str, float]:
+    """Milliseconds of kernel time per family in the trace (every stream)."""
+    out: dict[str, float] = defaultdict(float)
+    for name, ms in kernels(path):
+        out[next(f for f, pattern in FAMILIES if re.search(pattern, name))] += ms
     return dict(out)
 
 
@@ -86,15 +90,12 @@ MOE_ROLES = (("routed grouped GEMMs (fwd + dgrad)", r"m_grouped"),
 
 def moe_measured(path: str) -> dict[str, float]:
     """Milliseconds of the trace's compute-stream kernels by MoE role (first match wins)."""
-    with open(path) as fh:
-        trace = json.load(fh)
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
     out: dict[str, float] = defaultdict(float)
-    for e in events:
-        if e.get("ph") == "X" and e.get("cat") == "kernel" and not re.search(r"dpsk::ep::", e["name"]):
-            role = next((r for r, pattern in MOE_ROLES if re.search(pattern, e["name"])), None)
-            if role:
-                out[role] += e["dur"] / 1e3
+    for name, ms in kernels(path):
+        role = None if re.search(r"dpsk::ep::", name) else next(
+            (r for r, pattern in MOE_ROLES if re.search(pattern, name)), None)
+        if role:
+            out[role] += ms
     return dict(out)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shlex
 import tomllib
 from pathlib import Path
@@ -17,8 +16,7 @@ import yaml
 
 from perfmodel.cli.app import main
 from perfmodel.exports.vendored import vendored
-
-GOLDEN = Path(__file__).parents[1] / "data" / "exports"
+from tests.cli.golden import assert_golden, export
 
 ESTIMATES = {
     "llama-70b-train": (["estimate", "train"], ("megatron", "nemo", "torchtitan")),
@@ -52,32 +50,14 @@ ESTIMATES = {
 }
 
 
-def _export(argv: list[str], framework: str, out: Path, capsys) -> list[Path]:
-    code = main(argv + ["--export", framework, "--out", str(out), "--json"])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    files = [Path(p) for p in json.loads(captured.out)["exports"]["files"]]
-    assert files and all(p.is_file() and p.stat().st_size for p in files)
-    return files
-
-
 CASES = [(case, framework) for case, (_, frameworks) in ESTIMATES.items() for framework in frameworks]
 
 
 @pytest.mark.parametrize("case,framework", CASES)
 def test_golden_files(case, framework, tmp_path, capsys):
     argv, _ = ESTIMATES[case]
-    files = _export(argv, framework, tmp_path / "out", capsys)
-    golden = GOLDEN / f"{case}-{framework}"
-    if os.environ.get("UPDATE_GOLDEN"):
-        golden.mkdir(parents=True, exist_ok=True)
-        for old in golden.iterdir():
-            old.unlink()
-        for f in files:
-            (golden / f.name).write_text(f.read_text())
-    assert sorted(f.name for f in files) == sorted(p.name for p in golden.iterdir())
-    for f in files:
-        assert f.read_text() == (golden / f.name).read_text(), f"{f.name} differs from its golden file"
+    files = export(argv, framework, tmp_path / "out", capsys)
+    assert_golden(files, f"{case}-{framework}")
     for f in files:
         assert not unknown_in(framework, f), f.name
 
@@ -153,7 +133,7 @@ def _dynamo_unknown(deployment: dict, v) -> list[str]:
 @pytest.mark.parametrize("framework", ["megatron", "torchtitan", "deepspeed", "nemo"])
 def test_plan_train_exports_what_the_framework_runs(framework, tmp_path, capsys):
     argv = ["plan", "train", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--devices", "64"]
-    files = _export(argv, framework, tmp_path / "d", capsys)
+    files = export(argv, framework, tmp_path / "d", capsys)
     for f in files:
         assert not unknown_in(framework, f), f.name
 
@@ -161,7 +141,7 @@ def test_plan_train_exports_what_the_framework_runs(framework, tmp_path, capsys)
 @pytest.mark.parametrize("framework", ["vllm", "sglang", "trtllm", "dynamo"])
 def test_plan_serve_exports_every_pool(framework, tmp_path, capsys):
     argv = ["plan", "serve", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--rate", "20"]
-    files = _export(argv, framework, tmp_path / "d", capsys)
+    files = export(argv, framework, tmp_path / "d", capsys)
     for f in files:
         assert not unknown_in(framework, f), f.name
     names = {f.name for f in files}
@@ -177,9 +157,9 @@ def test_expert_parallel_launches_run_the_eplb_the_prediction_counts(framework, 
     none the prediction has no copies and neither does the launch."""
     argv = ["estimate", "serve", "--model", "deepseek-v3", "--system", "dgx-b200", "--devices", "8", "--tp", "1",
             "--ep", "8", "--dp-attention", "8", "--batch", "256", "--weight-precision", "fp8"]
-    with_eplb = "".join(f.read_text() for f in _export(argv, framework, tmp_path / "a", capsys))
-    without = "".join(f.read_text() for f in _export(argv + ["--expert-balance", "none"], framework, tmp_path / "b",
-                                                      capsys))
+    with_eplb = "".join(f.read_text() for f in export(argv, framework, tmp_path / "a", capsys))
+    without = "".join(f.read_text() for f in export(argv + ["--expert-balance", "none"], framework, tmp_path / "b",
+                                                     capsys))
     assert "--enable-eplb" in with_eplb and flag in with_eplb
     assert "eplb" not in without and "redundant" not in without
 
@@ -352,11 +332,11 @@ def test_recompute_modules_are_written_as_megatron_names_them(tmp_path, capsys):
     argv = ["estimate", "train", "--model", "deepseek-v3", "--system", "dgx-h100", "--devices", "1024", "--tp", "2",
             "--pp", "8", "--interleave", "4", "--ep", "64", "--etp", "1", "--sp", "--zero", "1", "--recompute", "modules",
             "--precision", "fp8", "--global-batch", "8192", "--seq-len", "4096"]
-    words = shlex.split(_export(argv, "megatron", tmp_path / "m", capsys)[0].read_text().replace("\\\n", " "))
+    words = shlex.split(export(argv, "megatron", tmp_path / "m", capsys)[0].read_text().replace("\\\n", " "))
     at = words.index("--recompute-modules")
     assert words[at + 1:at + 5] == ["core_attn", "layernorm", "mla_up_proj", "moe_act"]
     assert words[words.index("--recompute-granularity") + 1] == "selective" and "--moe-grouped-gemm" in words
-    nemo = _export(argv, "nemo", tmp_path / "n", capsys)[0].read_text()
+    nemo = export(argv, "nemo", tmp_path / "n", capsys)[0].read_text()
     assert "model.recompute_modules=[core_attn,layernorm,mla_up_proj,moe_act]" in nemo
 
 
@@ -387,7 +367,7 @@ MEGATRON_8B = ["estimate", "train", "--model", "llama-3.1-8b", "--devices", "8",
 
 def test_megatron_save_comes_with_a_save_interval(tmp_path, capsys):
     """validate_args asserts a positive --save-interval whenever --save is given (arguments.py:1321-1323)."""
-    words = _words(_export(MEGATRON_8B + ["--tp", "1", "--zero", "1"], "megatron", tmp_path / "m", capsys)[0])
+    words = _words(export(MEGATRON_8B + ["--tp", "1", "--zero", "1"], "megatron", tmp_path / "m", capsys)[0])
     assert "--save" in words and int(_value(words, "--save-interval")) > 0
 
 
@@ -399,7 +379,7 @@ def test_megatron_save_comes_with_a_save_interval(tmp_path, capsys):
 def test_megatron_script_sets_the_connections_validate_args_asserts(parallel, expected, tmp_path, capsys):
     """TP or CP needs CUDA_DEVICE_MAX_CONNECTIONS=1 (arguments.py:1413-1439); Megatron-FSDP needs it
     unset or above 1 (arguments.py:1143-1144); neither: the script leaves it alone."""
-    text = _export(MEGATRON_8B + parallel, "megatron", tmp_path / "m", capsys)[0].read_text()
+    text = export(MEGATRON_8B + parallel, "megatron", tmp_path / "m", capsys)[0].read_text()
     lines = [line for line in text.splitlines() if "CUDA_DEVICE_MAX_CONNECTIONS" in line and not line.startswith("#")]
     assert lines == ([expected] if expected else [])
     if expected:
@@ -408,9 +388,9 @@ def test_megatron_script_sets_the_connections_validate_args_asserts(parallel, ex
 
 def test_megatron_fsdp_writes_its_checkpoint_format(tmp_path, capsys):
     """'Megatron-FSDP requires the `fsdp_dtensor` checkpointing format.' (arguments.py:1146-1147)."""
-    words = _words(_export(MEGATRON_8B + ["--tp", "1", "--zero", "2"], "megatron", tmp_path / "m", capsys)[0])
+    words = _words(export(MEGATRON_8B + ["--tp", "1", "--zero", "2"], "megatron", tmp_path / "m", capsys)[0])
     assert "--use-megatron-fsdp" in words and _value(words, "--ckpt-format") == "fsdp_dtensor"
-    words = _words(_export(MEGATRON_8B + ["--tp", "1", "--zero", "1"], "megatron", tmp_path / "d", capsys)[0])
+    words = _words(export(MEGATRON_8B + ["--tp", "1", "--zero", "1"], "megatron", tmp_path / "d", capsys)[0])
     assert "--ckpt-format" not in words
 
 
@@ -418,7 +398,7 @@ def test_megatron_optimizer_offload_uses_the_precision_aware_optimizer(tmp_path,
     """'The optimizer cpu offload must be used in conjunction with --use-precision-aware-optimizer'
     (arguments.py:1802-1806)."""
     argv = MEGATRON_8B + ["--tp", "1", "--zero", "1", "--offload-optimizer", "ddr"]
-    words = _words(_export(argv, "megatron", tmp_path / "m", capsys)[0])
+    words = _words(export(argv, "megatron", tmp_path / "m", capsys)[0])
     assert "--optimizer-cpu-offload" in words and "--use-precision-aware-optimizer" in words
 
 
@@ -454,13 +434,13 @@ def test_megatron_405b_pipeline_split_is_what_megatron_accepts_and_the_plan_says
 
     argv = ["estimate", "train", "--model", "llama-3.1-405b", "--devices", "2048", "--tp", "8", "--zero", "1",
             "--recompute", "full", "--global-batch", "512", *pipeline]
-    words = _words(_export(argv, "megatron", tmp_path / "m", capsys)[0])
+    words = _words(export(argv, "megatron", tmp_path / "m", capsys)[0])
     pp = int(pipeline[1])
     chunks = _megatron_stages(words, 126, pp)
     per_rank = [sum(chunks[rank::pp]) for rank in range(pp)]
     ends = "--ends-as-layers" in pipeline
     assert per_rank == [int(layers_on_stage(126, pp, rank, ends)) for rank in range(pp)]
-    overrides = _overrides(_export(argv, "nemo", tmp_path / "n", capsys)[0])
+    overrides = _overrides(export(argv, "nemo", tmp_path / "n", capsys)[0])
     flag = "--pipeline-model-parallel-layout"
     layout = _value(words, flag) if flag in words else "null"
     assert overrides["model.pipeline_model_parallel_layout"] == layout     # the recipe's split never stays
@@ -521,11 +501,11 @@ def _overrides(path: Path) -> dict[str, str]:
 def test_nemo_megatron_fsdp_writes_its_checkpoint_format_and_leaves_connections_unset(tmp_path, capsys):
     """'Megatron-FSDP requires the fsdp_dtensor checkpointing format!' and 'FSDP requires
     CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset.' (Megatron-Bridge v0.6.0 config.py:1096-1103)."""
-    path = _export(NEMO_8B + ["--tp", "1", "--zero", "3"], "nemo", tmp_path / "n", capsys)[0]
+    path = export(NEMO_8B + ["--tp", "1", "--zero", "3"], "nemo", tmp_path / "n", capsys)[0]
     overrides = _overrides(path)
     assert overrides["ddp.use_megatron_fsdp"] == "true" and overrides["checkpoint.ckpt_format"] == "fsdp_dtensor"
     assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in path.read_text().splitlines()
-    plain = _export(NEMO_8B + ["--tp", "1", "--zero", "1"], "nemo", tmp_path / "d", capsys)[0]
+    plain = export(NEMO_8B + ["--tp", "1", "--zero", "1"], "nemo", tmp_path / "d", capsys)[0]
     assert "checkpoint.ckpt_format" not in _overrides(plain) and "CUDA_DEVICE_MAX" not in plain.read_text()
 
 
@@ -533,7 +513,7 @@ def test_nemo_optimizer_offload_uses_the_precision_aware_optimizer(tmp_path, cap
     """The recipes set use_precision_aware_optimizer=False; the hybrid device optimizer needs it on
     (Megatron-Core arguments.py:1786-1790 at the commit Megatron-Bridge v0.6.0 pins)."""
     argv = NEMO_8B + ["--tp", "1", "--zero", "1", "--offload-optimizer", "ddr"]
-    overrides = _overrides(_export(argv, "nemo", tmp_path / "n", capsys)[0])
+    overrides = _overrides(export(argv, "nemo", tmp_path / "n", capsys)[0])
     assert overrides["optimizer.optimizer_cpu_offload"] == "true"
     assert overrides["optimizer.use_precision_aware_optimizer"] == "true"
 
@@ -608,7 +588,7 @@ def test_torchtitan_builds_the_planned_pipeline_stages(model, layers, pipeline, 
     devices = "2048" if model.endswith("405b") else "1024"
     argv = ["estimate", "train", "--model", model, "--devices", devices, "--tp", "8", "--zero", "1",
             "--recompute", "full", "--global-batch", "512", *pipeline]
-    files = {f.name: f for f in _export(argv, "torchtitan", tmp_path / "t", capsys)}
+    files = {f.name: f for f in export(argv, "torchtitan", tmp_path / "t", capsys)}
     parallelism = tomllib.loads(files["torchtitan.toml"].read_text())["parallelism"]
     pp = int(pipeline[1])
     interleave = int(pipeline[3]) if "--interleave" in pipeline else 1
@@ -650,7 +630,7 @@ def test_deepspeed_tensor_parallel_script_says_the_mpu_call(tp, tmp_path, capsys
     (config.py:697-715); deepspeed.sh says so and gives the call."""
     argv = ["estimate", "train", "--model", "llama-3.1-8b", "--devices", "8", "--tp", str(tp), "--pp", "1", "--zero",
             "2", "--offload-optimizer", "ddr", "--global-batch", "64"]
-    files = {f.name: f for f in _export(argv, "deepspeed", tmp_path / "d", capsys)}
+    files = {f.name: f for f in export(argv, "deepspeed", tmp_path / "d", capsys)}
     config = json.loads(files["ds_config.json"].read_text())
     script = files["deepspeed.sh"].read_text()
     per_step = config["train_micro_batch_size_per_gpu"] * config["gradient_accumulation_steps"]
@@ -683,7 +663,7 @@ def test_tp_overlap_is_written_only_with_sequence_parallelism(framework, tmp_pat
 
     base = ["estimate", "train", "--model", "llama-3.1-8b", "--devices", "8", "--tp", "8", "--pp", "1", "--tp-overlap"]
     for sp, expected in (("--sp", True), ("--no-sp", False)):
-        text = _export(base + [sp], framework, tmp_path / sp, capsys)[0].read_text()
+        text = export(base + [sp], framework, tmp_path / sp, capsys)[0].read_text()
         written = "--tp-comm-overlap" in text if framework == "megatron" else "model.tp_comm_overlap=true" in text
         assert written is expected, sp
     ok = {"--tensor-model-parallel-size": 8, "--sequence-parallel": True, "--tp-comm-overlap": True}
@@ -696,7 +676,7 @@ def test_tp_overlap_is_written_only_with_sequence_parallelism(framework, tmp_pat
 def test_a_rack_of_trays_launches_per_host(tmp_path, capsys):
     """A GB200 NVL72 rack is one NVLink domain of 18 hosts (trays) of 4 GPUs: the launch starts 4
     processes on each of 18 hosts, not 72 on one."""
-    files = _export(["estimate", "train", "--model", "llama-3.1-70b", "--system", "gb200-nvl72", "--devices", "72",
+    files = export(["estimate", "train", "--model", "llama-3.1-70b", "--system", "gb200-nvl72", "--devices", "72",
                      "--tp", "8", "--pp", "1", "--dp", "9", "--zero", "1", "--global-batch", "72"], "megatron", tmp_path,
                     capsys)
     text = next(p for p in files if p.name == "megatron.sh").read_text()

@@ -16,8 +16,8 @@ import yaml
 
 from perfmodel.cli.app import main
 from perfmodel.exports.vendored import vendored
+from tests.cli.golden import assert_golden, export
 
-GOLDEN = Path(__file__).parents[1] / "data" / "exports"
 DEEPSEEK = ["estimate", "serve", "--model", "deepseek-v3", "--tp", "1", "--weight-precision", "fp8",
             "--activation-precision", "a8"]
 CASES = {
@@ -30,26 +30,10 @@ CASES = {
 }
 
 
-def _export(argv: list[str], framework: str, out: Path, capsys) -> list[Path]:
-    code = main(argv + ["--export", framework, "--out", str(out), "--json"])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    return [Path(p) for p in json.loads(captured.out)["exports"]["files"]]
-
-
 @pytest.mark.parametrize("case,framework", [(c, f) for c, (_, fws) in CASES.items() for f in fws])
 def test_golden_files(case, framework, tmp_path, capsys):
-    files = _export(CASES[case][0], framework, tmp_path / "out", capsys)
-    golden = GOLDEN / f"{case}-{framework}"
-    if os.environ.get("UPDATE_GOLDEN"):
-        golden.mkdir(parents=True, exist_ok=True)
-        for old in golden.iterdir():
-            old.unlink()
-        for f in files:
-            (golden / f.name).write_text(f.read_text())
-    assert sorted(f.name for f in files) == sorted(p.name for p in golden.iterdir())
-    for f in files:
-        assert f.read_text() == (golden / f.name).read_text(), f"{f.name} differs from its golden file"
+    files = export(CASES[case][0], framework, tmp_path / "out", capsys)
+    assert_golden(files, f"{case}-{framework}")
 
 
 RECORDER = '''#!{python}
@@ -84,7 +68,7 @@ def test_trtllm_runs_one_mpi_rank_per_gpu_of_its_hosts(env, launcher, tmp_path, 
     """llm_mgmn_trtllm_serve.sh:17-19: as many MPI processes as the model's world size (tp x pp, attention DP
     counted in tp), each running trtllm-llmapi-launch trtllm-serve."""
     out = tmp_path / "out"
-    _export(CASES["deepseek-two-node-serve"][0], "trtllm", out, capsys)
+    export(CASES["deepseek-two-node-serve"][0], "trtllm", out, capsys)
     [words] = _launches(out / "trtllm.sh", env, tmp_path)
     assert words[0] == launcher
     ranks = int(_value(words, "-N")) * int(_value(words, "--ntasks-per-node")) if launcher == "srun" \
@@ -97,7 +81,7 @@ def test_trtllm_runs_one_mpi_rank_per_gpu_of_its_hosts(env, launcher, tmp_path, 
 
 def test_trtllm_without_hosts_says_what_it_needs(tmp_path, capsys):
     out = tmp_path / "out"
-    _export(CASES["deepseek-two-node-serve"][0], "trtllm", out, capsys)
+    export(CASES["deepseek-two-node-serve"][0], "trtllm", out, capsys)
     done = subprocess.run(["bash", "trtllm.sh"], cwd=out, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
     assert done.returncode != 0 and "2 hosts of this instance" in done.stderr
 
@@ -105,7 +89,7 @@ def test_trtllm_without_hosts_says_what_it_needs(tmp_path, capsys):
 def test_trtllm_load_balancer_holds_the_predicted_redundant_experts(tmp_path, capsys):
     """MoeLoadBalancerConfig: num_slots = 256 experts + EPLB's 32 copies, a whole number per EP rank, online."""
     out = tmp_path / "out"
-    _export(CASES["deepseek-two-node-serve"][0], "trtllm", out, capsys)
+    export(CASES["deepseek-two-node-serve"][0], "trtllm", out, capsys)
     options = yaml.safe_load((out / "extra-llm-api-config.yml").read_text())
     assert options["moe_config"]["load_balancer"] == {"num_slots": 288, "layer_updates_per_iter": 1}
     keys = vendored("trtllm").keys
@@ -114,7 +98,7 @@ def test_trtllm_load_balancer_holds_the_predicted_redundant_experts(tmp_path, ca
 
 def test_trtllm_without_eplb_writes_no_load_balancer(tmp_path, capsys):
     out = tmp_path / "out"
-    _export(CASES["deepseek-two-node-serve"][0] + ["--expert-balance", "none"], "trtllm", out, capsys)
+    export(CASES["deepseek-two-node-serve"][0] + ["--expert-balance", "none"], "trtllm", out, capsys)
     assert "moe_config" not in yaml.safe_load((out / "extra-llm-api-config.yml").read_text())
 
 
@@ -133,7 +117,7 @@ def test_trtllm_load_balancer_rules_refuse_in_one_line(experts, redundant, ep, r
 def test_vllm_runs_headless_on_every_host_but_the_first(node_rank, headless, tmp_path, capsys):
     """vLLM 0.33.0: remote engines must use --headless (v1/engine/utils.py:1502-1514)."""
     out = tmp_path / "out"
-    _export(CASES["deepseek-two-node-serve"][0], "vllm", out, capsys)
+    export(CASES["deepseek-two-node-serve"][0], "vllm", out, capsys)
     [words] = _launches(out / "vllm.sh", {"NODE_RANK": node_rank, "MASTER_ADDR": "h0"}, tmp_path)
     assert words[:2] == ["vllm", "serve"] and ("--headless" in words) == headless
     assert _value(words, "--nnodes") == "2" and _value(words, "--node-rank") == node_rank
@@ -141,7 +125,7 @@ def test_vllm_runs_headless_on_every_host_but_the_first(node_rank, headless, tmp
 
 def test_sglang_runs_the_same_command_on_every_host(tmp_path, capsys):
     out = tmp_path / "out"
-    _export(CASES["deepseek-two-node-serve"][0], "sglang", out, capsys)
+    export(CASES["deepseek-two-node-serve"][0], "sglang", out, capsys)
     [words] = _launches(out / "sglang.sh", {"NODE_RANK": "1", "MASTER_ADDR": "h0"}, tmp_path)
     assert _value(words, "--nnodes") == "2" and _value(words, "--dist-init-addr") == "h0:5000"
 
@@ -151,7 +135,7 @@ def test_dynamo_worker_spans_hosts_with_one_pod_per_host(case, gpus, tmp_path, c
     """A GB200 tray has 4 GPUs: an 8-GPU worker is two pods of 4 (multinode.nodeCount 2), never one pod of 8;
     the operator injects the per-host launch flags, so the args carry none."""
     out = tmp_path / "out"
-    [file] = _export(CASES[case][0], "dynamo", out, capsys)
+    [file] = export(CASES[case][0], "dynamo", out, capsys)
     worker = yaml.safe_load(file.read_text())["spec"]["components"][1]
     container = worker["podTemplate"]["spec"]["containers"][0]
     assert worker["multinode"] == {"nodeCount": 2}
@@ -185,7 +169,7 @@ def test_a_dynamo_worker_that_does_not_fill_its_hosts_is_refused_in_one_line(tmp
 def test_plan_serve_exports_deepseek_across_dgx_h100_nodes(framework, tmp_path, capsys):
     """The served DeepSeek-V3 plan on dgx-h100 spans two nodes per instance; both frameworks now write it."""
     out = tmp_path / "out"
-    files = _export(["plan", "serve", "--model", "deepseek-v3", "--system", "dgx-h100", "--rate", "20"], framework,
+    files = export(["plan", "serve", "--model", "deepseek-v3", "--system", "dgx-h100", "--rate", "20"], framework,
                     out, capsys)
     text = "\n".join(f.read_text() for f in files)
     assert ("trtllm-llmapi-launch" in text and "srun -N 2" in text) if framework == "trtllm" else "nodeCount: 2" in text
