@@ -129,6 +129,25 @@ class Layout:
         expert parallelism at data parallelism 1."""
         return self.etp * self.ep <= self.tp
 
+    def _end_params(self, spec: TransformerSpec, first, last):
+        """The token embedding (and learned positions) of the first stage, the final norm and LM head
+        of the last; with one stage a tied embedding counts once (``params_per_device``)."""
+        norm = spec.hidden_size * (2 if spec.norm == "layernorm" else 1)
+        table = spec.vocab_size * spec.hidden_size
+        positions = spec.embedding_params - table * (1 if spec.tied_embeddings else 2)
+        return np.where(self.pp == 1, spec.embedding_params + norm,
+                        np.where(first, table + positions, 0.0) + np.where(last, table + norm, 0.0))
+
+    def sixteen_bit_params_per_device(self, spec: TransformerSpec, layers, first, last):
+        """Of ``params_per_device``'s dense parameters, those a quantized checkpoint keeps in 16 bits:
+        the embedding, the LM head, the final norm and the MoE routers (NVIDIA TensorRT Model
+        Optimizer leaves ``*lm_head*``, ``*router*`` and ``*mlp.gate.*`` unquantized in every recipe:
+        ``_default_disabled_quantizer_cfg``, modelopt/torch/quantization/config.py; DeepSeek-V3's fp8
+        checkpoint keeps its gate and head in bf16)."""
+        moe_frac = spec.moe_layers / spec.num_layers if spec.moe else 0.0
+        routers = layers * moe_frac * spec.router_params if spec.moe else 0.0
+        return (self._end_params(spec, first, last) + routers) / self.tp
+
     @property
     def edp_group(self) -> Group:
         """Expert data parallelism: the expert weights' gradient reduction and ZeRO group."""
@@ -171,9 +190,7 @@ class Layout:
         dense_layer = per_layer_common + (1 - moe_frac) * spec.dense_mlp_params + moe_frac * (
             spec.router_params + spec.shared_expert_params)
         table = spec.vocab_size * spec.hidden_size
-        positions = spec.embedding_params - table * (1 if spec.tied_embeddings else 2)
-        ends = np.where(self.pp == 1, spec.embedding_params + norm,
-                        np.where(first, table + positions, 0.0) + np.where(last, table + norm, 0.0))
+        ends = self._end_params(spec, first, last)
         slots = self.expert_slots(spec)
         if spec.mtp_layers:
             held = np.asarray(mtp, dtype=float) * np.asarray(last, dtype=float)

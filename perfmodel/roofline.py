@@ -277,7 +277,8 @@ def kv_width_per_device(spec: TransformerSpec, tp):
 
 
 def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight_bytes=2.0, act_bytes=2.0,
-              moe_layer=False, imbalance=1.0, flash=True, experts_read=None, decode=False, kv_bytes=2.0, cp_steps=None):
+              moe_layer=False, imbalance=1.0, flash=True, experts_read=None, decode=False, kv_bytes=2.0, cp_steps=None,
+              router_bytes=None):
     """Forward operators of one layer on one device.
 
     ``tokens`` are the tokens this device's TP group processes (b * s / cp in training, the batch
@@ -344,9 +345,12 @@ def layer_ops(spec: TransformerSpec, tokens, context, layout: Layout, sp, weight
     if moe_layer and spec.moe:
         m = spec.moe
         # The router runs on each rank's sequence shard (Megatron-Core runs MoE with TP sequence-parallel).
-        ops.append(Op("router", 2.0 * n / t * spec.router_params, spec.router_params * weight_bytes
-                      + n / t * h * act_bytes, "gemm", gemms=(Gemm(n / t, spec.router_params / h, h),),
-                      element_bytes=(act_bytes, 2.0, 4.0)))
+        # ``router_bytes``: the router's weight and input width where they differ from the layer's
+        # (a quantized checkpoint's router stays in 16 bits).
+        rw, ra = (weight_bytes, act_bytes) if router_bytes is None else (router_bytes, router_bytes)
+        ops.append(Op("router", 2.0 * n / t * spec.router_params, spec.router_params * rw
+                      + n / t * h * ra, "gemm", gemms=(Gemm(n / t, spec.router_params / h, h),),
+                      element_bytes=(ra, rw, 4.0)))
         held = layout.expert_slots(spec)
         read = held if experts_read is None else np.minimum(experts_read, held)
         rows = layout.expert_rows(n, m.top_k)                 # balanced routing

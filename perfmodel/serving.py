@@ -281,18 +281,22 @@ def _pass(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local,
                                                      decode, latent=spec.mla is not None))
     parts = [ops_time(layer_ops(spec, tokens_local, context, lay, **kw), inst.rates, bw, *kernels, with_backward=False)
              .scaled(inst.layers * (1 - inst.moe_frac))] if spec.dense_layers else []
+    # The router and the head run in 16 bits whatever the weights' format (Layout.sixteen_bit_params_per_device).
+    wide = (dict(inst.rates, gemm=machine.flops(machine.math16)), bw, machine.gemm_kernel(machine.math16))
     if spec.moe:
         # Each of an EP rank's experts is hit with the same probability as any expert, by the
         # tokens of its expert data-parallel share of the stage.
         read = lay.expert_slots(spec) * distinct_experts(spec.moe.num_experts, spec.moe.top_k,
                                                           tokens_local * lay.dp / lay.edp) / spec.moe.num_experts
-        parts.append(ops_time(layer_ops(spec, tokens_local, context, lay, moe_layer=True, imbalance=inst.imbalance,
-                                        experts_read=read, **kw), inst.rates, bw, *kernels, with_backward=False,
-                              grouped=inst.grouped)
-                     .scaled(inst.layers * inst.moe_frac))
+        moe = layer_ops(spec, tokens_local, context, lay, moe_layer=True, imbalance=inst.imbalance, experts_read=read,
+                        router_bytes=2.0, **kw)
+        parts += [ops_time([op for op in moe if op.name != "router"], inst.rates, bw, *kernels, with_backward=False,
+                           grouped=inst.grouped).scaled(inst.layers * inst.moe_frac),
+                  ops_time([op for op in moe if op.name == "router"], *wide, with_backward=False)
+                  .scaled(inst.layers * inst.moe_frac)]
     # Logits of the last position only, on the last stage.
-    head = ops_time(lm_head_ops(spec, inst.local_batch, lay.tp, q.weight_bytes, q.activation_bytes,
-                                with_loss=False), inst.rates, bw, inst.kernel, with_backward=False).scaled(1.0 / lay.pp)
+    head = ops_time(lm_head_ops(spec, inst.local_batch, lay.tp, with_loss=False), *wide,
+                    with_backward=False).scaled(1.0 / lay.pp)
     ops = merge(*parts, head)
     act = tokens_local * h * 2.0
     tp = inst.layers * 2.0 * topo.all_reduce(act, lay.tp_group.stride, lay.tp_group.size)
@@ -336,7 +340,9 @@ def _memory(spec: TransformerSpec, machine: Machine, inst: Instance, work: Serve
         share = machine.constants.get("moe-redundant-expert-share", 0.125)
         expert = expert * np.where(lay.ep > 1, slots_per_device(spec.moe.num_experts, lay.ep, share)
                                    / lay.expert_slots(spec), 1.0)
-    weights = (dense + expert) * q.weight_bytes
+    # The embedding, the head and the routers stay in 16 bits whatever the weights' format.
+    wide = lay.sixteen_bit_params_per_device(spec, inst.layers, lay.pp == 1, True)
+    weights = (dense + expert) * q.weight_bytes + wide * np.maximum(2.0 - q.weight_bytes, 0.0)
     kv = kv_cache_bytes_per_device(spec, inst.local_batch * (s_in + s_out), q.kv_bytes, lay.tp, lay.pp)
     if spec.sliding_window:
         kv = kv * spec.kv_cache_bytes(s_in + s_out) / (spec.kv_bytes_per_token() * (s_in + s_out))
