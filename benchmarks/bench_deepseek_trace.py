@@ -63,15 +63,8 @@ def measured(path: str) -> dict[str, float]:
 
 def modelled() -> dict[str, float]:
     """Milliseconds of the model's kernels for 4 MoE layers' forward and backward, by family."""
-    db = load_database()
     spec = find_model("deepseek-v3")
-    machine = build_machine(db, "hgx-h800", 2048)
-    plan = TrainPlan(tp=1, pp=16, dp=128, ep=64, zero=1, precision="fp8", moe_imbalance=1.0)
-    c = {k: np.atleast_1d(v) for k, v in plan.columns().items()}
-    sh = _shape(spec, machine, c, TrainWorkload(15360, 4096))
-    _, moe, _, _ = _layer_times(spec, machine, c["precision"], c["sp"].astype(bool), c["flash"].astype(bool),
-                                sh.tokens, sh.context, sh.gemm_input_bytes, sh.imbalance, sh.layout.tp,
-                                sh.layout.cp, sh.layout.dp, sh.layout.ep, sh.layout.etp)
+    moe = _moe_layer(spec, build_machine(load_database(), "hgx-h800", 2048))
     out: dict[str, float] = defaultdict(float)
     for op, seconds in moe.seconds.items():
         out[MODEL_FAMILIES.get(op, "other elementwise")] += LAYERS * float(seconds[0] + moe.backward[op][0]) * 1e3
@@ -123,14 +116,20 @@ def moe_modelled() -> dict[str, tuple[float, float]]:
             MOE_ROLES[2][0]: (gemm - gemm_bare, 0.0)}
 
 
-def _moe_ms(spec, machine) -> dict[str, float]:
-    """Milliseconds per operator of 4 MoE layers' forward and backward (modelled()'s plan)."""
+def _moe_layer(spec, machine):
+    """The model's operator times of one MoE layer of the trace's plan (EP64, fp8, balanced)."""
     plan = TrainPlan(tp=1, pp=16, dp=128, ep=64, zero=1, precision="fp8", moe_imbalance=1.0)
     c = {k: np.atleast_1d(v) for k, v in plan.columns().items()}
     sh = _shape(spec, machine, c, TrainWorkload(15360, 4096))
     _, moe, _, _ = _layer_times(spec, machine, c["precision"], c["sp"].astype(bool), c["flash"].astype(bool),
                                 sh.tokens, sh.context, sh.gemm_input_bytes, sh.imbalance, sh.layout.tp,
                                 sh.layout.cp, sh.layout.dp, sh.layout.ep, sh.layout.etp)
+    return moe
+
+
+def _moe_ms(spec, machine) -> dict[str, float]:
+    """Milliseconds per operator of 4 MoE layers' forward and backward (modelled()'s plan)."""
+    moe = _moe_layer(spec, machine)
     return {op: LAYERS * float(s[0] + moe.backward[op][0]) * 1e3 for op, s in moe.seconds.items()}
 
 
