@@ -231,6 +231,14 @@ class Machine:
         units = float(self.accelerator.compute_units or 0)
         return min(self.constants.get("exchange-sms", 0.0), units / 2.0) / units if units > 0 else 0.0
 
+    @property
+    def tp_overlap_sm_share(self) -> float:
+        """Share of the SMs a bulk TP-communication overlap (Transformer Engine's userbuffers) holds
+        while its transfer runs: the constant ``tp-overlap-bulk-sms``, at most half the device; 0
+        for a device without a unit count."""
+        units = float(self.accelerator.compute_units or 0)
+        return min(self.constants.get("tp-overlap-bulk-sms", 0.0), units / 2.0) / units if units > 0 else 0.0
+
     def tier(self, kind_or_name: str) -> MemoryTier:
         """A memory tier below HBM by its kind (ddr, cxl, nvme, pooled) or memory name."""
         for t in self.memory_tiers:

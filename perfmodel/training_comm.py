@@ -191,7 +191,7 @@ def _step_tail(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, comp
 
 
 def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepTail, held: float = 0.0,
-             breakdown: bool = True) -> Exposure:
+             breakdown: bool = True, tp_held: float = 0.0) -> Exposure:
     """What each transfer leaves exposed, with every compute window spent once.
 
     Framework (Megatron-LM / DeepSpeed schedules): TP all-reduces block compute unless TP-comm
@@ -223,6 +223,12 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     microbatch runs on fewer SMs for that long: the pair takes max(A, X + A h), A the exchange, X
     everything else, h the held share; never more than X + A. A pipeline's first microbatch has
     none before it to pair with and pays A in full.
+
+    TP-communication overlap, as perfmodel's Megatron-LM export configures Transformer Engine's
+    userbuffers: the all-gathers and the forward's reduce-scatters ring-exchange on the copy
+    engines and leave the GEMMs every SM; the backward's reduce-scatters (bulk, under the weight
+    gradients' GEMMs) hold ``tp_held`` of the SMs while they run, so that compute runs on fewer
+    SMs for as long: the bulk transfers add ``tp_held`` times their time.
     """
     mode = c["overlap"]
     compute = comp.per_micro_s
@@ -234,6 +240,8 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     # Dependent Computation via Decomposition", ASPLOS 2023, Sec. 3): the first chunk's gather and
     # the last chunk's scatter have no GEMM to hide under, 1 / tp of the transfer stays exposed.
     tp_hidden = np.where(tp_overlapped, comm.tp * (1.0 - 1.0 / np.maximum(sh.layout.tp, 1.0)), 0.0)
+    # Two of each layer's 4 (full recompute: 6) reduce-scatter and all-gather pairs' 8 (12) transfers are bulk.
+    margin = tp_hidden * tp_held / np.where(c["recompute"] == Recompute.FULL, 6.0, 4.0)
     # The first layer's gathers of each phase (the forward's first, the backward's first) are not prefetched.
     first = comm.zero3 / np.maximum(comp.layers, 1.0)
     # ZeRO-3's reduce-scatters share the gathers' link; when the reduction does not overlap the
@@ -242,7 +250,7 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     # Only the ring's messages run under the attention; the all-gather and the all-to-alls block it.
     ring = c["cp_comm"] == CpComm.P2P
     cp_part = np.where(ring, np.maximum(attention, comm.cp), attention + comm.cp)
-    rest = np.maximum(others, tp_hidden) + cp_part + (comm.tp - tp_hidden) \
+    rest = np.maximum(others + margin, tp_hidden) + cp_part + (comm.tp - tp_hidden) \
         + (comm.zero3_reduce - reduce_hidden)
     ep_exposed = _exposed_exchange(c, sh, comm.ep, rest, held)
     main = rest + ep_exposed
@@ -254,7 +262,7 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     ideal = np.maximum(compute, np.maximum.reduce(np.broadcast_arrays(*transfers.values())))
     per_micro = np.select([mode == Overlap.NONE, mode == Overlap.IDEAL], [none, ideal], framework)
 
-    micro = _attribution(mode, compute, cp_part - attention, others, comm, tp_hidden, first, reduce_hidden,
+    micro = _attribution(mode, compute, cp_part - attention, others, comm, tp_hidden, margin, first, reduce_hidden,
                          gathered, fetched, transfers, ideal, ep_exposed) if breakdown else {}
     # Interleaved schedules overlap each chunk's pipeline messages with the next chunk's compute
     # (Megatron-LM's overlap_p2p_comm, on by default with a virtual pipeline; Megatron-Bridge sets it
@@ -318,10 +326,11 @@ def _prefetch_exposure(c: dict, comp: Compute, comm: Communication, main, first)
     return np.where(prefetching, gathered, blocking), np.where(prefetching, fetched, comm.param_fetch)
 
 
-def _attribution(mode, compute, cp_exposed, others, comm, tp_hidden, first, reduce_hidden, gathered, fetched,
+def _attribution(mode, compute, cp_exposed, others, comm, tp_hidden, margin, first, reduce_hidden, gathered, fetched,
                  transfers, ideal, ep_exposed) -> dict[str, np.ndarray]:
-    """Which transfer each exposed second belongs to, for the breakdown (the totals are _overlap's)."""
-    framework = {"tp": (comm.tp - tp_hidden) + np.maximum(tp_hidden - others, 0.0),
+    """Which transfer each exposed second belongs to, for the breakdown (the totals are _overlap's;
+    the SMs the bulk TP transfers hold count as TP communication)."""
+    framework = {"tp": (comm.tp - tp_hidden) + np.maximum(others + margin, tp_hidden) - others,
                  "cp": cp_exposed, "ep": ep_exposed,
                  "zero3": first + (comm.zero3_reduce - reduce_hidden) + gathered,
                  "param": fetched}

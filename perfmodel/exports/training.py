@@ -321,7 +321,7 @@ def _megatron_memory(job: TrainJob, framework: str = "Megatron-LM") -> dict[str,
         if p.zero >= 1:
             items["--overlap-param-gather"] = True
     if tp_overlapped(p):
-        items["--tp-comm-overlap"] = True
+        items.update({"--tp-comm-overlap": True, "--tp-comm-overlap-cfg": "$TP_COMM_OVERLAP_CFG"})
     if _ep_overlapped(framework, job):
         items.update({"--overlap-moe-expert-parallel-comm": True, "--moe-token-dispatcher-type": "alltoall"})
     if _offload_to_ddr_only(framework, job, "--optimizer-cpu-offload"):
@@ -470,8 +470,36 @@ def megatron(job: TrainJob) -> dict[str, str]:
     environment = megatron_environment(job, items)
     refuse_broken("megatron", megatron_broken_rules(items, _environment_of(environment), job.spec.num_layers),
                    "this launch")
+    files = {}
+    if "--tp-comm-overlap-cfg" in items:
+        checked("megatron", {f"{layer}.{k}": v for layer, cfg in TP_COMM_OVERLAP.items() for k, v in cfg.items()},
+                "keys", "userbuffers")
+        files[TP_COMM_OVERLAP_FILE] = TP_COMM_OVERLAP_HEADER + "".join(
+            f"{layer}: {{{', '.join(f'{k}: {str(v).lower()}' for k, v in cfg.items())}}}\n"
+            for layer, cfg in TP_COMM_OVERLAP.items())
+        script += f'TP_COMM_OVERLAP_CFG="$(cd "$(dirname "$0")" && pwd)/{TP_COMM_OVERLAP_FILE}"\n'
     script += environment + command(torchrun_command(job) + ["pretrain_gpt.py"], items)
-    return {"megatron.sh": script}
+    return {"megatron.sh": script, **files}
+
+
+# Transformer Engine's userbuffers as perfmodel times TP-communication overlap (training_comm._overlap;
+# constant tp-overlap-bulk-sms). Megatron-LM reads it with --tp-comm-overlap-cfg
+# (megatron/training/initialize.py, _initialize_tp_communicators) and passes it to
+# transformer_engine.pytorch.initialize_ub; the layers it leaves out keep Transformer Engine's
+# defaults (v2.9 module/base.py: ring exchange on the copy engines for the all-gathers).
+TP_COMM_OVERLAP_FILE = "tp-comm-overlap.yaml"
+TP_COMM_OVERLAP_HEADER = """\
+# Transformer Engine userbuffers for --tp-comm-overlap, as perfmodel timed the plan: the forward
+# reduce-scatters ring-exchange on the copy engines, keeping every SM but one for the GEMM (as
+# Megatron-Bridge v0.4.2's fp8 and B200 configurations, training/comm_overlap.py); the backward's
+# bulk transfers hold 16 SMs only while they run (set_sm_margin false, as every tuned
+# configuration there). Transformer Engine's default would run these six GEMMs on 16 fewer SMs
+# throughout (set_sm_margin true), about 7% slower on Llama 3.1 405B's linear layers.
+"""
+_BULK = {"method": "bulk", "num_sm": 16, "cga_size": 2, "set_sm_margin": False}
+TP_COMM_OVERLAP = {"proj_fprop": {"method": "ring_exchange", "num_sm": 1, "set_sm_margin": True},
+                   "fc2_fprop": {"method": "ring_exchange", "num_sm": 1, "set_sm_margin": True},
+                   "qkv_dgrad": _BULK, "qkv_wgrad": _BULK, "fc1_dgrad": _BULK, "fc1_wgrad": _BULK}
 
 
 # --- Megatron-Bridge (NeMo 2) --------------------------------------------------------------------

@@ -9,6 +9,7 @@ import json
 import math
 import shlex
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,8 @@ def unknown_in(framework: str, path: Path) -> list[str]:
     text = path.read_text()
     v = vendored(framework)
     if framework == "megatron":
+        if path.suffix == ".yaml":   # --tp-comm-overlap-cfg: Transformer Engine's userbuffers settings
+            return [k for k in _keys(yaml.safe_load(text)) if k not in v.parts["userbuffers"]["keys"]]
         return [f for f in _flags_after(text, "pretrain_gpt.py") if f not in v.names]
     if framework == "nemo":
         words = shlex.split(text.replace("\\\n", " "), comments=True)
@@ -671,6 +674,41 @@ def test_tp_overlap_is_written_only_with_sequence_parallelism(framework, tmp_pat
     assert megatron_broken_rules(ok, connections, 32) == []
     del ok["--sequence-parallel"]
     assert megatron_broken_rules(ok, connections, 32) == ["tp-overlap-needs-sp"]
+
+
+def test_tp_overlap_launches_the_userbuffers_the_model_times(tmp_path, capsys, db):
+    """Megatron-LM's --tp-comm-overlap alone runs Transformer Engine's defaults, which take 16 SMs from
+    six GEMMs throughout (set_sm_margin); the export names a settings file instead, read by
+    Transformer Engine's initialize_ub (keys vendored at v2.9), in which only the backward's bulk
+    transfers hold SMs, and only while they run: the configuration training_comm._overlap times.
+    Each such transfer then costs the GEMMs beside it its time x the SMs' share, so the step
+    grows by that, no more, over a model without the SMs' cost."""
+    from perfmodel.catalog import find_model
+    from perfmodel.machine import build_machine
+    from perfmodel.training import TrainPlan, TrainWorkload, estimate_training
+
+    argv = ["estimate", "train", "--model", "llama-3.1-70b", "--devices", "64", "--tp", "8", "--pp", "2", "--tp-overlap"]
+    files = {f.name: f for f in export(argv, "megatron", tmp_path, capsys)}
+    settings = yaml.safe_load(files["tp-comm-overlap.yaml"].read_text())
+    assert '--tp-comm-overlap-cfg "$TP_COMM_OVERLAP_CFG"' in files["megatron.sh"].read_text()
+    assert not unknown_in("megatron", files["tp-comm-overlap.yaml"])
+    held = {name: cfg for name, cfg in settings.items() if cfg["set_sm_margin"]}
+    assert all(cfg["method"] == "ring_exchange" and cfg["num_sm"] == 1 for cfg in held.values())
+    assert {name for name, cfg in settings.items() if cfg["method"] == "bulk"} == {
+        "qkv_dgrad", "qkv_wgrad", "fc1_dgrad", "fc1_wgrad"}
+    machine = build_machine(db, "dgx-h100", 64)
+    plan, work = TrainPlan(tp=8, pp=2, dp=4, sp=True, tp_overlap=True), TrainWorkload(256, 4096)
+    spec = find_model("llama-3.1-70b")
+    timed = estimate_training(spec, machine, plan, work)
+    free = estimate_training(spec, replace(machine, constants={**machine.constants, "tp-overlap-bulk-sms": 0.0}),
+                             plan, work)
+    share = settings["qkv_wgrad"]["num_sm"] / machine.accelerator.compute_units
+    # Hidden: all but 1 / tp of the transfers; bulk: 2 of each layer's 8. Every microbatch pays it, and the
+    # bubble's pp - 1 = 1 as long, less what the longer last backward hides of the gradient reduction.
+    m = float(timed.num_microbatches)
+    bulk = float(free.link_times["tp communication"]) * (1 - 1 / 8) / 4
+    added = float(timed.step_time_s) - float(free.step_time_s)
+    assert share * bulk * (1 - 1e-9) <= added <= share * bulk * (m + 1) / m * (1 + 1e-9)
 
 
 def test_a_rack_of_trays_launches_per_host(tmp_path, capsys):
