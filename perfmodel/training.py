@@ -413,7 +413,7 @@ def _breakdown(m, bubble, comp: Compute, comm: Communication, tail: StepTail, ex
         "ep all-to-all": m * exposed.micro["ep"],
         "cp exchange": m * exposed.micro["cp"],
         "pp point-to-point": m * exposed.pp,
-        "zero-3 gathers and scatters": m * exposed.micro["zero3"],
+        "zero-2/3 gathers and scatters": m * exposed.micro["zero3"],
         "parameter offload": m * exposed.micro["param"],
         "dp gradient reduction": exposed.tail["dp"],
         "offload transfers": exposed.tail["host"],
@@ -422,7 +422,7 @@ def _breakdown(m, bubble, comp: Compute, comm: Communication, tail: StepTail, ex
     }
     # Each transfer's time on its link over the step, before any overlap (what `--overlap none` exposes).
     links = {"tp communication": m * comm.tp, "ep all-to-all": m * comm.ep, "cp exchange": m * comm.cp,
-             "pp point-to-point": m * comm.pp, "zero-3 gathers and scatters": m * (comm.zero3 + comm.zero3_reduce),
+             "pp point-to-point": m * comm.pp, "zero-2/3 gathers and scatters": m * (comm.zero3 + comm.zero3_reduce),
              "parameter offload": m * comm.param_fetch, "dp gradient reduction": tail.dp,
              "offload transfers": tail.host + tail.weights_back}
     return components, links

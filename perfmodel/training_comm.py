@@ -63,7 +63,13 @@ def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, 
         gathers = gathers + (2.0 + full) * expert_gather
         scatters = scatters + moe_layers * topo.reduce_scatter(expert / moe_layers * GRAD_BYTES,
                                                                lay.edp_group.stride, lay.edp_group.size)
-    gathers, scatters = np.where(zero3, gathers, 0.0), np.where(zero3, scatters, 0.0)
+    # Sharded gradients (ZeRO-2 and 3) are reduce-scattered in every microbatch's backward: a rank
+    # holds only its shard, so each microbatch's gradient is reduced before the next one's arrives
+    # (Megatron-FSDP, core_v0.19.0 megatron_fsdp.py _process_post_backward_gradients: 'With
+    # gradient-sharding strategies, gradient reduction occurs on every backward propagation';
+    # DeepSpeed refuses no_sync under ZeRO-2, engine.py; PyTorch FSDP's SHARD_GRAD_OP likewise
+    # outside no_sync).
+    gathers, scatters = np.where(zero3, gathers, 0.0), np.where(c["zero"] >= 2, scatters, 0.0)
     gathers_forward = np.where(zero3, gathers_forward, 0.0)
     fetch_bytes = (dense / sh.sharding.weights + expert / np.where(zero3, lay.edp, 1.0)) * WEIGHT_BYTES * (2.0 + full)
     fetch = np.where(c["param_place"] > 0, fetch_bytes / _tier_bandwidth(machine, c["param_place"], "read"), 0.0)
@@ -134,21 +140,20 @@ def _dense_scatters(machine: Machine, lay: Layout, s: Sharding, dense):
 
 def _dense_step_sync(machine: Machine, lay: Layout, s: Sharding, zero, dense):
     """The dense gradients' reduction and the updated weights' return, once per step (s), level by
-    level. Gradients: stage 2 reduce-scatters inside the gradients' group (stage 3 did with every
-    microbatch); each gradient shard is reduce-scattered across the gradients' groups of one
-    optimizer group, then all-reduced across optimizer groups (MiCS's second hop). After
-    the update, weights return to their shards: all-gathered across the gradients' groups, then
-    across the weights' groups inside one (the three-level scheme's levels in reverse). Over the
-    whole group this is ZeRO's accounting: stage 1 one all-reduce, stage 2 a reduce-scatter and an
-    all-gather, stage 3 nothing more (Rajbhandari et al. 2020, Sec. 7)."""
+    level. Gradients: stages 2 and 3 reduce-scattered them inside the gradients' group with every
+    microbatch (_communication); each gradient shard is reduce-scattered across the gradients'
+    groups of one optimizer group, then all-reduced across optimizer groups (MiCS's second hop).
+    After the update, weights return to their shards: all-gathered across the gradients' groups,
+    then across the weights' groups inside one (the three-level scheme's levels in reverse). Over
+    the whole group, per step: stage 1 one all-reduce, stage 2 an all-gather, stage 3 nothing more
+    (Rajbhandari et al. 2020, Sec. 7, with the reduce-scatter in every microbatch)."""
     topo = machine.topology
     r, o, g, w = s.replicas, s.optimizer, s.grads, s.weights
     grads, weights = dense * GRAD_BYTES, dense * WEIGHT_BYTES
     inside, across = lay.replica_subgroup(g), lay.replica_subgroup(o / g, every=g)
     replicas = lay.replica_subgroup(r / o, every=o)
     back_across, back_inside = lay.replica_subgroup(o / g, every=g), lay.replica_subgroup(g / w, every=w)
-    reduce = np.where(zero == 2, topo.reduce_scatter(grads, inside.stride, inside.size), 0.0) \
-        + _reduce_scatter(machine, across, s, grads / g) + topo.all_reduce(grads / o, replicas.stride, replicas.size)
+    reduce = _reduce_scatter(machine, across, s, grads / g) + topo.all_reduce(grads / o, replicas.stride, replicas.size)
     gather = topo.all_gather(weights / g, back_across.stride, back_across.size) \
         + topo.all_gather(weights / w, back_inside.stride, back_inside.size)
     whole = lay.replica_group
@@ -166,8 +171,10 @@ def _step_tail(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, comp
     edp = lay.edp_group
     o = sh.sharding.optimizer
     dp = _dense_step_sync(machine, lay, sh.sharding, zero, dense)
-    if spec.moe:
-        dp = dp + np.where(zero >= 3, 0.0, topo.all_reduce(expert * GRAD_BYTES, edp.stride, edp.size))
+    if spec.moe:   # routed experts, flat over their group: stage 2 returns the updated weights (its
+        # gradients were reduce-scattered with every microbatch), stage 1 all-reduces.
+        dp = dp + np.select([zero >= 3, zero == 2], [0.0, topo.all_gather(expert * WEIGHT_BYTES, edp.stride, edp.size)],
+                            topo.all_reduce(expert * GRAD_BYTES, edp.stride, edp.size))
     dp_overlap = machine.constants.get("dp-overlap-fraction", 0.0) * c["overlap_dp"].astype(bool)
 
     opt_params = dense / o + expert / np.where(zero >= 1, lay.edp, 1.0)

@@ -117,7 +117,7 @@ class Communication:
     pp: np.ndarray
     zero3: np.ndarray              # ZeRO-3 parameter all-gathers (one per layer and pass) ...
     zero3_forward: np.ndarray      # ... of which the forward pass's
-    zero3_reduce: np.ndarray       # ... and gradient reduce-scatters, on the same replicas' link
+    zero3_reduce: np.ndarray       # ... and the gradient reduce-scatters of ZeRO-2 and 3, on the same replicas' link
     param_fetch: np.ndarray        # parameters streamed from their tier (ZeRO-Infinity)
 
 

@@ -167,5 +167,27 @@ def test_no_sharded_transfer_beats_the_link_its_group_spans(db, zero, shard, hpz
     topo = machine.topology
     fastest = topo.bw[topo.level_of(1, np.minimum(s.secondary, s.weights))]
     received = np.where(s.weights > 1, dense * (1 - 1 / s.weights) * np.where(s.qwz, QWZ_BYTES, 2.0), 0.0)
-    gathers = float(r.link_times["zero-3 gathers and scatters"]) / float(r.num_microbatches)
+    gathers = float(r.link_times["zero-2/3 gathers and scatters"]) / float(r.num_microbatches)
     assert gathers >= float(received / fastest) * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("name, ep", [("llama-3.1-8b", 1), ("mixtral-8x7b", 8)])
+def test_sharded_gradients_are_reduced_with_every_microbatch(h100x64, name, ep):
+    # A rank that keeps only its shard of the gradients reduce-scatters each microbatch's gradients in
+    # that microbatch's backward (Megatron-FSDP's optim_grads: 'gradient reduction occurs on every
+    # backward propagation'); whole gradients (ZeRO-1) are reduced once per step. So ZeRO-2's gradient
+    # traffic grows with the microbatches of a step and ZeRO-1's does not.
+    spec = find_model(name)
+
+    def links(zero, batch):
+        plan = TrainPlan(tp=1, pp=1, dp=64, ep=ep, zero=zero, recompute="full", sp=False)
+        r = estimate_training(spec, h100x64, plan, TrainWorkload(batch, 2048))
+        return (float(r.link_times["zero-2/3 gathers and scatters"]), float(r.link_times["dp gradient reduction"]),
+                float(r.num_microbatches))
+    for zero in (1, 2):
+        (s1, d1, m1), (s4, d4, m4) = links(zero, 64), links(zero, 256)
+        assert (m1, m4) == (1, 4) and d4 == pytest.approx(d1, rel=1e-12)
+        if zero == 1:
+            assert s1 == s4 == 0
+        else:
+            assert s4 == pytest.approx(4 * s1, rel=1e-12) and s1 > 0
