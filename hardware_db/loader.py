@@ -195,8 +195,12 @@ class Database:
             k: getattr(own, k) if getattr(own, k) is not None else getattr(default, k)
             for k in ("hbm_fraction", "scale_up_fraction", "scale_out_fraction")})
 
-    def calibration_default(self) -> Calibration:
-        return self._get("calibrations", "default")
+    def calibration_default(self, vendor: str | None = None) -> Calibration:
+        """The fractions a device without its own measurement takes: its vendor's prior where the
+        default lists one (``vendor_matmul_fraction``), else the default's own."""
+        default = self._get("calibrations", "default")
+        own = {k.lower(): v for k, v in default.vendor_matmul_fraction.items()}.get(str(vendor).lower())
+        return default if own is None else default.model_copy(update={"matmul_fraction": own})
 
     def entry(self, name: str) -> Entry:
         """Any entry by name or alias, whatever its kind."""

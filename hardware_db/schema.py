@@ -432,7 +432,9 @@ class DispatchFit(ExchangeFit):
 class Calibration(Entry):
     """Achievable fractions of a device's peaks, each from a named measurement in ``sources``.
 
-    ``device`` is None for the entry named ``default``, used for devices without a measurement.
+    ``device`` is None for the entry named ``default``, used for devices without a measurement;
+    its ``vendor_matmul_fraction`` gives a vendor with measured devices its own prior, and its
+    ``matmul_fraction`` is the prior of a vendor with none.
     ``matmul_fraction``: large-GEMM throughput / dense peak per precision (max-achievable FLOPS);
     ``hbm_fraction``: streaming bandwidth / HBM peak; ``scale_up_fraction`` and
     ``scale_out_fraction``: collective bus bandwidth / per-direction link bandwidth.
@@ -441,6 +443,7 @@ class Calibration(Entry):
     kind: Literal["calibration"] = "calibration"
     device: Name | None = None
     matmul_fraction: dict[Precision, Fraction] = {}
+    vendor_matmul_fraction: dict[Annotated[str, Field(max_length=64)], dict[Precision, Fraction]] = {}  # by vendor
     hbm_fraction: Fraction | None = None
     scale_up_fraction: Fraction | None = None
     scale_out_fraction: Fraction | None = None

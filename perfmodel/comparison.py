@@ -52,8 +52,9 @@ def metrics() -> tuple[Metric, ...]:
 def gemm_provenance(acc: Accelerator, db: Database) -> tuple[str, float]:
     """(where the device's GEMM constants come from, the relative error a prediction's compute
     carries): a fit on measured GEMM kernels (its held-out error), the device's measured large-GEMM
-    fraction of its peak (a datasheet peak times one measurement), or the cross-device default for
-    a device without measurements (the constant unfitted-gemm-error)."""
+    fraction of its peak (a datasheet peak times one measurement), or for a device without
+    measurements its vendor's prior (the median of the vendor's measured devices; the lowest
+    fraction measured anywhere for a vendor with none; the constant unfitted-gemm-error)."""
     cal = db.calibration(acc.name)
     unfitted = db.constant("unfitted-gemm-error")
     if cal.gemm:
@@ -61,7 +62,9 @@ def gemm_provenance(acc: Accelerator, db: Database) -> tuple[str, float]:
     if cal.matmul_fraction:
         return (f"measured large-GEMM fraction ({', '.join(sorted(cal.matmul_fraction))}), no kernel fit",
                 unfitted)
-    return "not measured: the cross-device default", unfitted
+    vendor = acc.vendor.lower() in {v.lower() for v in db.calibration_default().vendor_matmul_fraction}
+    return ("not measured: " + (f"the median of {acc.vendor}'s measured devices" if vendor else
+                                "the lowest fraction measured on any device"), unfitted)
 
 
 def _scale_up(system: System, db: Database) -> tuple[float | None, int | None, float | None]:

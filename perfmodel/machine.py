@@ -302,7 +302,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
         launch=constants.get("unfitted-collective-launch-us", 0.0) * 1e-6,
         link_bw=np.array([lv.bytes_per_s for lv in levels]), kinds=tuple(kinds),
         dispatch=fitted_dispatch(cal.dispatch), dispatch_normal=fitted_dispatch(cal.dispatch and cal.dispatch.normal))
-    default = db.calibration_default()
+    default = db.calibration_default(acc.vendor)
     # Large-GEMM microbenchmarks overstate what GEMMs reach inside a framework's step (launch
     # gaps, shapes, power capping): one factor, fitted on Narayanan et al. 2021 Table 1 only.
     # Serving runs at the serving kernel fits' own rates (Machine.for_serving).

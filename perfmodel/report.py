@@ -166,7 +166,7 @@ def oversubscription(machine: Machine, cap_w: float) -> float:
 
 def _source(machine: Machine) -> str:
     """Where the GEMM constants come from: fitted on measured kernels, measured large-GEMM
-    fractions (datasheet peak x measurement), or the cross-device default."""
+    fractions (datasheet peak x measurement), or the default an unmeasured device takes."""
     sources = {k.source for k in (machine.gemm_kernels or {}).values()}
     return next((s for s in ("fitted", "datasheet", "default") if s in sources), "default")
 
@@ -214,7 +214,7 @@ def unmeasured_caveat(machine: Machine, serving: bool = False) -> str | None:
     precision = "bf16" if "bf16" in kernels else "fp16" if "fp16" in kernels else next(iter(kernels), None)
     measured = precision is not None and kernels[precision].source == "datasheet"
     gemm = (f"GEMMs run at {float(kernels[precision].compute_fraction):.0%} of the {precision} peak "
-            f"({'one large-GEMM measurement' if measured else 'the cross-device default fraction'}"
+            f"({'one large-GEMM measurement' if measured else 'the default fraction for a device without one'}"
             f"{'' if serving else ' times the framework efficiency fitted on NVIDIA A100 runs'}, no shape-aware fit)") \
         if precision else "GEMMs by roofline"
     attention = "attention by roofline" if not machine.attention_kernels else "attention fitted"

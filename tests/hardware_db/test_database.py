@@ -173,3 +173,28 @@ def test_a_borrowed_calibration_keeps_kernels_and_drops_other_links_collectives(
     assert h100.collectives is not None and h800.collectives is None and h800.dispatch is None
     assert h800.scale_up_fraction == db.calibration_default().scale_up_fraction
     assert db.calibration("h200-fenghuang").collectives == db.calibration("h200").collectives
+
+
+def test_an_unmeasured_device_takes_its_vendors_prior_or_the_lowest_measured(db):
+    """A device without its own GEMM measurement takes the median of its vendor's measured fractions
+    (its vendor's BLAS), and a vendor with none the lowest fraction measured anywhere (conservative:
+    the search must not win a plan on a guess). constant unfitted-gemm-error is the leave-one-out
+    error of that rule over the measured devices (H200's bf16 entry repeats the H100's and is left
+    out), recomputed here from the database."""
+    from statistics import mean, median
+
+    measured = [(db.accelerator(c.device).vendor, p, f) for c in db.calibrations.values() if c.device
+                for p, f in c.matmul_fraction.items() if p in ("bf16", "fp8")
+                and not (c.name == "h200-measured" and p == "bf16")]
+
+    def prior(vendor, precision, points):
+        own = [f for v, p, f in points if v == vendor and p == precision]
+        return median(own) if own else min(f for _, p, f in points if p == precision)
+
+    for vendor in ("NVIDIA", "AMD", "Huawei"):
+        default = db.calibration_default(vendor).matmul_fraction
+        for precision in ("bf16", "fp8"):
+            assert default[precision] == pytest.approx(prior(vendor, precision, measured), abs=5e-4)
+    errors = [abs(f / prior(v, p, measured[:i] + measured[i + 1:]) - 1) for i, (v, p, f) in enumerate(measured)]
+    assert len(errors) == 13
+    assert db.constant("unfitted-gemm-error") == pytest.approx(mean(errors), abs=5e-4)
