@@ -453,6 +453,9 @@ class Calibration(Entry):
     block_scaled: dict[Literal["fp8"], GemmFit] = {}   # GEMMs with 128-element block scales (serving's fp8 checkpoints)
     grouped_gemm: dict[GroupedPrecision, GroupedGemmFit] = {}  # measured MoE expert GEMMs by precision
     attention: AttentionFits | None = None     # measured attention kernel costs
+    # Without decode attention fits: the decode attention kernel's measured share of the dense peak
+    # at its compute-bound best, by precision (one published measurement, no shape-aware fit).
+    decode_attention_fraction: dict[Precision, Fraction] = {}
     dispatch: DispatchFit | None = None        # measured MoE dispatch / combine (DeepEP low-latency, normal)
 
 

@@ -70,6 +70,7 @@ class Machine:
     step_error: float = 0.0               # relative error of the whole step left after the parts' errors
     serving_error: float = 0.0            # held-out error of serving predictions: a serving range's least half-width
     serving_kernels: Kernels | None = None  # the same kernels at the serving fits' own rates (no framework factor)
+    decode_attention_fraction: dict[str, float] | None = None   # one measurement, where no decode fit exists
 
     def for_serving(self) -> "Machine":
         """The machine as a serving engine runs it: GEMMs and attention at the rates fitted on
@@ -216,6 +217,13 @@ class Machine:
         """The 16-bit format this device computes in: bf16, or fp16 where it has no bf16 (Volta)."""
         return "fp16" if not self.supports("bf16") and self.supports("fp16") else "bf16"
 
+    def decode_attention_flops(self, precision: str) -> float:
+        """Achievable FLOP/s of a roofline decode attention core (a device without decode attention
+        fits): the measured decode kernel's share of the peak where the calibration gives one
+        (decode_attention_fraction), else the large-GEMM rate."""
+        fraction = (self.decode_attention_fraction or {}).get(precision)
+        return fraction * self.peak_flops[precision] if fraction else self.flops(precision)
+
     @property
     def overlaps_tp_communication(self) -> bool:
         """Whether TP all-gathers and reduce-scatters can run under the GEMMs (Megatron's
@@ -333,6 +341,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
         unpriced=dict(system.unpriced),
         scale_up_domain=domain, **{f.name: getattr(training, f.name) for f in fields(Kernels)},
         serving_kernels=serving, grouped_kernels=grouped, block_kernels=block,
+        decode_attention_fraction=dict(cal.decode_attention_fraction),
         gemm_error=max([f.held_out_mape for f in cal.gemm.values()] or [constants.get("unfitted-gemm-error", 0.0)]),
         step_error=constants.get("framework-fit-error" if cal.gemm else "unmeasured-kernels-error", 0.0),
         serving_error=constants.get("serving-error" if cal.gemm else "unmeasured-serving-error", 0.0),

@@ -176,7 +176,9 @@ def constants_from(machine: Machine, spec=None, serving: bool = False) -> dict:
     MoE ``spec`` those of its expert exchange (serving an MLA model uses the MLA module fit;
     serving's exchange DeepEP's kernel fits, training's the all-to-all of the collectives)."""
     mla = serving and spec is not None and spec.mla is not None and bool(machine.mla_attention)
-    attention = "roofline" if not machine.attention_kernels else "fitted (MLA on measured modules)" if mla else "fitted"
+    measured = "roofline (decode at one measured kernel's rate)" if serving and machine.decode_attention_fraction \
+        else "roofline"
+    attention = measured if not machine.attention_kernels else "fitted (MLA on measured modules)" if mla else "fitted"
     found = {"gemm": _source(machine), "attention": attention,
              "collectives": "fitted" if machine.topology.fitted else "datasheet"}
     if spec is not None and spec.moe:
@@ -217,7 +219,8 @@ def unmeasured_caveat(machine: Machine, serving: bool = False) -> str | None:
             f"({'one large-GEMM measurement' if measured else 'the default fraction for a device without one'}"
             f"{'' if serving else ' times the framework efficiency fitted on NVIDIA A100 runs'}, no shape-aware fit)") \
         if precision else "GEMMs by roofline"
-    attention = "attention by roofline" if not machine.attention_kernels else "attention fitted"
+    attention = "attention fitted" if machine.attention_kernels else "attention by roofline" + (
+        " (decode at one measured kernel's rate)" if serving and machine.decode_attention_fraction else "")
     collectives = "collectives by the link model" if machine.topology.fitted is None else "collectives fitted"
     return (f"{machine.accelerator.name} has no measured kernels: {gemm}, {attention}, {collectives}; the range "
             f"adds +-{machine.step_error:.1%} of the step (the error measured with the fits removed on NVIDIA "

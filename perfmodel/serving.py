@@ -279,6 +279,9 @@ def _pass(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local,
               kv_bytes=q.kv_bytes)
     kernels = (inst.kernel, machine.attention_kernel(q.kv if decode else q.attention_precision(machine.supports),
                                                      decode, latent=spec.mla is not None))
+    if decode and kernels[1] is None:    # a roofline decode core: at its measured rate where one is given
+        inst = replace(inst, rates=dict(inst.rates, attention=machine.decode_attention_flops(
+            q.attention_precision(machine.supports))))
     parts = [ops_time(layer_ops(spec, tokens_local, context, lay, **kw), inst.rates, bw, *kernels, with_backward=False)
              .scaled(inst.layers * (1 - inst.moe_frac))] if spec.dense_layers else []
     # The router and the head run in 16 bits whatever the weights' format (Layout.sixteen_bit_params_per_device).

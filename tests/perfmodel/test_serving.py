@@ -180,3 +180,24 @@ def test_one_evaluation_for_every_place_equals_one_estimate_per_place(db):
                         np.testing.assert_array_equal(x, y)
                 elif f.name != "quant":
                     np.testing.assert_array_equal(a, b)
+
+
+def test_a_measured_decode_attention_rate_prices_a_roofline_decode_core(db):
+    """Ascend has no decode attention fit, only one published kernel measurement (AMLA: 82% of the BF16
+    peak, calibration ascend-910c-measured): its decode attention core runs at that rate, where it is
+    compute-bound, instead of the unmeasured large-GEMM floor; its prefill and its GEMMs keep the floor."""
+    from dataclasses import replace
+
+    spec = find_model("deepseek-v3")
+    machine = build_machine(db, "cloudmatrix384-die", 32)
+    assert machine.decode_attention_fraction == {"bf16": 0.816}
+    assert machine.decode_attention_flops("bf16") == pytest.approx(0.816 * machine.peak_flops["bf16"], rel=1e-12)
+    plan = ServePlan(tp=1, ep=32, dp_attention=32, batch=32 * 96, weight_precision="int8", activation_precision="a8")
+    work = ServeWorkload(4096, 1)
+    measured = estimate_serving(spec, machine, plan, work)
+    floor = estimate_serving(spec, replace(machine, decode_attention_fraction={}), plan, work)
+    ratio = float(floor.decode_operator_times["attention core"] / measured.decode_operator_times["attention core"])
+    assert ratio == pytest.approx(0.816 * machine.peak_flops["bf16"] / machine.for_serving().flops("bf16"), rel=1e-6)
+    for phase in ("prefill_operator_times", "decode_operator_times"):
+        same = [k for k in getattr(measured, phase) if not (phase.startswith("decode") and k == "attention core")]
+        assert all(float(getattr(measured, phase)[k]) == float(getattr(floor, phase)[k]) for k in same)
