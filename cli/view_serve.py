@@ -172,8 +172,8 @@ def plan_serve(db, request, output) -> None:
                   style="bold", markup=False)
     best = answer
     console.print(f"recommended deployment: {best.mode}" + ("" if answer is result.best else
-                  f" (the optimum, {_deployment_line(result.best, options.objective)}, runs on no framework as "
-                  "written)"), style="bold")
+                  f", {_deployment_line(answer, options.objective)} (the optimum, "
+                  f"{_deployment_line(result.best, options.objective)}, runs on no framework as written)"), style="bold")
     for p in best.pools:
         console.print(kv_table(
             f"{p.role} pool: {_pools_fleet(db, [p])} as {p.instances:,} instance{'s' if p.instances > 1 else ''} "
