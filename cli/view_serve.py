@@ -111,6 +111,18 @@ def _deployments_table(title: str, deployments: list, ties: list[bool] | None = 
     return table
 
 
+def _capacity(result, demand) -> dict | None:
+    """--objective throughput: the rate the fleet carries (and the one it does not) with the tokens per
+    second per device of the deployment that carries it; None for the other objectives."""
+    if result.capacity is None:
+        return None
+    carried, not_carried = result.capacity
+    devices = result.best.devices
+    return {"requests_per_s": carried, "requests_per_s_not_carried": not_carried,
+            "output_tokens_per_s_per_device": carried * demand.output_len.mean / devices,
+            "prompt_tokens_per_s_per_device": carried * demand.input_len.mean / devices}
+
+
 def _range(value, error) -> str:
     """' (p90 range low-high)' of a predicted latency and its relative error, or '' without one."""
     if value is None or not error:
@@ -153,6 +165,9 @@ def plan_serve(db, request, output) -> None:
            "top_ties": [i for i, t in enumerate(serving_ties(result.best, result.top, options.objective)) if t],
            **({"pareto": [_deployment_json(d) for d in result.pareto]} if pareto else {}),
            "pricing": options.pricing, "cost_basis": bases, "quantization": remark, "evidence": evidence}
+    capacity = _capacity(result, demand)
+    if capacity:
+        doc["capacity"] = capacity
     if planning.baseline is not None:
         doc["baseline"] = {**_serve_baseline(request.baseline, planning.baseline, result.best),
                            "objective": options.objective}
@@ -166,10 +181,17 @@ def plan_serve(db, request, output) -> None:
         return
     slo = ", ".join(f"{k.replace('_', ' ')} {ms_text(getattr(demand, k))}" for k in ("ttft_p50", "ttft_p90", "tpot_p50",
                                                                               "tpot_p90") if getattr(demand, k))
-    console.print(f"{spec.display_name or spec.name}: {demand.rate:,.3g} requests/s, prompts {demand.input_len.mean:,.0f} "
+    rate = "the most requests/s" if capacity else f"{demand.rate:,.3g} requests/s"
+    console.print(f"{spec.display_name or spec.name}: {rate}, prompts {demand.input_len.mean:,.0f} "
                   f"tokens (p90 {demand.input_len.p90:,.0f}), outputs {demand.output_len.mean:,.0f} (p90 "
                   f"{demand.output_len.p90:,.0f}); targets: {slo}; objective: {options.objective}",
                   style="bold", markup=False)
+    if capacity:
+        console.print(f"capacity: {capacity['requests_per_s']:,.4g} requests/s on at most {options.max_devices:,} "
+                      f"devices within the targets ({capacity['requests_per_s_not_carried']:,.4g} are not carried): "
+                      f"{capacity['output_tokens_per_s_per_device']:,.0f} output and "
+                      f"{capacity['prompt_tokens_per_s_per_device']:,.0f} prompt tokens/s per device of the "
+                      f"{result.best.devices:,} it uses", style="bold", markup=False)
     best = answer
     console.print(f"recommended deployment: {best.mode}" + ("" if answer is result.best else
                   f", {_deployment_line(answer, options.objective)} (the optimum, "
@@ -240,7 +262,8 @@ def plan_serve(db, request, output) -> None:
 def _deployment_line(d, objective: str) -> str:
     """A deployment's objective in a few words: ``$31.9 per hour``, ``22.3 s latency``."""
     return {"cost": lambda: f"{usd_text(d.usd_per_hour)} per hour", "energy": lambda: f"{watts(d.power_w)}",
-            "devices": lambda: f"{d.devices:,} devices", "latency": lambda: f"{ms_text(d.latency_s)} latency"}[objective]()
+            "devices": lambda: f"{d.devices:,} devices", "latency": lambda: f"{ms_text(d.latency_s)} latency",
+            "throughput": lambda: f"{d.devices:,} devices"}[objective]()
 
 
 def place_experts(db, request, output) -> None:

@@ -247,7 +247,9 @@ class PlanServeRequest:
     tpot_p50_ms: float | None = option(None, "Time-per-output-token target at p50, ms.")
     tpot_p90_ms: float | None = option(50.0, "Time-per-output-token target at p90, ms.")
     objective: str | None = option(None, "What to minimise (default: cost where the systems have prices, else "
-                                         "energy; latency: the fastest deployment on --max-devices).",
+                                         "energy; latency: the fastest deployment on --max-devices; throughput: "
+                                         "the most requests per second --max-devices carry within the targets, "
+                                         "from --rate up or down).",
                                    choices=SERVE_OBJECTIVES)
     budget_usd_per_hour: float | None = option(None, "Largest fleet cost, USD per hour.")
     pricing: str = option("cloud", PRICING_HELP, choices=PRICING)
@@ -347,6 +349,12 @@ class PlanServeRequest:
         objective = self.objective
         if objective == "latency" and self.max_devices is None:
             raise SpecError("--objective latency needs --max-devices: the fleet to find the fastest deployment on")
+        if objective == "throughput":
+            if self.max_devices is None:
+                raise SpecError("--objective throughput needs --max-devices: the fleet whose capacity it finds")
+            if self.baseline or self.power_cap_w is not None:
+                raise SpecError("--objective throughput takes neither --baseline nor --power-cap-w: each compares "
+                                "fleets at one rate")
         if objective is None:
             import numpy as np
 

@@ -106,6 +106,8 @@ class ServeSearchResult:
     pareto: list[Deployment]
     evidence: ServeEvidence
     closest: str = ""
+    # --objective throughput: (requests/s the fleet carries, requests/s it does not), best at the first
+    capacity: tuple[float, float] | None = None
 
 
 # --- queueing -----------------------------------------------------------------------------------
@@ -130,6 +132,8 @@ def search_serving(spec: TransformerSpec, db: Database, systems: list[str], dema
             raise UnknownNameError("mode", mode, MODES)
     if not demand.rate > 0:
         raise SpecError(f"the request rate needs to be positive, has {demand.rate:g}")
+    if options.objective == "throughput":
+        return _capacity(spec, db, systems, demand, options, progress)
     started = time.perf_counter()
     slo = slo_of(demand)
     pools = pool_options(spec, db, systems, demand, options, progress)
@@ -168,6 +172,60 @@ def search_serving(spec: TransformerSpec, db: Database, systems: list[str], dema
     to_deployment = lambda s: _deployment(instance, s, demand)  # noqa: E731
     return ServeSearchResult(best=to_deployment(best), top=[to_deployment(s) for s in listed["top"]],
                              pareto=[to_deployment(s) for s in listed["pareto"]], evidence=evidence)
+
+
+# --objective throughput: the bracket's relative width, the smallest rate tried, the most searches run.
+CAPACITY_TOLERANCE, CAPACITY_FLOOR, CAPACITY_SEARCHES = 0.01, 1e-4, 60
+
+
+def _capacity(spec, db: Database, systems: list[str], demand: Demand, options: ServeSearchOptions,
+              progress=None) -> ServeSearchResult:
+    """``--objective throughput``: the most requests per second a fleet within the limits
+    (``options.max_devices``, budget, power) carries within the latency targets. A deployment that
+    carries a rate carries every lower one (an M/M/c queue's wait, a colocated instance's time
+    sharing and the decode slots Little's law asks for all grow with the load), so the rates
+    carried form an interval from 0. Its end is bracketed from ``demand.rate`` (doubling or
+    halving) and then bisected geometrically to CAPACITY_TOLERANCE, each rate decided by the
+    serving search itself (objective devices: its checked optimum, or none); the result is that
+    search's at the bracket's carried end, with ``capacity`` = (carried, not carried)."""
+    searches = 0
+
+    def carried(rate: float) -> ServeSearchResult:
+        nonlocal searches
+        searches += 1
+        return search_serving(spec, db, systems, replace(demand, rate=rate), replace(options, objective="devices"),
+                              progress if searches == 1 else None)
+
+    low, high, found = 0.0, math.inf, None
+    result = carried(demand.rate)
+    if result.best is not None:
+        low, found = demand.rate, result
+        while math.isinf(high) and searches < CAPACITY_SEARCHES:
+            result = carried(2.0 * low)
+            if result.best is not None:
+                low, found = 2.0 * low, result
+            else:
+                high = 2.0 * low
+    else:
+        high, last = demand.rate, result
+        while found is None and high / 2.0 >= CAPACITY_FLOOR and searches < CAPACITY_SEARCHES:
+            result = carried(high / 2.0)
+            if result.best is not None:
+                low, found = high / 2.0, result
+            else:
+                high, last = high / 2.0, result
+        if found is None:   # not even the smallest rate tried: what binds there
+            return replace(last, closest=f"not even {high:.3g} requests/s is carried; {last.closest}")
+    while high / low - 1.0 > CAPACITY_TOLERANCE and searches < CAPACITY_SEARCHES:
+        middle = math.sqrt(low * high)
+        result = carried(middle)
+        if result.best is not None:
+            low, found = middle, result
+        else:
+            high = middle
+    found.evidence.solver = (f"bisection over the request rate ({searches} serving searches): {low:.4g} requests/s "
+                             f"carried, {high:.4g} not; at the carried rate, {found.evidence.solver}")
+    return replace(found, capacity=(low, high))
 
 
 def _fastest(spec, demand: Demand, pools: PoolOptions, options: ServeSearchOptions, started: float
@@ -362,10 +420,12 @@ def _binding_limits(instance: FleetInstance) -> str:
     """Which limit excludes every fleet that meets the SLOs, by how much, and what would relax it:
     each given limit against the best any fleet reaches on that measure with no limits at all."""
     free = replace(instance, max_devices=None, power_cap_w=None, budget_usd_per_hour=None)
+    fewest = fleet.solve(replace(free, objective="devices"))
+    if fewest is None:    # no fleet meets the targets with no limit at all: the targets bind, not a limit
+        return ""
     parts = []
     if instance.max_devices is not None:
-        fewest = fleet.solve(replace(free, objective="devices"))
-        if fewest is not None and fleet.totals(free, fewest).devices > instance.max_devices:
+        if fleet.totals(free, fewest).devices > instance.max_devices:
             n = fleet.totals(free, fewest).devices
             parts.append(f"the device limit binds: the smallest fleet meeting the targets needs at least {n:,} "
                          f"devices, --max-devices allows {instance.max_devices:,}; raise it to {n:,}")
@@ -461,7 +521,9 @@ def deployment_error(d) -> float:
 def serving_ties(best, deployments: list, objective: str) -> list[bool]:
     """Whether each deployment's objective range (+- its prediction error) overlaps the best's."""
     def value(d):
-        v = {"cost": d.usd_per_hour, "energy": d.power_w, "devices": d.devices, "latency": d.latency_s}[objective]
+        # At the rate a fleet carries (--objective throughput) deployments compete on their devices.
+        v = {"cost": d.usd_per_hour, "energy": d.power_w, "devices": d.devices, "latency": d.latency_s,
+             "throughput": d.devices}[objective]
         return float("inf") if v is None else float(v)
     high = value(best) * (1.0 + deployment_error(best))
     return [d != best and value(d) * (1.0 - deployment_error(d)) <= high for d in deployments]

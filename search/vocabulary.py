@@ -5,7 +5,7 @@ imports nothing, so both reach it without loading the searches (or numpy).
 """
 
 TRAIN_OBJECTIVES = ("time", "cost", "energy", "devices")
-SERVE_OBJECTIVES = ("cost", "energy", "devices", "latency")
+SERVE_OBJECTIVES = ("cost", "energy", "devices", "latency", "throughput")
 SERVE_MODES = ("colocated", "disaggregated")
 
 # Sharding families the search may combine with each ZeRO stage (perfmodel.sharding):

@@ -213,6 +213,42 @@ def test_latency_objective_needs_a_fleet():
     assert main(["plan", "serve", "--objective", "latency"]) == 2
 
 
+# --- the most requests a given fleet carries (--objective throughput) --------------------------------
+
+@pytest.mark.parametrize("start, max_devices", [(1.0, 8), (400.0, 8), (5.0, 16)])
+def test_capacity_brackets_the_rate_the_fleet_carries(db, start, max_devices):
+    """--objective throughput: the serving search finds a deployment within the fleet at the carried rate
+    and none at the rate not carried, the two within 1% of each other, whether the bisection starts
+    below the capacity or above it; the result is that search's deployment at the carried rate."""
+    spec = find_model("llama-3.1-8b")
+    demand = Demand(rate=start, input_len=Lengths.of(2048), output_len=Lengths.of(256), ttft_p90=1.0, tpot_p90=0.05)
+    options = ServeSearchOptions(**{**vars(SMALL), "objective": "throughput", "max_devices": max_devices})
+    result = search_serving(spec, db, ["dgx-h100"], demand, options)
+    carried, not_carried = result.capacity
+    assert carried < not_carried <= carried * 1.01 + 1e-12
+    devices = ServeSearchOptions(**{**vars(SMALL), "objective": "devices", "max_devices": max_devices})
+    at = {rate: search_serving(spec, db, ["dgx-h100"], Demand(**{**vars(demand), "rate": rate}), devices)
+          for rate in (carried, not_carried)}
+    assert at[carried].best is not None and at[carried].best.devices <= max_devices
+    assert at[not_carried].best is None
+    assert result.best.devices == at[carried].best.devices and result.best.pools[0].requests_per_s == carried
+
+
+def test_a_larger_fleet_carries_at_least_as_much(db):
+    spec = find_model("llama-3.1-8b")
+    demand = Demand(rate=10.0, input_len=Lengths.of(2048), output_len=Lengths.of(256), ttft_p90=1.0, tpot_p90=0.05)
+    carried = [search_serving(spec, db, ["dgx-h100"], demand, ServeSearchOptions(
+        **{**vars(SMALL), "objective": "throughput", "max_devices": n})).capacity[0] for n in (4, 8, 16)]
+    assert carried[0] <= carried[1] * 1.01 and carried[1] <= carried[2] * 1.01 and carried[2] > carried[0]
+
+
+def test_throughput_objective_needs_a_fleet_and_compares_no_fleets():
+    from perfmodel.cli.app import main
+
+    assert main(["plan", "serve", "--objective", "throughput"]) == 2
+    assert main(["plan", "serve", "--objective", "throughput", "--max-devices", "8", "--baseline", "tp-node"]) == 2
+
+
 @pytest.mark.parametrize("owned, limits", [((("dgx-a100", 8, 0.0),), ()), ((("dgx-a100", 16, 5000.0),), ()),
                                            ((), (("dgx-h100", 8),)), ((("dgx-a100", 4, 0.0),), (("dgx-h100", 16),))])
 def test_owned_devices_and_kind_limits_match_brute_force(db, owned, limits):
