@@ -118,9 +118,15 @@ def _capacity(result, demand) -> dict | None:
         return None
     carried, not_carried = result.capacity
     devices = result.best.devices
-    return {"requests_per_s": carried, "requests_per_s_not_carried": not_carried,
-            "output_tokens_per_s_per_device": carried * demand.output_len.mean / devices,
-            "prompt_tokens_per_s_per_device": carried * demand.input_len.mean / devices}
+    out = {"requests_per_s": carried, "requests_per_s_not_carried": not_carried,
+           "output_tokens_per_s_per_device": carried * demand.output_len.mean / devices,
+           "prompt_tokens_per_s_per_device": carried * demand.input_len.mean / devices}
+    pools = {p.role: p.devices for p in result.best.pools}
+    if "decode" in pools:   # disaggregated: each pool's own rate, as CloudMatrix and SGLang report theirs
+        out.update({"prefilled_tokens_per_s_per_prefill_device":
+                    carried * demand.input_len.mean * (1.0 - demand.cached_share) / pools["prefill"],
+                    "output_tokens_per_s_per_decode_device": carried * demand.output_len.mean / pools["decode"]})
+    return out
 
 
 def _range(value, error) -> str:
@@ -191,7 +197,10 @@ def plan_serve(db, request, output) -> None:
                       f"devices within the targets ({capacity['requests_per_s_not_carried']:,.4g} are not carried): "
                       f"{capacity['output_tokens_per_s_per_device']:,.0f} output and "
                       f"{capacity['prompt_tokens_per_s_per_device']:,.0f} prompt tokens/s per device of the "
-                      f"{result.best.devices:,} it uses", style="bold", markup=False)
+                      f"{result.best.devices:,} it uses" + (
+                          f"; {capacity['prefilled_tokens_per_s_per_prefill_device']:,.0f} prefilled per prefill "
+                          f"device, {capacity['output_tokens_per_s_per_decode_device']:,.0f} output per decode device"
+                          if "output_tokens_per_s_per_decode_device" in capacity else ""), style="bold", markup=False)
     best = answer
     console.print(f"recommended deployment: {best.mode}" + ("" if answer is result.best else
                   f", {_deployment_line(answer, options.objective)} (the optimum, "

@@ -242,6 +242,27 @@ def test_a_larger_fleet_carries_at_least_as_much(db):
     assert carried[0] <= carried[1] * 1.01 and carried[1] <= carried[2] * 1.01 and carried[2] > carried[0]
 
 
+def test_capacity_per_device_and_per_pool_account_for_every_token(capsys):
+    """The JSON capacity block: tokens per second per device over the fleet, and for a disaggregated fleet
+    per prefill and per decode device, each times its devices giving the carried rate's tokens."""
+    import json
+
+    from perfmodel.cli.app import main
+
+    argv = ["plan", "serve", "--model", "deepseek-v3", "--system", "hgx-h200", "--max-devices", "16", "--objective",
+            "throughput", "--input-len", "2048", "--output-len", "512", "--json"]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    cap, best = doc["capacity"], doc["best"]
+    pools = {p["role"]: p["devices"] for p in best["pools"]}
+    rate = cap["requests_per_s"]
+    assert cap["output_tokens_per_s_per_device"] * best["devices"] == pytest.approx(rate * 512, rel=1e-12)
+    assert cap["prompt_tokens_per_s_per_device"] * best["devices"] == pytest.approx(rate * 2048, rel=1e-12)
+    assert "decode" in pools
+    assert cap["output_tokens_per_s_per_decode_device"] * pools["decode"] == pytest.approx(rate * 512, rel=1e-12)
+    assert cap["prefilled_tokens_per_s_per_prefill_device"] * pools["prefill"] == pytest.approx(rate * 2048, rel=1e-12)
+
+
 def test_throughput_objective_needs_a_fleet_and_compares_no_fleets():
     from perfmodel.cli.app import main
 
