@@ -51,7 +51,8 @@ def estimate_serve(spec, machine, plan, work, output=None, model_ref: str | None
     from .options import EstimateOutput
 
     output = output or EstimateOutput()
-    result = estimate_serving(spec, machine, plan, work)
+    result = estimate_serving(spec, machine, plan, work,
+                              ("prefill", "decode", "mixed") if plan.chunk_tokens else ("prefill", "decode"))
     check_feasible(result, machine)
     report = serve_report(result, machine, spec)
     doc = {"model": spec.name, "system": machine.system.name, "devices": machine.devices,
@@ -90,6 +91,12 @@ def _estimate_serve_tables(spec, machine, plan, work, report, db=None) -> None:
              f"{watts(report['prefill_power_per_device_w'])} / {watts(report['power_per_device_w'])}"),
             ("energy per output token (with PUE)", joules(report["energy_per_token_j"])),
             ("cost per million output tokens", usd_text(report["cost_per_million_tokens_usd"]))]
+    if "mixed_steps" in report:
+        mixed = report["mixed_steps"]
+        rows.insert(2, ("prompts as chunks in decode steps",
+                        f"each step at full batch carries {fmt(mixed['chunk_prompt_tokens'])} prompt tokens per "
+                        f"attention rank and takes {seconds_text(mixed['mixed_step_s'])}; a prompt's first token "
+                        f"after its chunks: {seconds_text(mixed['ttft_s'])} (unloaded; plan serve adds the load)"))
     if plan.power_cap_w is not None:
         from perfmodel.report import oversubscription
 

@@ -27,7 +27,8 @@ def _serve_command(model_ref: str, pool, demand, options) -> str:
         kv_precision=c["kv_precision"], kv_place="hbm" if prefill else c["kv_place"],
         weight_place=c.get("weight_place", "hbm"), mtp_draft_tokens=options.mtp_draft_tokens,
         mtp_acceptance=options.mtp_acceptance, pricing=options.pricing,
-        price=price_flags(options), expert_balance=options.expert_balance)
+        price=price_flags(options), expert_balance=options.expert_balance,
+        chunk_tokens=c.get("chunk_tokens", 0) if pool.role == "colocated" else 0)
     return command(request)
 
 
@@ -84,7 +85,8 @@ def _config_text(c: dict) -> str:
             + (f" dpa{c['dp_attention']}" if c["dp_attention"] > 1 else "")
             + f" batch {c['batch']} W:{c['weight_precision']} A:{c['activation_precision']} KV:{c['kv_precision']}")
     return text + (f" (KV in {c['kv_place']})" if c["kv_place"] != "hbm" else "") + (
-        f" (weights streamed from {c['weight_place']})" if c.get("weight_place", "hbm") != "hbm" else "")
+        f" (weights streamed from {c['weight_place']})" if c.get("weight_place", "hbm") != "hbm" else "") + (
+        f", prompts in chunks: {c['chunk_tokens']:,} tokens per step" if c.get("chunk_tokens") else "")
 
 
 def _deployment_json(d) -> dict:

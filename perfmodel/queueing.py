@@ -4,9 +4,18 @@ Prompts arrive as a Poisson stream and each attention rank of a prefill-serving 
 server with exponential service, so the wait is that of an M/M/c queue (Erlang C; Kleinrock,
 Queueing Systems Vol. 1, Sec. 3.5): P(W > t) = C(c, a) exp(-(c mu - lambda) t). Time to first
 token at quantile q is the service time at that quantile's prompt length plus the wait quantile.
-Decode slots must hold every sequence in flight (Little's law: lambda x time in decode). A
-colocated instance shares its time between prefill and decode steps (chunked prefill): decode steps
-stretch by 1 / (1 - prefill share), prefill servers slow by 1 / (1 - decode share).
+Decode slots must hold every sequence in flight (Little's law: lambda x time in decode).
+
+A colocated instance runs its prompts in one of two ways (``mixed``, per configuration):
+- in batches of their own, between decode steps (SGLang's default): decode steps stretch by
+  1 / (1 - prefill share), prefill servers slow by 1 / (1 - decode share);
+- as chunks inside the decode steps (mixed batches: vLLM's and TensorRT-LLM's in-flight batching;
+  Agrawal et al., Sarathi-Serve, OSDI 2024): each attention rank's iteration carries its decode
+  batch and up to a chunk of prompt tokens. The prompt lane is one server per attention rank whose
+  service is a prompt's chunks, new tokens / chunk x the mixed step T_m; its load u = lambda_rank x
+  that service. Iterations carrying a chunk make up a share rho = u T / T_m of them, so the mean
+  step is T = T_d + rho (T_m - T_d), i.e. T = T_d / (1 - u (1 - T_d / T_m)), T_d the decode-only
+  step: TPOT; a prompt's first token comes after its chunks, at least one mixed step.
 """
 
 from __future__ import annotations
@@ -118,32 +127,48 @@ def wait_quantile(servers, service_s, rate, q):
 
 
 def pool_shares(role: str, instances, rate: float, output_mean: float, batch, servers_per_instance, prefill_s50,
-                tpot50):
+                tpot50, mixed50=0.0):
     """(decode share, prefill share) of each instance's time when ``instances`` instances in
     ``role`` carry ``rate`` requests/s: its decode steps at full batch and its prompts, one per
     attention rank at a time. Both fall as 1 / instances, so a pool's load is K / n, K its load
-    on one instance (a pool needs n > K to be stable)."""
+    on one instance (a pool needs n > K to be stable). A colocated instance that mixes prompt
+    chunks into its decode steps (``mixed50`` > 0, its mixed step) spends no time on decode steps
+    of their own: its prefill share is the prompt lane's load (``prefill_s50``: a prompt's chunks)."""
     per_instance = rate / np.asarray(instances, dtype=float)
     decode_tokens_per_s = batch / np.maximum(tpot50, 1e-12)
     decode_share = per_instance * output_mean / decode_tokens_per_s if role != "prefill" else 0.0
+    if role == "colocated":
+        decode_share = np.where(np.asarray(mixed50) > 0, 0.0, decode_share)
     prefill_share = per_instance * prefill_s50 / servers_per_instance if role != "decode" else 0.0
     return decode_share, prefill_share
 
 
 def pool_latencies(role: str, instances, rate: float, output_mean: float, batch, servers_per_instance,
-                   prefill_s50, prefill_s90, tpot50, tpot90, quantiles=(0.5, 0.9)):
+                   prefill_s50, prefill_s90, tpot50, tpot90, quantiles=(0.5, 0.9), mixed50=0.0, mixed90=0.0):
     """(TTFT by quantile, TPOT p50, TPOT p90, utilization, sequences in flight per instance) of
     ``instances`` instances in ``role`` ("prefill", "decode" or "colocated") carrying ``rate``
-    requests/s. Vectorized over configurations and counts."""
+    requests/s. Vectorized over configurations and counts. ``mixed50``/``mixed90`` (> 0 where a
+    colocated configuration mixes prompt chunks into its decode steps): the mixed step per token
+    emitted at the p50 and p90 contexts; ``prefill_s50``/``prefill_s90`` are then a prompt's chunks."""
     n = np.asarray(instances, dtype=float)
     per_instance = rate / n
     decode_share, prefill_share = pool_shares(role, n, rate, output_mean, batch, servers_per_instance, prefill_s50,
-                                              tpot50)
+                                              tpot50, mixed50)
     stretch_prefill = 1.0 / np.maximum(1.0 - decode_share, 1e-9) if role == "colocated" else 1.0
     stretch_decode = 1.0 / np.maximum(1.0 - prefill_share, 1e-9) if role == "colocated" else 1.0
+    floor = {0.5: 0.0, 0.9: 0.0}
+    if role == "colocated" and np.any(np.asarray(mixed50) > 0):
+        mixed = np.asarray(mixed50) > 0
+        # Mixed batches: each step carries a chunk with probability rho (module docstring).
+        saving = 1.0 - np.asarray(tpot50) / np.where(mixed, mixed50, 1.0)
+        stretch_decode = np.where(mixed, 1.0 / np.maximum(1.0 - prefill_share * saving, 1e-9), stretch_decode)
+        floor = {0.5: np.where(mixed, mixed50, 0.0), 0.9: np.where(mixed, mixed90, 0.0)}
     servers = n * servers_per_instance
-    # The prompt's service at the quantile's length: known at p50 and p90 (a higher quantile takes p90's).
-    service = {q: (prefill_s90 if q >= 0.9 else prefill_s50) * stretch_prefill for q in quantiles}
+    # The prompt's service at the quantile's length: known at p50 and p90 (a higher quantile takes p90's);
+    # in mixed batches at least the one step that emits the first token.
+    service = {q: np.maximum((prefill_s90 if q >= 0.9 else prefill_s50) * stretch_prefill, floor[0.9 if q >= 0.9
+                                                                                                  else 0.5])
+               for q in quantiles}
     if role != "decode":
         waits = wait_quantile(servers, prefill_s50 * stretch_prefill, rate, tuple(quantiles))
         ttft = {q: service[q] + waits[q] for q in quantiles}

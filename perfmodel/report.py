@@ -130,6 +130,9 @@ def serve_report(result: ServeResult, machine: Machine, spec=None) -> dict[str, 
         "clock_share": {"prefill": _f(result.prefill_clock), "decode": _f(result.decode_clock)},
         "energy_per_token_j": _f(result.energy_per_token_j),
         "cost_per_million_tokens_usd": _f(result.cost_per_million_tokens_usd), "cost_basis": cost_basis(machine),
+        **({"mixed_steps": {"chunk_prompt_tokens": _f(result.chunk_prompt_tokens),
+                            "mixed_step_s": _f(result.mixed_step_s), "ttft_s": _f(result.chunked_ttft_s)}}
+           if _f(result.mixed_step_s) > 0 else {}),
     }
 
 

@@ -273,6 +273,9 @@ class ServeRequest:
                                              "the highest clock the limit allows.")
     mtp_draft_tokens: int = option(0, "Multi-token prediction: draft tokens per step (0-16).")
     mtp_acceptance: float = option(0.0, "Share of draft tokens accepted (0-1).")
+    chunk_tokens: int = option(0, "Prompts as chunks inside the decode steps: tokens per iteration and attention rank "
+                                  "(its decode batch and prompt tokens; vLLM's --max-num-batched-tokens); 0: prompts "
+                                  "in batches of their own.")
     overlap: str = option("framework", "MoE exchange: framework (two micro-batches, one's all-to-all under the "
                                        "other's compute, where that pays) or none (every exchange exposed: the "
                                        "raw all-to-all time).", choices=("none", "framework"))
@@ -315,7 +318,14 @@ class ServeRequest:
                          power_cap_w=self.power_cap_w,
                          mtp_draft_tokens=self.mtp_draft_tokens, mtp_acceptance=self.mtp_acceptance,
                          overlap_comm=self.overlap != "none", moe_imbalance=imbalance,
-                         expert_balance=self.expert_balance)
+                         expert_balance=self.expert_balance, chunk_tokens=self.chunk_tokens)
+        if not 0 <= self.chunk_tokens <= 1 << 20:
+            raise SpecError(f"--chunk-tokens needs 0 to 1,048,576, has {self.chunk_tokens}")
+        if self.chunk_tokens and self.pp > 1:
+            raise SpecError("--chunk-tokens models an instance without pipeline stages (--pp 1)")
+        if self.chunk_tokens and self.chunk_tokens <= self.batch // self.dp_attention * (1 + self.mtp_draft_tokens):
+            raise SpecError(f"--chunk-tokens {self.chunk_tokens:,} leaves no prompt tokens beside an attention rank's "
+                            f"decode batch of {self.batch // self.dp_attention * (1 + self.mtp_draft_tokens):,}")
         if not 0 <= self.cached_len < self.input_len:
             raise SpecError(f"--cached-len needs 0 to --input-len - 1 ({self.input_len - 1:,}), has {self.cached_len:,}")
         return spec, machine, plan, ServeWorkload(self.input_len, self.output_len, self.cached_len)

@@ -51,6 +51,8 @@ class ServePlan:
     power_cap_w: object = None        # per-device accelerator power limit (W); None: its TDP
     moe_imbalance: object = 0.0       # busiest over mean EP device load; 0: computed (expert_balance)
     expert_balance: str = "eplb"      # with moe_imbalance 0: "eplb", "none" or "balanced" (perfmodel.eplb.BALANCES)
+    chunk_tokens: object = 0          # tokens per iteration and attention rank when prompts ride in decode
+    #                                   steps as chunks (chunked prefill in mixed batches; pp 1); 0: separate
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,12 @@ class ServeResult:
     prefill_clock: np.ndarray = 1.0       # core clock share each phase runs at (below 1 under a power cap)
     expert_imbalance: dict = field(default_factory=dict)   # MoE: busiest over mean EP device, per phase
     decode_clock: np.ndarray = 1.0
+    # With chunk_tokens (the "mixed" phase): a decode step at full batch that also carries the
+    # iteration's prompt chunk (s, per token emitted, as TPOT), the prompt tokens it carries per
+    # attention rank, and an unloaded instance's TTFT: ceil(new prompt tokens / chunk) such steps.
+    mixed_step_s: np.ndarray = 0.0
+    chunk_prompt_tokens: np.ndarray = 0.0
+    chunked_ttft_s: np.ndarray = 0.0
 
 
 def distinct_experts(num_experts: int, top_k: int, tokens):
@@ -232,7 +240,7 @@ def _phase_skews(spec: TransformerSpec, machine: Machine, inst: Instance, tokens
     """Each phase's busiest over mean EP load (``_skew``) for its whole batch and, with ``overlap``, its
     half (else None): {phase: (whole, half)}, every phase's rows placed in one call, so that each EP
     degree's distinct token counts share one EPLB placement. Empty for a dense model."""
-    if not spec.moe:
+    if not spec.moe or not tokens:
         return {}
     shape = np.broadcast(*_instance_arrays(inst), *tokens.values()).shape
     n = int(np.prod(shape, dtype=int))
@@ -270,11 +278,11 @@ def _skew(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local)
     return out if out.ndim else float(out)
 
 
-def _pass(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local, context, decode: bool) -> tuple:
-    """(operator times, TP, EP and PP communication) of the last stage's layers over ``tokens_local``."""
-    inst = replace(inst, imbalance=_skew(spec, machine, inst, tokens_local))
-    lay, q, topo, h = inst.layout, inst.quant, machine.topology, spec.hidden_size
-    bw = machine.hbm_bytes_per_s
+def _stage_ops(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local, context, decode: bool,
+               keep=None) -> OpTimes:
+    """Operator times of the last stage's layers over ``tokens_local`` (the LM head apart); ``keep``
+    (an Op predicate) selects the operators timed, all by default."""
+    lay, q, bw = inst.layout, inst.quant, machine.hbm_bytes_per_s
     kw = dict(sp=True, weight_bytes=q.weight_bytes, act_bytes=q.activation_bytes, flash=True, decode=decode,
               kv_bytes=q.kv_bytes)
     kernels = (inst.kernel, machine.attention_kernel(q.kv if decode else q.attention_precision(machine.supports),
@@ -282,44 +290,80 @@ def _pass(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local,
     if decode and kernels[1] is None:    # a roofline decode core: at its measured rate where one is given
         inst = replace(inst, rates=dict(inst.rates, attention=machine.decode_attention_flops(
             q.attention_precision(machine.supports))))
-    parts = [ops_time(layer_ops(spec, tokens_local, context, lay, **kw), inst.rates, bw, *kernels, with_backward=False)
-             .scaled(inst.layers * (1 - inst.moe_frac))] if spec.dense_layers else []
-    # The router and the head run in 16 bits whatever the weights' format (Layout.sixteen_bit_params_per_device).
-    wide = (dict(inst.rates, gemm=machine.flops(machine.math16)), bw, machine.gemm_kernel(machine.math16))
+    kept = (lambda ops: ops) if keep is None else (lambda ops: [op for op in ops if keep(op)])
+    parts = [ops_time(kept(layer_ops(spec, tokens_local, context, lay, **kw)), inst.rates, bw, *kernels,
+                      with_backward=False).scaled(inst.layers * (1 - inst.moe_frac))] if spec.dense_layers else []
     if spec.moe:
+        # The router runs in 16 bits whatever the weights' format (Layout.sixteen_bit_params_per_device).
+        wide = (dict(inst.rates, gemm=machine.flops(machine.math16)), bw, machine.gemm_kernel(machine.math16))
         # Each of an EP rank's experts is hit with the same probability as any expert, by the
         # tokens of its expert data-parallel share of the stage.
         read = lay.expert_slots(spec) * distinct_experts(spec.moe.num_experts, spec.moe.top_k,
                                                           tokens_local * lay.dp / lay.edp) / spec.moe.num_experts
-        moe = layer_ops(spec, tokens_local, context, lay, moe_layer=True, imbalance=inst.imbalance, experts_read=read,
-                        router_bytes=2.0, **kw)
+        moe = kept(layer_ops(spec, tokens_local, context, lay, moe_layer=True, imbalance=inst.imbalance,
+                             experts_read=read, router_bytes=2.0, **kw))
         parts += [ops_time([op for op in moe if op.name != "router"], inst.rates, bw, *kernels, with_backward=False,
                            grouped=inst.grouped).scaled(inst.layers * inst.moe_frac),
                   ops_time([op for op in moe if op.name == "router"], *wide, with_backward=False)
                   .scaled(inst.layers * inst.moe_frac)]
-    # Logits of the last position only, on the last stage.
+    return merge(*parts)
+
+
+def _pass(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local, context, decode: bool,
+          chunk: tuple | None = None) -> tuple:
+    """(operator times, TP, EP and PP communication) of the last stage's layers over ``tokens_local``.
+
+    ``chunk`` = (tokens, context): a decode step that also carries that many prompt tokens, as an
+    engine's mixed batch does (chunked prefill; Agrawal et al., "Taming Throughput-Latency Tradeoff in
+    LLM Inference with Sarathi-Serve", OSDI 2024, Sec. 4): the weight GEMMs, norms, router and experts
+    run once over all the tokens (their weights read once), each attention core over its own tokens
+    (the decode tokens over their cached context with the decode kernel, the prompt chunk over its
+    prefix with the prefill kernel), and the expert exchange moves every token with the kernels the
+    engine is set up with, of DeepEP's low-latency and normal ones the faster. An MLA model's decode
+    tokens take the prompt's projections, not the absorbed ones (a difference of one small GEMM per head)."""
+    tokens_all = tokens_local if chunk is None else tokens_local + chunk[0]
+    inst = replace(inst, imbalance=_skew(spec, machine, inst, tokens_all))
+    lay, q, topo, h = inst.layout, inst.quant, machine.topology, spec.hidden_size
+    if chunk is None:
+        layers = _stage_ops(spec, machine, inst, tokens_local, context, decode)
+    else:
+        def linear(op):
+            return op.attention is None
+
+        def core(op):
+            return op.attention is not None
+        carries = np.asarray(chunk[0], dtype=float) > 0          # an iteration without prompt tokens launches no core
+        layers = merge(_stage_ops(spec, machine, inst, tokens_all, chunk[1], False, linear),
+                       _stage_ops(spec, machine, inst, tokens_local, context, True, core),
+                       _stage_ops(spec, machine, inst, chunk[0], chunk[1], False, core).scaled(carries))
+    # Logits of the last position only, on the last stage; the router and the head run in 16 bits.
+    wide = (dict(inst.rates, gemm=machine.flops(machine.math16)), machine.hbm_bytes_per_s,
+            machine.gemm_kernel(machine.math16))
     head = ops_time(lm_head_ops(spec, inst.local_batch, lay.tp, with_loss=False), *wide,
                     with_backward=False).scaled(1.0 / lay.pp)
-    ops = merge(*parts, head)
-    act = tokens_local * h * 2.0
+    ops = merge(layers, head)
+    act = tokens_all * h * 2.0
     tp = inst.layers * 2.0 * topo.all_reduce(act, lay.tp_group.stride, lay.tp_group.size)
     ep = 0.0
     if spec.moe:
-        rows, g = lay.expert_rows(tokens_local, 1) * inst.imbalance, lay.ep_group
+        rows, g = lay.expert_rows(tokens_all, 1) * inst.imbalance, lay.ep_group
         # The dispatch sends fp8 (with one fp32 scale per 128 values) under W8A8, else bf16; the
         # combine returns bf16 (DeepEP, both kernels).
         sent = h * q.activation_bytes + (h / 128.0 * 4.0 if q.activation_bytes == 1 else 0.0)
-        if decode:
-            # Low-latency kernels: each token-expert copy goes straight to its rank.
+
+        def low_latency():   # decode's kernels: each token-expert copy goes straight to its rank
             copies = rows * spec.moe.top_k
-            exchange = topo.expert_exchange("dispatch", copies, sent, g.stride, g.size) \
+            return topo.expert_exchange("dispatch", copies, sent, g.stride, g.size) \
                 + topo.expert_exchange("combine", copies, h * 2.0, g.stride, g.size)
-        else:
-            # Normal kernels: a token goes once to each rank of its node holding one of its experts,
+
+        def normal():
+            # Prefill's kernels: a token goes once to each rank of its node holding one of its experts,
             # and once to each remote node holding one, which forwards it inside; fitted on measured
             # DeepEP normal kernels where the device has a fit, else the link model.
-            exchange = sum(topo.normal_exchange(op, rows, size, spec.moe.top_k, spec.moe.num_experts, g.stride, g.size)
-                           for op, size in (("dispatch", sent), ("combine", h * 2.0)))
+            return sum(topo.normal_exchange(op, rows, size, spec.moe.top_k, spec.moe.num_experts, g.stride, g.size)
+                       for op, size in (("dispatch", sent), ("combine", h * 2.0)))
+        # A mixed batch runs whichever of the two the engine is set up with: the faster.
+        exchange = (low_latency() if chunk is None else np.minimum(low_latency(), normal())) if decode else normal()
         # EP ranks that already hold their tokens (inside one TP group) exchange nothing: their
         # combine is the TP all-reduce counted in ``tp`` (Layout.ep_holds_tokens).
         ep = inst.layers * inst.moe_frac * np.where(lay.ep_holds_tokens, 0.0, exchange)
@@ -441,17 +485,22 @@ def estimate_serving_placed(spec: TransformerSpec, machine: Machine, plan: Serve
     # (DeepSeek-V3 Technical Report, Sec. 2.2 and 5.4.3).
     decode = _phase(spec, machine, inst, tokens["decode"], context, True, overlap, skews.get("decode", (None, None))) \
         if "decode" in phases else IDLE
+    # Mixed batches (an instance without pipeline stages): each step of an attention rank carries its
+    # decode tokens and prompt tokens up to chunk_tokens in all.
+    chunk = np.maximum(np.asarray(plan.chunk_tokens, dtype=float) - inst.local_batch * (1.0 + draft), 0.0)
+    mixed = Phase(*_pass(spec, machine, inst, tokens["decode"], context, True,
+                         (chunk, cached + (s_in - cached) / 2.0))) if "mixed" in phases else IDLE
     # Under a power cap each phase runs at the highest clock its power allows (perfmodel.power):
     # compute-bound prefill slows, memory-bound decode rarely does.
     cap = None if plan.power_cap_w is None else np.asarray(plan.power_cap_w, dtype=float)
     works = {name: PhaseWork.of(phase.ops, phase.total, inst.quant.gemm_precision)
-             for name, phase in (("prefill", prefill), ("decode", decode))}
-    (pre_capped, _, pre_clock), (dec_capped, _, dec_clock) = (capped_phase(machine, works[n], cap)
-                                                              for n in ("prefill", "decode"))
+             for name, phase in (("prefill", prefill), ("decode", decode), ("mixed", mixed))}
+    (pre_capped, _, pre_clock), (dec_capped, _, dec_clock), (mix_capped, _, _) = (
+        capped_phase(machine, works[n], cap) for n in ("prefill", "decode", "mixed"))
     # The busiest over mean EP device each phase pays (its whole batch's).
     skew = {name: whole for name, (whole, _) in skews.items()}
     phased = _Phased(inst, prefill, decode, works, pre_capped, pre_clock, dec_capped, dec_clock, per_step, context,
-                     skew)
+                     skew, mixed.total + mix_capped, chunk, s_in - cached)
     return [_placed(spec, machine, work, phased, str(kv_place), str(weight_place)) for kv_place, weight_place in places]
 
 
@@ -470,6 +519,9 @@ class _Phased:
     per_step: object
     context: object
     skew: dict
+    mixed_stage: object = 0.0      # a mixed microbatch on the last stage, with its power-cap slowdown (s)
+    chunk: object = 0.0            # prompt tokens per mixed iteration and attention rank
+    new_prompt: object = 0.0       # prompt tokens to prefill (not cached)
 
 
 def _placed(spec: TransformerSpec, machine: Machine, work: ServeWorkload, phased: _Phased, kv_place: str,
@@ -502,9 +554,13 @@ def _placed(spec: TransformerSpec, machine: Machine, work: ServeWorkload, phased
         streamed[weight_place] = streamed.get(weight_place, 0.0) + pp * mem.weights
         weight_stream = pp * mem.weights / weight_tier.read_bytes_per_s
         ttft = np.maximum(ttft, weight_stream)
+    mixed_step = pp * np.asarray(f.mixed_stage, dtype=float)
     for place, step_bytes in streamed.items():
         step_time = np.maximum(step_time, step_bytes / machine.tier(place).read_bytes_per_s)
+        mixed_step = np.maximum(mixed_step, step_bytes / machine.tier(place).read_bytes_per_s)
     tpot = step_time / per_step
+    chunked = np.asarray(f.chunk, dtype=float) > 0
+    chunked_ttft = np.where(chunked, np.ceil(f.new_prompt / np.where(chunked, f.chunk, 1.0)) * mixed_step, 0.0)
     binding, shortfall = _feasibility(spec, machine, inst, mem, kv_place, kv_tier, weight_place, weight_tier)
 
     devices = lay.devices
@@ -541,7 +597,8 @@ def _placed(spec: TransformerSpec, machine: Machine, work: ServeWorkload, phased
         ttft_range_s=machine.interval(ttft, pp * prefill.ops.total, np.maximum(ttft - pp * prefill.ops.total, 0.0),
                                       machine.serving_error),
         weight_stream_s=weight_stream, prefill_power_w=prefill_power, prefill_clock=pre_clock,
-        decode_clock=dec_clock,
+        decode_clock=dec_clock, mixed_step_s=mixed_step / per_step, chunk_prompt_tokens=f.chunk,
+        chunked_ttft_s=chunked_ttft,
         tpot_range_s=tuple(np.asarray(x) / per_step for x in machine.interval(
             step_time, pp * decode.ops.total, np.maximum(step_time - pp * decode.ops.total, 0.0),
             machine.serving_error)))

@@ -68,7 +68,8 @@ def latencies(option: dict, count, rate: float):
     q = option["queue"]
     ttft, t50, t90, load, in_flight = pool_latencies(option["role"], np.asarray(count, dtype=float), rate, q["output"],
                                                      q["batch"], q["dpa"], q["prefill_s50"], q["prefill_s90"],
-                                                     q["tpot50"], q["tpot90"])
+                                                     q["tpot50"], q["tpot90"], mixed50=q.get("mixed50", 0.0),
+                                                     mixed90=q.get("mixed90", 0.0))
     ttft50, ttft90 = (np.where(load < 1.0, ttft[k], np.inf) for k in (0.5, 0.9))
     return ttft50, ttft90, t50, t90, in_flight
 

@@ -95,6 +95,9 @@ class ServeSearchOptions:
     device_power_cap_w: float | None = None   # per-accelerator power limit (perfmodel.power.capped_phase)
     owned: tuple[tuple[str, int, float], ...] = ()   # (system, devices already owned, resale USD each; 0: sunk)
     limits: tuple[tuple[str, int], ...] = ()         # (system, most devices of it the fleet may use)
+    # Tokens per iteration and attention rank of a colocated instance that mixes prompt chunks into its
+    # decode steps (vLLM's --max-num-batched-tokens); 0: prompts in batches of their own (perfmodel.queueing).
+    chunk_tokens: tuple[int, ...] = (0, 512, 2048, 8192)
 
 
 def default_weight_precisions(spec: TransformerSpec) -> tuple[str, ...]:

@@ -29,6 +29,10 @@ SHARDING_HELP = ("Sharding families searched with the ZeRO stages, comma separat
                  "node), hpz (ZeRO++ secondary partition), qwz and qgz (ZeRO++ quantized collectives). hfsdp, levels, "
                  "qwz and qgz are searched only when named.")
 
+CHUNK_TOKENS_HELP = ("How a colocated instance runs its prompts, comma separated, each searched: 0 in batches of their "
+                     "own between decode steps (SGLang's default); N > 0 as chunks inside the decode steps, each "
+                     "iteration of an attention rank carrying its decode batch and prompt tokens up to N in all "
+                     "(vLLM's --max-num-batched-tokens, TensorRT-LLM's --max_num_tokens).")
 ROUTING_HELP = "Routing statistics file (.json, .csv or .npz; see README)."
 ZIPF_HELP = "Synthetic routing: Zipf exponent of expert popularity."
 AFFINITY_HELP = "Synthetic routing: share of tokens keeping their affine expert."
@@ -281,6 +285,7 @@ class PlanServeRequest:
     mtp_draft_tokens: int = option(0, "Multi-token prediction: draft tokens per decode step (0-16; the model needs "
                                       "MTP layers).")
     mtp_acceptance: float = option(0.0, "Share of draft tokens accepted (0-1).")
+    chunk_tokens: str = option("0,512,2048,8192", CHUNK_TOKENS_HELP)
     top: int = option(5, "How many of the best deployments to list.")
     routing: str | None = option(None, ROUTING_HELP + " Default: aiconfigurator's power law (see --expert-balance).")
     expert_balance: str = option("eplb", EXPERT_BALANCE_HELP, choices=EXPERT_BALANCES)
@@ -363,7 +368,9 @@ class PlanServeRequest:
             priced = [s for s in systems
                       if np.isfinite(run_cost(build_machine(db, s, None, self.pricing, prices), 0.0))]
             objective = "cost" if priced else "energy"
+        chunks = chunk_sizes(self.chunk_tokens, self.framework)
         options = ServeSearchOptions(
+            chunk_tokens=chunks,
             pricing=self.pricing, prices=prices, objective=objective, modes=names("--modes", self.modes, SERVE_MODES),
             weight_precisions=(names("--weight-precisions", self.weight_precisions, WEIGHT_PRECISIONS)
                                if self.weight_precisions is not None else default_weight_precisions(spec)),
@@ -377,6 +384,26 @@ class PlanServeRequest:
             mtp_draft_tokens=self.mtp_draft_tokens, mtp_acceptance=self.mtp_acceptance,
             device_power_cap_w=self.power_cap_w, owned=owned, limits=limits)
         return spec, systems, demand, options
+
+
+def chunk_sizes(text, framework: str | None = None) -> tuple[int, ...]:
+    """``--chunk-tokens``: distinct token counts from 0 to 1,048,576, comma separated; with a framework
+    that always mixes prompts into its decode steps (perfmodel.exports.serving.MIXES_ALWAYS), the sizes
+    above 0 only."""
+    from perfmodel.exports.serving import ENGINE, MIXES_ALWAYS
+
+    items = [t.strip() for t in (text.split(",") if isinstance(text, str) else map(str, text)) if t.strip()]
+    try:
+        sizes = tuple(sorted({int(t) for t in items}))
+    except ValueError:
+        sizes = ()
+    if not sizes or not all(0 <= c <= 1 << 20 for c in sizes):
+        raise SpecError(f"--chunk-tokens needs token counts from 0 to 1,048,576, comma separated, has {text!r}")
+    if framework is not None and ENGINE[framework] in MIXES_ALWAYS:
+        sizes = tuple(c for c in sizes if c > 0)
+        if not sizes:
+            raise SpecError(f"--chunk-tokens: {framework} puts prompts into its decode steps; give a size above 0")
+    return sizes
 
 
 def _inventory(db, owned_texts, limit_texts) -> tuple[tuple, tuple]:

@@ -96,7 +96,8 @@ class ServeEvidence:
     gap: float
     seconds: float
     queueing: str = ("M/M/c (Erlang C) per prefill server; Little's law for decode slots; "
-                     "chunked-prefill time sharing when colocated")
+                     "colocated: prompts in batches of their own sharing the instance's time, or as chunks "
+                     "in mixed decode steps (Sarathi-Serve)")
 
 
 @dataclass
@@ -492,14 +493,22 @@ def capped_p99(spec, machines: dict, deployment: Deployment, demand: Demand, opt
             pre = {q: estimate_serving(spec, machine, ServePlan(batch=c["dp_attention"], **common),
                                        ServeWorkload(n, 1, demand.cached_share * n))
                    for q, n in (("50", demand.input_len.p50), ("90", demand.input_len.p90))}
-            dec = {q: estimate_serving(spec, machine, ServePlan(batch=c["batch"], kv_place=c["kv_place"], **common),
-                                       ServeWorkload(i, 2 * o))
+            chunk = c.get("chunk_tokens", 0)
+            dec = {q: estimate_serving(spec, machine, ServePlan(batch=c["batch"], kv_place=c["kv_place"],
+                                                                chunk_tokens=chunk, **common),
+                                       ServeWorkload(i, 2 * o, demand.cached_share * i),
+                                       ("decode", "mixed") if chunk else ("decode",))
                    for q, i, o in (("50", demand.input_len.p50, demand.output_len.p50),
                                    ("90", demand.input_len.p90, demand.output_len.p90))}
+            service = {q: float(pre[q].ttft_s) for q in pre}
+            if chunk:       # a prompt's chunks in mixed steps (perfmodel.queueing)
+                service = {q: (1.0 - demand.cached_share) * n / float(dec[q].chunk_prompt_tokens)
+                           * float(dec[q].mixed_step_s) for q, n in (("50", demand.input_len.p50),
+                                                                     ("90", demand.input_len.p90))}
             ttft, _, t90, _, _ = pool_latencies(pool.role, pool.instances, demand.rate, demand.output_len.mean,
-                                                c["batch"], c["dp_attention"], float(pre["50"].ttft_s),
-                                                float(pre["90"].ttft_s), float(dec["50"].tpot_s),
-                                                float(dec["90"].tpot_s), (0.99,))
+                                                c["batch"], c["dp_attention"], service["50"], service["90"],
+                                                float(dec["50"].tpot_s), float(dec["90"].tpot_s), (0.99,),
+                                                float(dec["50"].mixed_step_s), float(dec["90"].mixed_step_s))
             if pool.role != "decode":
                 ttft99 = max(ttft99, float(ttft[0.99]))
             if pool.role != "prefill":

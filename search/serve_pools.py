@@ -104,7 +104,7 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
                                              "devices", "prefill_s50", "prefill_s90", "tpot50", "tpot90",
                                              "hbm", "power_w", "prefill_power_w", "feasible_decode",
                                              "feasible_prefill",
-                                             "ttft_error", "tpot_error")}
+                                             "ttft_error", "tpot_error", "chunk", "mixed50", "mixed90")}
     if not layouts:
         return rows
     lay = np.array(layouts, dtype=float)
@@ -146,26 +146,76 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
         decodes = estimate_serving_placed(spec, machine, plan, ServeWorkload(
             stacked((demand.input_len.p50, demand.input_len.p90), n_grid),
             stacked((2 * demand.output_len.p50, 2 * demand.output_len.p90), n_grid)), placed, phases=("decode",))
-        for (place, w_place), dec in zip(placed, decodes):
+        d50, d90 = np.arange(n_grid), n_grid + np.arange(n_grid)
+        fits = np.logical_or.reduce([dec.feasible[d90] for dec in decodes])
+        keeps, mixed_all = _mixed_steps(spec, machine, plan, grid, fits, np.tile(skew[pre_i], 2), demand, options,
+                                        placed)
+        new_prompt = {q: (1.0 - demand.cached_share) * n for q, n in ((50, demand.input_len.p50),
+                                                                   (90, demand.input_len.p90))}
+        for k, ((place, w_place), dec) in enumerate(zip(placed, decodes)):
             pre = prefill[w_place]
-            d50, d90 = np.arange(n_grid), n_grid + np.arange(n_grid)
-            for name, values in (("tp", grid[:, 0]), ("pp", grid[:, 1]), ("dpa", grid[:, 2]), ("ep", grid[:, 3]),
-                                 ("batch", grid[:, 4]), ("devices", grid[:, 0] * grid[:, 1] * grid[:, 2]),
-                                 ("prefill_s50", pre.ttft_s[p50]), ("prefill_s90", pre.ttft_s[p90]),
-                                 ("tpot50", dec.tpot_s[d50]), ("tpot90", dec.tpot_s[d90]),
-                                 ("hbm", dec.hbm_used_bytes[d90]), ("power_w", dec.power_w[d50]),
-                                 ("prefill_power_w", pre.prefill_power_w[p50]),
-                                 ("feasible_decode", dec.feasible[d90]),
-                                 ("feasible_prefill", pre.feasible[p90]),
-                                 # Relative half-widths of the prediction intervals (Machine.interval).
-                                 ("ttft_error", _half_width(pre.ttft_range_s, pre.ttft_s)[p90]),
-                                 ("tpot_error", _half_width(dec.tpot_range_s, dec.tpot_s)[d90])):
-                rows[name].append(np.asarray(values))
-            for name, value in (("wp", wp), ("ap", ap), ("kvp", kvp), ("kv_place", place), ("w_place", w_place)):
-                rows[name].append(np.full(n_grid, value, dtype=object))
+            # Separate prompt batches (chunk 0), then each chunk size's rows.
+            variants = [(0, np.arange(n_grid), pre.ttft_s[p50], pre.ttft_s[p90], 0.0, 0.0)]
+            start = 0
+            for c, keep in keeps.items():
+                mix, m = mixed_all[k], len(keep)
+                step50, step90 = mix.mixed_step_s[start:start + m], mix.mixed_step_s[start + m:start + 2 * m]
+                carried = mix.chunk_prompt_tokens[start:start + m]
+                start += 2 * m
+                variants.append((c, keep, new_prompt[50] / carried * step50, new_prompt[90] / carried * step90,
+                                 step50, step90))
+            for c, keep, service50, service90, mixed50, mixed90 in variants:
+                g, j50, j90, q50, q90 = grid[keep], d50[keep], d90[keep], p50[keep], p90[keep]
+                for name, values in (("tp", g[:, 0]), ("pp", g[:, 1]), ("dpa", g[:, 2]), ("ep", g[:, 3]),
+                                     ("batch", g[:, 4]), ("devices", g[:, 0] * g[:, 1] * g[:, 2]),
+                                     ("prefill_s50", service50), ("prefill_s90", service90),
+                                     ("tpot50", dec.tpot_s[j50]), ("tpot90", dec.tpot_s[j90]),
+                                     ("hbm", dec.hbm_used_bytes[j90]), ("power_w", dec.power_w[j50]),
+                                     ("prefill_power_w", pre.prefill_power_w[q50]),
+                                     ("feasible_decode", dec.feasible[j90]),
+                                     ("feasible_prefill", pre.feasible[q90] & (c == 0)),
+                                     # Relative half-widths of the prediction intervals (Machine.interval).
+                                     ("ttft_error", _half_width(pre.ttft_range_s, pre.ttft_s)[q90]),
+                                     ("tpot_error", _half_width(dec.tpot_range_s, dec.tpot_s)[j90]),
+                                     ("chunk", np.full(len(keep), float(c))),
+                                     ("mixed50", np.broadcast_to(mixed50, len(keep))),
+                                     ("mixed90", np.broadcast_to(mixed90, len(keep)))):
+                    rows[name].append(np.asarray(values))
+                for name, value in (("wp", wp), ("ap", ap), ("kvp", kvp), ("kv_place", place), ("w_place", w_place)):
+                    rows[name].append(np.full(len(keep), value, dtype=object))
             for b in dec.binding[d90][~dec.feasible[d90]].tolist():
                 counter[f"instance: {b}"] = counter.get(f"instance: {b}", 0) + 1
     return {k: np.concatenate(v) if v else np.zeros(0) for k, v in rows.items()}
+
+
+def _mixed_steps(spec, machine: Machine, plan: ServePlan, grid, fits, skew, demand: Demand,
+                 options: ServeSearchOptions, placed) -> tuple[dict, list | None]:
+    """Colocated instances that mix prompt chunks into their decode steps: the decode grid's rows each
+    chunk size applies to ({size: row indices}) and their mixed steps at every place, both quantiles'
+    rows of every size in one evaluation (p50 then p90 rows per size). A size applies where the decode
+    batch fits in some place and leaves it prompt tokens, without pipeline stages (an engine's pipeline
+    runs a batch per stage, each with its own chunk: not modelled) and without multi-token prediction
+    (its draft steps are not mixed)."""
+    chunks = [c for c in options.chunk_tokens if c > 0] \
+        if "colocated" in options.modes and not options.mtp_draft_tokens else []
+    keeps = {c: np.flatnonzero(fits & (c > grid[:, 4] / grid[:, 2]) & (grid[:, 1] == 1)) for c in chunks}
+    keeps = {c: keep for c, keep in keeps.items() if len(keep)}
+    if not keeps:
+        return {}, None
+    n_grid = len(grid)
+    rows = np.concatenate([np.concatenate([keep, n_grid + keep]) for keep in keeps.values()])
+    both = np.tile(grid, (2, 1))[rows]
+    sizes = np.concatenate([np.full(2 * len(keep), float(c)) for c, keep in keeps.items()])
+
+    def lengths(p50, p90):
+        return np.concatenate([np.repeat(np.array([p50, p90], dtype=float), len(keep)) for keep in keeps.values()])
+    return keeps, estimate_serving_placed(spec, machine, replace(
+        plan, tp=both[:, 0], pp=both[:, 1], dp_attention=both[:, 2], ep=both[:, 3], batch=both[:, 4],
+        moe_imbalance=skew[rows], chunk_tokens=sizes), ServeWorkload(
+        lengths(demand.input_len.p50, demand.input_len.p90),
+        lengths(2 * demand.output_len.p50, 2 * demand.output_len.p90),
+        lengths(demand.cached_share * demand.input_len.p50, demand.cached_share * demand.input_len.p90)),
+        placed, phases=("mixed",))
 
 
 def _fewest(ok, rows: int, upper: int, lower=None) -> np.ndarray:
@@ -213,7 +263,8 @@ def _sizes(cols, demand: Demand, role: str, slo: dict, max_instances: int):
     keys = ("batch", "dpa", "prefill_s50", "prefill_s90", "tpot50", "tpot90")
 
     def latencies(n, quantiles=(0.5, 0.9), rows=slice(None)):
-        return pool_latencies(role, n, lam, out_mean, *(cols[k][rows] for k in keys), quantiles)
+        return pool_latencies(role, n, lam, out_mean, *(cols[k][rows] for k in keys), quantiles,
+                              cols["mixed50"][rows], cols["mixed90"][rows])
 
     # The quantiles the targets ask for (p90 always: it also decides whether the queue is stable).
     asked = (0.9,) + ((0.5,) if slo["ttft_p50"] is not None else ())
@@ -247,7 +298,7 @@ def _stability_bound(cols, rate: float, output_mean: float, role: str) -> np.nda
     count (``_fewest`` only starts its search there)."""
     with np.errstate(all="ignore"):
         k = np.add(*pool_shares(role, 1.0, rate, output_mean, cols["batch"], cols["dpa"], cols["prefill_s50"],
-                                cols["tpot50"])) * np.ones(len(cols["batch"]))
+                                cols["tpot50"], cols["mixed50"])) * np.ones(len(cols["batch"]))
         k = np.where(np.isfinite(k), k * (1.0 - 1e-9), 1.0)
     return np.floor(np.clip(k, 1.0, float(MAX_INSTANCES))).astype(np.int64)
 
@@ -331,6 +382,10 @@ def _pool_options(role, system, cols, price, demand, slo, options, max_devices):
         # A prefill pool's decode batch plays no part: one row per layout and precision (one
         # prompt per attention rank), KV in HBM.
         feasible = feasible & (cols["batch"] == cols["dpa"]) & (cols["kv_place"] == "hbm")
+    if role != "colocated":        # only a colocated instance mixes prompt chunks into its decode steps
+        feasible = feasible & (cols["chunk"] == 0)
+    elif 0 not in options.chunk_tokens:   # its prompts only as chunks (the framework's scheduler)
+        feasible = feasible & (cols["chunk"] > 0)
     idx = np.flatnonzero(feasible)
     if not len(idx):
         return [], 0, 0
@@ -352,6 +407,10 @@ def _pool_options(role, system, cols, price, demand, slo, options, max_devices):
             measures.append(devices * 1.0)   # owned devices discount the larger option more
     kept = []
     group = np.char.add(np.char.add(sub["kvp"].astype(str), "|"), sub["devices"].astype(int).astype(str))
+    if options.objective == "latency":
+        # A colocated instance's latency takes one form with prompts in batches of their own and another
+        # with them in mixed steps (perfmodel.queueing): options compare only within one form.
+        group = np.char.add(group, np.where(sub["chunk"] > 0, "|mixed", ""))
     for g in sorted(set(group[fits].tolist())):     # not np.unique: it imports numpy.ma (10-30 ms)
         members = np.flatnonzero(fits & (group == g))
         kept += members[pareto_front(np.stack([m[members] for m in measures], axis=1))].tolist()
@@ -370,12 +429,13 @@ def _pool_options(role, system, cols, price, demand, slo, options, max_devices):
             "kvp": str(cols["kvp"][k]), "hbm": float(cols["hbm"][k]),
             # The unloaded times the queueing model starts from (search.fastest re-sizes pools with them).
             "queue": {"output": demand.output_len.mean, "batch": int(sub["batch"][j]), "dpa": int(sub["dpa"][j]),
-                      **{key: float(sub[key][j]) for key in ("prefill_s50", "prefill_s90", "tpot50", "tpot90")}},
+                      **{key: float(sub[key][j]) for key in ("prefill_s50", "prefill_s90", "tpot50", "tpot90",
+                                                             "mixed50", "mixed90")}},
             "config": {"tp": int(cols["tp"][k]), "pp": int(cols["pp"][k]), "ep": int(cols["ep"][k]),
                        "dp_attention": int(cols["dpa"][k]), "batch": int(cols["batch"][k]),
                        "weight_precision": str(cols["wp"][k]), "activation_precision": str(cols["ap"][k]),
                        "kv_precision": str(cols["kvp"][k]), "kv_place": str(cols["kv_place"][k]),
-                       "weight_place": str(cols["w_place"][k])}})
+                       "weight_place": str(cols["w_place"][k]), "chunk_tokens": int(cols["chunk"][k])}})
     return out, int(fits.sum()), int((~fits).sum())
 
 
@@ -397,7 +457,10 @@ def _latency_measures(role: str, sub: dict, n, price, options: ServeSearchOption
         return decode + per_instance
     if role == "prefill":
         return prefill + [n * 1.0] + per_instance
-    return prefill + [sub["tpot50"], sub["tpot90"], -sub["batch"], n * 1.0] + per_instance
+    # In mixed steps the TTFT's floor and the TPOT's stretch rise with the mixed step (compared only
+    # among options of one form: _pool_options' groups).
+    return prefill + [sub["tpot50"], sub["tpot90"], -sub["batch"], n * 1.0, sub["mixed50"], sub["mixed90"]] \
+        + per_instance
 
 
 def expert_skew(spec, machine, options, eps) -> np.ndarray:

@@ -47,6 +47,9 @@ class PoolSpec:
     vendor: str = "NVIDIA"    # the accelerator's
     weight_place: str = "hbm"
     redundant_experts: int = 0   # EPLB's copies of hot experts, as the prediction places them (perfmodel.eplb)
+    # Colocated: tokens per iteration and attention rank of mixed steps; 0: prompts in batches of their own;
+    # None: not part of the prediction (an unloaded estimate), the engine's default.
+    chunk_tokens: int | None = 0
 
     @property
     def nodes(self) -> int:
@@ -62,7 +65,8 @@ class PoolSpec:
                         kv=str(plan.kv_precision), kv_place=str(plan.kv_place),
                         max_len=int(work.input_len + work.output_len), mtp_draft_tokens=int(plan.mtp_draft_tokens),
                         vendor=str(machine.accelerator.vendor), weight_place=str(plan.weight_place),
-                        redundant_experts=redundant_experts_of(spec, machine, int(plan.ep), str(plan.expert_balance)))
+                        redundant_experts=redundant_experts_of(spec, machine, int(plan.ep), str(plan.expert_balance)),
+                        chunk_tokens=int(plan.chunk_tokens) or None)
 
     @staticmethod
     def of_pool(spec, pool, machine, demand, expert_balance: str) -> "PoolSpec":
@@ -75,7 +79,8 @@ class PoolSpec:
                         kv=str(c["kv_precision"]), kv_place=str(c.get("kv_place", "hbm")),
                         max_len=int(math.ceil(demand.input_len.p90 + demand.output_len.p90)),
                         vendor=str(machine.accelerator.vendor), weight_place=str(c.get("weight_place", "hbm")),
-                        redundant_experts=redundant_experts_of(spec, machine, int(c["ep"]), expert_balance))
+                        redundant_experts=redundant_experts_of(spec, machine, int(c["ep"]), expert_balance),
+                        chunk_tokens=int(c.get("chunk_tokens", 0)))
 
     def describe(self) -> str:
         return (f"{self.role} pool: {self.instances} instance{'s' if self.instances > 1 else ''} of "
@@ -153,7 +158,28 @@ def pool_problem(framework: str, pool: PoolSpec, native: str) -> str | None:
         return (f"{vendored(ENGINE[framework]).framework} keeps the weights in HBM; the plan streams them from "
                 f"{pool.weight_place} every step (re-plan with --no-weight-offload)")
     return (layout_problem(framework, pool.tp, pool.pp, pool.dp_attention, pool.ep, pool.devices_per_node)
-            or format_problem(framework, pool.weight, pool.activation, pool.kv, native))
+            or format_problem(framework, pool.weight, pool.activation, pool.kv, native)
+            or scheduling_problem(framework, pool.role, pool.chunk_tokens, pool.mtp_draft_tokens))
+
+
+# Engines whose colocated instances always put prompts into their decode steps: vLLM V1's scheduler
+# (chunked prefill is always on) and TensorRT-LLM's in-flight batching (context and generation
+# requests in one batch).
+MIXES_ALWAYS = ("vllm", "trtllm")
+
+
+def scheduling_problem(framework: str, role: str, chunk_tokens: int, mtp_draft_tokens: int = 0) -> str | None:
+    """Why ``framework`` cannot schedule a colocated instance's prompts as the plan does (in batches of
+    their own with ``chunk_tokens`` 0, else as chunks in the decode steps), or None."""
+    if role != "colocated":
+        return None
+    engine = vendored(ENGINE[framework]).framework
+    if chunk_tokens == 0 and ENGINE[framework] in MIXES_ALWAYS:
+        return (f"{engine} puts prompts into its decode steps; the plan runs them in batches of their own "
+                f"(re-plan with --chunk-tokens above 0)")
+    if chunk_tokens and mtp_draft_tokens:
+        return f"{engine} does not mix prompt chunks into multi-token-prediction decode steps"
+    return None
 
 
 def _native(spec) -> str:
@@ -227,6 +253,8 @@ def _vllm_items(spec, pool: PoolSpec) -> dict[str, object]:
         items.update({"--enable-eplb": True, "--eplb-config": {"num_redundant_experts": pool.redundant_experts}})
     # Each data-parallel rank is its own vLLM engine with its own scheduler: the instance's batch splits.
     items.update({"--max-num-seqs": max(1, pool.batch // pool.dp_attention), "--max-model-len": pool.max_len})
+    if pool.chunk_tokens:   # each engine's iteration: its decode batch and prompt chunks up to this many tokens
+        items["--max-num-batched-tokens"] = pool.chunk_tokens
     quantization = _quantization("vllm", spec, pool)
     if quantization:
         items["--quantization"] = quantization
@@ -287,6 +315,10 @@ def _sglang_items(spec, pool: PoolSpec) -> dict[str, object]:
     if pool.redundant_experts:   # EPLB with the redundant experts the prediction places
         items.update({"--enable-eplb": True, "--ep-num-redundant-experts": pool.redundant_experts})
     items.update({"--max-running-requests": pool.batch, "--context-length": pool.max_len})
+    if pool.chunk_tokens:
+        # Prompt chunks inside the decode batches; SGLang divides the chunk among the attention
+        # data-parallel ranks (server_args' _handle_data_parallelism, 0.5.23), so it is given for all of them.
+        items.update({"--enable-mixed-chunk": True, "--chunked-prefill-size": pool.chunk_tokens * pool.dp_attention})
     quantization = _quantization("sglang", spec, pool)
     if quantization:
         items["--quantization"] = quantization
@@ -435,6 +467,8 @@ def _trtllm_items(pool: PoolSpec, config: str) -> dict[str, object]:
                                 # with attention DP, each rank schedules its own batch
                                 "--max_batch_size": max(1, pool.batch // pool.dp_attention),
                                 "--max_seq_len": pool.max_len, "--extra_llm_api_options": config}
+    if pool.chunk_tokens:    # prompts split into chunks that fill each iteration up to this many tokens
+        items.update({"--max_num_tokens": pool.chunk_tokens, "--enable_chunked_prefill": True})
     if pool.nodes > 1:   # ranks map to the GPUs of their host (a GB200 tray's 4)
         items["--gpus_per_node"] = pool.devices_per_node
     items.update({"--host": "0.0.0.0", "--port": "$PORT"})

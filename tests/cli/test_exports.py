@@ -167,6 +167,23 @@ def test_expert_parallel_launches_run_the_eplb_the_prediction_counts(framework, 
     assert "eplb" not in without and "redundant" not in without
 
 
+@pytest.mark.parametrize("framework, flags", [
+    ("vllm", ["--max-num-batched-tokens {c}"]), ("dynamo", ['"--max-num-batched-tokens"', '"{c}"']),
+    ("trtllm", ["--max_num_tokens {c}", "--enable_chunked_prefill"]),
+    ("sglang", ["--enable-mixed-chunk", "--chunked-prefill-size {c}"])])
+def test_a_colocated_pool_launches_the_prompt_chunks_it_is_timed_with(framework, flags, tmp_path, capsys):
+    """A colocated pool whose prompts ride in its decode steps launches with that token budget per
+    iteration (SGLang divides its chunk among the attention data-parallel ranks: given for all)."""
+    argv = ["plan", "serve", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--rate", "20", "--modes",
+            "colocated", "--chunk-tokens", "2048"]
+    files = export(argv, framework, tmp_path / "d", capsys)
+    text = "".join(f.read_text() for f in files)
+    for flag in flags:
+        assert flag.format(c=2048) in text, flag
+    for f in files:
+        assert not unknown_in(framework, f), f.name
+
+
 def test_disaggregated_pools_each_get_their_role(tmp_path):
     from perfmodel.catalog import find_model
     from perfmodel.exports import serving_files
@@ -276,6 +293,8 @@ REFUSED = [
     (["estimate", "train", "--export", "megatron"], "--export needs --out"),
     (["estimate", "train", "--out", "somewhere"], "give --export FRAMEWORK too"),
     (["plan", "serve", "--export", "deepspeed"], "writes training configurations"),
+    (["plan", "serve", "--modes", "colocated", "--chunk-tokens", "0", "--export", "vllm"], "give a size above 0"),
+    (["estimate", "serve", "--chunk-tokens", "2048", "--pp", "2", "--tp", "4"], "without pipeline stages"),
 ]
 
 
@@ -719,3 +738,16 @@ def test_a_rack_of_trays_launches_per_host(tmp_path, capsys):
                     capsys)
     text = next(p for p in files if p.name == "megatron.sh").read_text()
     assert "--nproc-per-node 4 --nnodes 18" in " ".join(text.split()), text[:400]
+
+
+def test_sglang_chunk_is_given_for_every_attention_rank():
+    """SGLang divides --chunked-prefill-size among the attention data-parallel ranks (0.5.23,
+    _handle_data_parallelism): the launch gives the plan's per-rank chunk times the ranks."""
+    from perfmodel.catalog import find_model
+    from perfmodel.exports.serving import PoolSpec, _sglang_items
+
+    pool = PoolSpec(role="colocated", system="hgx-h200", instances=1, devices_per_instance=8, devices_per_node=8,
+                    tp=2, pp=1, ep=8, dp_attention=4, batch=256, weight="fp8", activation="a8", kv="bf16",
+                    kv_place="hbm", max_len=4096, chunk_tokens=2048)
+    items = _sglang_items(find_model("deepseek-v3"), pool)
+    assert items["--chunked-prefill-size"] == 8192 and items["--enable-mixed-chunk"] is True
