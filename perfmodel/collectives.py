@@ -252,7 +252,16 @@ def normal_exchange_time(tokens, token_bytes, top_k, num_experts, n, k, inner_bw
     n, k = _n(n), np.minimum(_n(k), _n(n))
     nvlink, rdma = normal_exchange_copies(top_k, num_experts, n, k)
     volume = np.asarray(tokens, dtype=float) * token_bytes
-    wire = np.maximum(volume * nvlink / inner_bw, volume * rdma / outer_bw)
+    return exchange_legs_time(volume * nvlink, volume * rdma, n, k, inner_bw, outer_bw, launch, remote)
+
+
+def exchange_legs_time(nvlink_bytes, rdma_bytes, n, k, inner_bw, outer_bw, launch, remote):
+    """One device's normal-mode exchange that sends ``nvlink_bytes`` inside its scale-up domain and
+    ``rdma_bytes`` across it, over an EP group of ``n`` ranks, ``k`` of them per domain: a launch,
+    one remote latency when the group leaves the domain, and the two legs moving concurrently, the
+    slower setting the wire time (DeepSeek-V3 Technical Report, Sec. 3.2.2)."""
+    n, k = _n(n), np.minimum(_n(k), _n(n))
+    wire = np.maximum(nvlink_bytes / inner_bw, rdma_bytes / outer_bw)
     return np.where(n > 1, launch + np.where(n > k, remote, 0.0) + wire, 0.0)
 
 
@@ -439,6 +448,14 @@ class Topology:
             return self.moe_all_to_all(np.asarray(tokens, dtype=float) * token_bytes, top_k, stride, n)
         k, inner_bw, outer_bw, launch, remote = self._exchange_links(self.dispatch_normal, op, stride, n)
         return normal_exchange_time(tokens, token_bytes, top_k, num_experts, n, k, inner_bw, outer_bw, launch, remote)
+
+    def placed_exchange(self, op: str, nvlink_bytes, rdma_bytes, stride, n):
+        """Normal-mode dispatch or combine (``op``) of one device whose tokens send ``nvlink_bytes``
+        inside its node and ``rdma_bytes`` across nodes, as a placement of the experts routes them
+        (exchange_legs_time), on the fitted normal kernel where the device has one, else over the
+        levels' achievable bandwidths."""
+        k, inner_bw, outer_bw, launch, remote = self._exchange_links(self.dispatch_normal, op, stride, n)
+        return exchange_legs_time(nvlink_bytes, rdma_bytes, n, k, inner_bw, outer_bw, launch, remote)
 
     def p2p(self, size_bytes, stride):
         """A message between neighbours ``stride`` ranks apart (pipeline stages)."""

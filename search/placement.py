@@ -666,15 +666,19 @@ def imbalance_table(stats: RoutingStats | None, eps, redundant_share: float = 0.
 
 
 def layer_time(spec, machine, placement: Placement, devices: int) -> float:
-    """Predicted seconds of all MoE layers under a placement (see perfmodel.moe): the busiest
-    device's expert GEMMs plus the tokens crossing nodes (0 without transition counts)."""
+    """Predicted seconds of all MoE layers under a placement (perfmodel.moe, as ``plan`` prices an MoE
+    layer): the busiest device's experts and permutes, and the exchange of the tokens that leave
+    their device, inside and across nodes, per device (none counted without transition counts)."""
     from perfmodel.moe import moe_layer_time
 
+    serving = machine.for_serving()       # kernels at the serving fits' own rates, as plan serve prices them
+    gaps = max(len(placement.layers) - 1, 1)
+    across = (placement.cross_node_tokens or 0.0) / gaps / max(devices, 1)
+    inside = max((placement.cross_device_tokens or 0.0) / gaps / max(devices, 1) - across, 0.0)
     total = 0.0
-    cross_per_layer = (placement.cross_node_tokens or 0.0) / max(len(placement.layers) - 1, 1)
     for p in placement.layers:
         busiest = int(np.argmax(p.device_load))
         experts_there = int(np.count_nonzero(p.device == busiest))
-        total += float(moe_layer_time(spec, machine, p.device_load[busiest], experts_there, cross_per_layer,
-                                      devices))
+        total += moe_layer_time(spec, serving, float(p.device_load[busiest]), float(np.mean(p.device_load)),
+                                experts_there, inside, across, devices)
     return total
