@@ -129,6 +129,11 @@ def test_plan_serve_prices_with_the_frameworks_engine(capsys):
             "--weight-precisions", "fp8", "--chunk-tokens", "2048"]
     assert main([*argv, "--framework", "vllm"]) == 0
     assert "--framework vllm" in " ".join(capsys.readouterr().out.split())
+    tpot = {}
+    for framework in ("trtllm", "vllm"):
+        assert main([*argv, "--framework", framework, "--json"]) == 0
+        tpot[framework] = json.loads(capsys.readouterr().out)["best"]["pools"][0]["tpot_p50_s"]
+    assert tpot["vllm"] < tpot["trtllm"]     # vLLM's fp8 rows: 0.63x TensorRT-LLM's at M <= 64 on H100
 
 
 @pytest.mark.parametrize("value", ["tgi", "VLLM"])
