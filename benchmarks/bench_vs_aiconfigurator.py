@@ -9,7 +9,11 @@ family (dense, MoE; issue 29's targets: 5% and 12%). aiconfigurator is a calibra
 never a run-time or CI dependency: without it the script says so and exits 0.
 
     pip install aiconfigurator-core            (a scratch environment)
-    python benchmarks/bench_vs_aiconfigurator.py [--expert-balance none|eplb|balanced] [--skew]
+    python benchmarks/bench_vs_aiconfigurator.py [--backend trtllm|sglang|vllm] [--expert-balance none|eplb|balanced] [--skew]
+
+``--backend`` names the serving engine on both sides: aiconfigurator's tables of that engine, and
+perfmodel's GEMM fits of it (``ServePlan.backend``, calibration.yaml ``serving_backends``; its
+attention, MoE and communication fits stay TensorRT-LLM's).
 
 Expert load: aiconfigurator's static mode prices these deployments' MoE layers on its power-law
 kernel rows (alpha 1.2, experts in contiguous blocks, no EPLB: its ``_eplb`` rows are for wide EP
@@ -32,7 +36,9 @@ from perfmodel.machine import build_machine
 from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving
 
 ISL, OSL = 2048, 512
-BACKEND, VERSION = "trtllm", "1.3.0rc20"
+BACKEND, VERSION = "trtllm", "1.3.0rc20"     # the MoE tables the skew rows read
+# The engine versions whose tables aiconfigurator-core 0.12.0 ships for H100 and H200 GEMMs.
+VERSIONS = {"trtllm": "1.3.0rc20", "sglang": "0.5.14", "vllm": "0.24.0"}
 AIC_SYSTEMS = {"dgx-h100": "h100_sxm", "hgx-h200": "h200_sxm"}
 AIC_FORMATS = {"bf16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block"}
 
@@ -67,13 +73,13 @@ CASES = [
 ]
 
 
-def perfmodel_static(db, case, balance: str = "none") -> tuple[float, float]:
-    """(TTFT, TPOT) in seconds of perfmodel's estimate of the case's batch."""
+def perfmodel_static(db, case, balance: str = "none", backend: str = "trtllm") -> tuple[float, float]:
+    """(TTFT, TPOT) in seconds of perfmodel's estimate of the case's batch on ``backend``'s GEMM fits."""
     _, model, _, system, tp, ep, dpa, batch, gemm, kv = case
     precision = "fp8" if gemm.startswith("fp8") else gemm
     plan = ServePlan(tp=tp, ep=ep, dp_attention=dpa, batch=batch, weight_precision=precision,
                      activation_precision="a8" if precision == "fp8" else "a16", kv_precision=kv,
-                     expert_balance=balance)
+                     expert_balance=balance, backend=backend)
     r = estimate_serving(find_model(model), build_machine(db, system, tp * dpa), plan, ServeWorkload(ISL, OSL))
     return float(r.ttft_s), float(r.tpot_s)
 
@@ -94,14 +100,15 @@ def _model_path(hf_id: str, folder: str) -> str:
     return str(target)
 
 
-def aiconfigurator_static(case, folder: str) -> tuple[float, float]:
-    """(TTFT, TPOT) in seconds of aiconfigurator's static mode for the same deployment."""
+def aiconfigurator_static(case, folder: str, backend: str = "trtllm") -> tuple[float, float]:
+    """(TTFT, TPOT) in seconds of aiconfigurator's static mode for the same deployment on ``backend``."""
     from aiconfigurator_core.sdk.engine import EngineHandle
 
     family, _, hf, system, tp, ep, dpa, batch, gemm, kv = case
     moe = dict(moe_tp_size=tp // ep if ep <= tp else 1, moe_ep_size=ep, moe_quant_mode=AIC_FORMATS[gemm]) \
         if family == "moe" else {}
-    handle = EngineHandle.compile(_model_path(hf, folder), AIC_SYSTEMS[system], BACKEND, backend_version=VERSION, tp_size=tp,
+    handle = EngineHandle.compile(_model_path(hf, folder), AIC_SYSTEMS[system], backend,
+                                  backend_version=VERSIONS[backend], tp_size=tp,
                                   attention_dp_size=dpa, gemm_quant_mode=AIC_FORMATS[gemm],
                                   kvcache_quant_mode=AIC_FORMATS[kv], fmha_quant_mode="bfloat16",
                                   comm_quant_mode="half", **moe)
@@ -154,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--expert-balance", default="none", choices=("none", "eplb", "balanced"),
                         help="perfmodel's expert balance (default none: aiconfigurator's assumption)")
+    parser.add_argument("--backend", default="trtllm", choices=tuple(VERSIONS),
+                        help="serving engine on both sides (default trtllm)")
     parser.add_argument("--skew", action="store_true",
                         help="print the kernel-level expert skew (measured power-law over balanced rows) instead")
     args = parser.parse_args(argv)
@@ -169,16 +178,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.skew:
         skew_rows(db)
         return 0
-    print(f"perfmodel: expert balance {balance}")
+    print(f"backend {args.backend} {VERSIONS[args.backend]}; perfmodel: expert balance {balance}")
     folder = tempfile.mkdtemp(prefix="aic-models-")
     print(f"{'deployment':44s} {'TTFT pm':>9s} {'aic':>9s} {'ratio':>6s} {'TPOT pm':>9s} {'aic':>9s} {'ratio':>6s}")
     deviation: dict[str, list[tuple[float, float]]] = {}
     for case in CASES:
         family, model, _, system, tp, ep, dpa, batch, gemm, kv = case
         name = f"{model} {gemm} tp{tp} ep{ep} dpa{dpa} b{batch} {system}"
-        mine = perfmodel_static(db, case, balance)
+        mine = perfmodel_static(db, case, balance, args.backend)
         try:
-            theirs = aiconfigurator_static(case, folder)
+            theirs = aiconfigurator_static(case, folder, args.backend)
         except Exception as exc:        # a deployment aiconfigurator's tables do not cover
             print(f"{name:44s} aiconfigurator: {type(exc).__name__}: {str(exc)[:80]}")
             continue

@@ -373,8 +373,12 @@ def calibrate_gemm(
     device: MeasuredOn = "h100-sxm",
     table: Annotated[Optional[Path], typer.Option(help="Measured GEMMs: CSV (m,n,k,dtype,seconds) or "
                                                        "aiconfigurator's gemm_perf.parquet.")] = None,
-    source: Annotated[Optional[str], typer.Option("--from", help="aiconfigurator: the TensorRT-LLM GEMM table the "
+    source: Annotated[Optional[str], typer.Option("--from", help="aiconfigurator: the GEMM table of --backend the "
                                                                "installed aiconfigurator-core ships.")] = None,
+    backend: Annotated[str, typer.Option(metavar="[trtllm|sglang|vllm]", help="Serving engine whose GEMM kernels the "
+                                         "timings measured: trtllm (the default: the entry's gemm and block_scaled "
+                                         "blocks) or sglang / vllm (its serving_backends block, used by estimate "
+                                         "serve --framework).")] = "trtllm",
     out: CalibrationOut = None,
     seed: SplitSeed = 0,
     json_out: JsonFlag = False,
@@ -383,7 +387,7 @@ def calibrate_gemm(
     timings; print the held-out error; write a calibration entry."""
     from . import calibration
 
-    calibration.calibrate_gemm(database(ctx), device, table, source, out, seed, json_out)
+    calibration.calibrate_gemm(database(ctx), device, table, source, out, seed, json_out, backend)
 
 
 @calibrate_app.command("attention")

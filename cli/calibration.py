@@ -32,7 +32,9 @@ def write_calibration(db, acc, blocks: dict, notes: list[str], out):
 
     if out is None:
         return None
-    refitted, blocks = list(blocks), dict(blocks)
+    refitted = [b for b in blocks if b != "serving_backends"] \
+        + [f"gemm {backend}" for backend in blocks.get("serving_backends", {})]
+    blocks = dict(blocks)
     # The normal kernels' fit ("dispatch normal") sits inside the dispatch block, beside the
     # low-latency one; each keeps the other when only one is refitted.
     normal = blocks.pop("dispatch normal", None)
@@ -60,6 +62,10 @@ def write_calibration(db, acc, blocks: dict, notes: list[str], out):
             entry["grouped_gemm"] = {p: _file_units(f.model_dump()) for p, f in own.grouped_gemm.items()}
         if own.dispatch is not None and "dispatch" not in blocks:
             entry["dispatch"] = _file_units(own.dispatch.model_dump(exclude_none=True))
+        if own.serving_backends:
+            # Each serving engine's GEMM fits stay unless this run refits that engine's.
+            kept = {b: _file_units(f.model_dump(exclude_defaults=True)) for b, f in own.serving_backends.items()}
+            blocks["serving_backends"] = kept | blocks.get("serving_backends", {})
     entry.update(blocks)
     kept = own.dispatch.normal if own is not None and own.dispatch is not None else None
     if normal is None and kept is not None and "normal" not in entry.get("dispatch", {}):
@@ -105,16 +111,22 @@ def _fit_collectives(acc, table, source, seed):
     return result, provenance, note
 
 
-def _fit_gemm(acc, table, source, seed):
+def _fit_gemm(acc, table, source, seed, backend: str = "trtllm"):
+    """GEMM fits by precision on ``backend``'s measured GEMMs (aiconfigurator's table of that
+    serving engine, or a table of that form), their source and note."""
     from perfmodel.hardware_db.errors import SpecError
     from perfmodel.calibrate import fit_gemm
 
     from .timings_io import (BLOCK_SCALED, WEIGHT_ONLY, aiconfigurator_cast_launch, aiconfigurator_table,
                              aiconfigurator_weight_only_table, read_gemm_timings)
 
+    if backend not in GEMM_BACKENDS:
+        raise SpecError(f"--backend needs one of {', '.join(GEMM_BACKENDS)}, has {backend!r}")
     if not acc.compute_units:
         raise SpecError(f"{acc.name} has no compute_units (SMs / CUs) in the database; GEMM tiles need it: add "
                         f"compute_units: N to its entry (in a --hardware-db YAML; the vendor's datasheet gives N)")
+    if backend != "trtllm":
+        return _fit_backend_gemm(acc, table, source, seed, backend)
     path, provenance = (aiconfigurator_table(acc.name, "gemm/trtllm", "gemm_perf.parquet") if source
                         else (table, f"the measurements in {table.name}"))
     results = {}
@@ -145,6 +157,79 @@ def _fit_gemm(acc, table, source, seed):
             + ("; fp8_block: fp8 with 128-element block scales, whose rows include the per-token-group "
                "activation quantization kernel (block block_scaled)" if set(results) & set(BLOCK_SCALED) else ""))
     return results, provenance, note
+
+
+# Serving engines whose GEMM tables aiconfigurator ships (its folders gemm/<backend>/<version>).
+GEMM_BACKENDS = ("trtllm", "sglang", "vllm")
+# What each engine's fp8 rows run besides the GEMM, as aiconfigurator's collectors time them
+# (collector/<engine>/collect_gemm.py): one activation-quantization kernel fused per token, whose
+# fixed cost the fitted launch carries (no separately measured cast launch).
+BACKEND_FP8_CAST = {
+    "sglang": "fp8 rows include SGLang's per-token activation quantization (sgl_per_token_quant_fp8, one kernel) "
+              "before sgl_kernel's fp8_scaled_mm; fp8_block rows DeepGEMM's gemm_nt_f8f8bf16 after the per-token-"
+              "group quantization",
+    "vllm": "fp8 rows run vLLM's CutlassFP8ScaledMMLinearKernel, whose apply quantizes the activation (one kernel) "
+            "before the GEMM; fp8_block rows: per shape the fastest of the kernels vLLM measured (Cutlass, DeepGEMM, "
+            "FlashInfer block-scaled), the one its kernel selection would keep at that shape, each with its "
+            "per-token-group quantization",
+}
+
+
+def _fit_backend_gemm(acc, table, source, seed, backend: str):
+    """bf16, fp8 and fp8_block fits on serving engine ``backend``'s measured GEMMs (weight-only
+    rows left to TensorRT-LLM's fit); fp8 rows include the engine's one activation-quantization
+    kernel (``cast``, its fixed cost inside the fitted launch)."""
+    from perfmodel.hardware_db.errors import SpecError
+    from perfmodel.calibrate import fit_gemm
+
+    from .timings_io import BLOCK_SCALED, aiconfigurator_table, read_gemm_timings
+
+    path, provenance = (aiconfigurator_table(acc.name, f"gemm/{backend}", "gemm_perf.parquet") if source
+                        else (table, f"the measurements in {table.name}"))
+    timings = {p: cols for p, cols in read_gemm_timings(path, fastest=True).items() if p in ("bf16", "fp16", "fp8")
+               or p in BLOCK_SCALED}
+    timings, host_bound = kernel_timed(timings)
+    results = {}
+    for name, (m, n, k, seconds, cast) in sorted(timings.items()):
+        math = BLOCK_SCALED.get(name, name)
+        if math not in acc.peak_flops:
+            raise SpecError(f"{acc.name} has no {math} peak; the timings' {name} rows cannot be fitted")
+        results[name] = fit_gemm(m, n, k, seconds, acc.peak_flops[math], acc.hbm_bytes_per_s, acc.compute_units,
+                                 1.0 if math == "fp8" else 2.0, cast, 0.0, seed)
+    if not results:
+        raise SpecError(f"{path}: no bf16, fp16, fp8 or fp8_block rows to fit")
+    mape = ", ".join(f"{p} {r.held_out_mape:.1%}" for p, r in results.items())
+    note = (f"gemm {backend}: fitted by perfmodel calibrate gemm --backend {backend} (seed {seed}) on {provenance}: "
+            + "; ".join(f"{p} {r.train_rows} rows fitted, {r.test_rows} held out" for p, r in results.items())
+            + f"; held-out MAPE {mape}"
+            + (f"; {BACKEND_FP8_CAST.get(backend, 'fp8 rows include the activation quantization')}"
+               if {"fp8", *BLOCK_SCALED} & set(timings) | set(host_bound) else "")
+            + f" (block serving_backends.{backend})"
+            + "".join(f"; {p} left out: its fastest row takes {floor * 1e6:.1f} us, {ratio:.0f}x the fastest 16-bit "
+                      f"GEMM's, at every small shape alike (host time of the op run eagerly, not its kernel; "
+                      f"serving runs decode in CUDA graphs), so these GEMMs keep TensorRT-LLM's fit"
+                      for p, (floor, ratio) in host_bound.items()))
+    return results, provenance, note
+
+
+# A GEMM's fastest measured row is its fixed cost (launch, and an activation-quantization kernel).
+# Rows whose fastest is more than this many times the same table's fastest 16-bit GEMM time the
+# host's eager path, not the kernel (aiconfigurator's vLLM 0.24.0 fp8_block rows: 55 us on H100 at
+# every shape up to M = 16, the bf16 rows 2.5 us; TensorRT-LLM's fp8 rows with their two cast
+# kernels 12.1 us, 4.8x).
+HOST_BOUND_FLOOR = 10.0
+
+
+def kernel_timed(timings: dict) -> tuple[dict, dict]:
+    """(timings whose fastest row is within HOST_BOUND_FLOOR of the 16-bit GEMM's fastest, and
+    {precision: (its fastest seconds, the ratio)} of those left out); all kept without 16-bit rows."""
+    sixteen = timings.get("bf16") or timings.get("fp16")
+    if sixteen is None:
+        return timings, {}
+    least = min(sixteen[3])
+    out = {p: (min(cols[3]), min(cols[3]) / least) for p, cols in timings.items()}
+    left = {p: v for p, v in out.items() if v[1] > HOST_BOUND_FLOOR}
+    return {p: cols for p, cols in timings.items() if p not in left}, left
 
 
 def _gemm_blocks(results) -> dict:
@@ -495,10 +580,14 @@ def calibrate_collectives(db, device: str, table, source: str | None, out, seed:
         render.console.print(f"wrote {written} (use it with --hardware-db {out})")
 
 
-def calibrate_gemm(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
+def calibrate_gemm(db, device: str, table, source: str | None, out, seed: int, json_out: bool,
+                   backend: str = "trtllm") -> None:
     acc = _calibration_source(db, device, table, source, seed)
-    results, provenance, note = _fit_gemm(acc, table, source, seed)
-    _report_fit(db, acc, _gemm_blocks(results),
+    results, provenance, note = _fit_gemm(acc, table, source, seed, backend)
+    blocks = _gemm_blocks(results)
+    if backend != "trtllm":
+        blocks = {"serving_backends": {backend: blocks}}
+    _report_fit(db, acc, blocks,
                 {p: r.held_out_p90 for p, r in results.items()}, provenance, [note], out, json_out,
                 lambda: _gemm_table(acc, provenance, results))
 

@@ -458,4 +458,5 @@ def constants_text(report) -> str:
     c = report["constants_from"]
     exchange = f", MoE exchange {c['expert_exchange']}" if "expert_exchange" in c else ""
     experts = f", MoE expert GEMMs {c['expert_gemm']}" if "expert_gemm" in c else ""
-    return f"GEMM {c['gemm']}, attention {c['attention']}, collectives {c['collectives']}{exchange}{experts}"
+    tables = f" ({c['gemm_tables']})" if "gemm_tables" in c else ""
+    return f"GEMM {c['gemm']}{tables}, attention {c['attention']}, collectives {c['collectives']}{exchange}{experts}"

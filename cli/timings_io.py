@@ -108,13 +108,17 @@ def _read_parquet(path: Path) -> tuple[list, list, list, list]:
     return out
 
 
-def read_gemm_timings(path: Path) -> dict[str, tuple]:
-    """Per precision: (m, n, k, seconds, cast) lists from a CSV or an aiconfigurator gemm_perf table."""
+def read_gemm_timings(path: Path, fastest: bool = False) -> dict[str, tuple]:
+    """Per precision: (m, n, k, seconds, cast) lists from a CSV or an aiconfigurator gemm_perf table.
+    ``fastest``: where a table measured several kernels (``kernel_source``) of one dtype, the
+    fastest at each shape (m, n, k), as an engine that picks its kernel per shape runs it."""
     if not path.is_file():
         raise SpecError(f"{path}: no such file")
     if path.suffix.lower() == ".parquet":
         table = _parquet(path, ("gemm_dtype", "m", "n", "k", "latency"), "gemm_perf")
         rows = zip(table["m"], table["n"], table["k"], table["gemm_dtype"], (x * 1e-3 for x in table["latency"]))
+        if fastest and "kernel_source" in table:
+            rows = fastest_kernels(list(rows), table["kernel_source"])
     else:
         rows = []
         for line, row in _csv_rows(path, GEMM_COLUMNS):
@@ -134,6 +138,22 @@ def read_gemm_timings(path: Path) -> dict[str, tuple]:
     if not out:
         raise SpecError(f"{path}: no GEMM rows in bf16, fp16, fp8, fp8_block, w8a16 or w4a16")
     return out
+
+
+def fastest_kernels(rows: list, sources: list) -> list:
+    """``rows`` (m, n, k, dtype, seconds) with, for each dtype several kernels (``sources``, one per
+    row) measured, only the fastest row at each shape; dtypes of one kernel keep every row."""
+    kernels: dict[str, set] = {}
+    for row, source in zip(rows, sources):
+        kernels.setdefault(row[3], set()).add(source)
+    best: dict[tuple, tuple] = {}
+    kept = []
+    for row in rows:
+        if len(kernels[row[3]]) < 2:
+            kept.append(row)
+        elif row[:4] not in best or row[4] < best[row[:4]][4]:
+            best[row[:4]] = row
+    return kept + list(best.values())
 
 
 ATTENTION_COLUMNS = ("phase", "batch", "seq_len", "heads", "kv_heads", "head_dim", "dtype", "kv_dtype", "seconds")

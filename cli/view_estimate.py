@@ -54,7 +54,7 @@ def estimate_serve(spec, machine, plan, work, output=None, model_ref: str | None
     result = estimate_serving(spec, machine, plan, work,
                               ("prefill", "decode", "mixed") if plan.chunk_tokens else ("prefill", "decode"))
     check_feasible(result, machine)
-    report = serve_report(result, machine, spec)
+    report = serve_report(result, machine, spec, plan.backend)
     doc = {"model": spec.name, "system": machine.system.name, "devices": machine.devices,
            "plan": vars(plan), "workload": vars(work), "result": report}
 

@@ -13,7 +13,8 @@ from .units import count, joules, size, watts
 def _serve_command(model_ref: str, pool, demand, options) -> str:
     """The ``perfmodel estimate serve`` command that prints a pool's unloaded numbers: a prefill
     pool's prefill of one p90 prompt per attention rank; a decode or colocated pool's decode step
-    at full batch and the p90 context (input p90 + output p90, as --output-len 2 x output p90)."""
+    at full batch and the p90 context (input p90 + output p90, as --output-len 2 x output p90),
+    on the search's framework (its engine's GEMM fits) when it had one."""
     from perfmodel.requests import ServeRequest, command
 
     c = pool.config
@@ -28,7 +29,7 @@ def _serve_command(model_ref: str, pool, demand, options) -> str:
         weight_place=c.get("weight_place", "hbm"), mtp_draft_tokens=options.mtp_draft_tokens,
         mtp_acceptance=options.mtp_acceptance, pricing=options.pricing,
         price=price_flags(options), expert_balance=options.expert_balance,
-        chunk_tokens=c.get("chunk_tokens", 0) if pool.role == "colocated" else 0)
+        chunk_tokens=c.get("chunk_tokens", 0) if pool.role == "colocated" else 0, framework=options.framework)
     return command(request)
 
 

@@ -348,6 +348,21 @@ class GemmFit(BaseModel):
     samples: Annotated[int, Field(ge=1)]
 
 
+# Serving engines whose own measured GEMM kernels a calibration entry may carry (``serving_backends``);
+# TensorRT-LLM's are the entry's own ``gemm`` / ``block_scaled`` blocks.
+SERVING_BACKENDS = ("trtllm", "sglang", "vllm")
+
+
+class BackendGemmFits(BaseModel):
+    """One serving engine's GEMM fits (``perfmodel calibrate gemm --backend``), on the GEMM
+    table aiconfigurator measured in that engine: the same fields as the entry's ``gemm`` and
+    ``block_scaled`` blocks."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
+    gemm: dict[Precision, GemmFit] = {}
+    block_scaled: dict[Literal["fp8"], GemmFit] = {}
+
+
 # Grouped-GEMM fits a device may carry: the routed experts' GEMMs at each precision and scaling
 # recipe measured (bf16; fp8 with one scale per tensor; fp8 with 128-element block scales, as
 # DeepSeek-V3's checkpoint is quantized; fp4 weights over bf16 math; NVFP4 weights and activations).
@@ -457,6 +472,9 @@ class Calibration(Entry):
     # at its compute-bound best, by precision (one published measurement, no shape-aware fit).
     decode_attention_fraction: dict[Precision, Fraction] = {}
     dispatch: DispatchFit | None = None        # measured MoE dispatch / combine (DeepEP low-latency, normal)
+    # Serving engines' own GEMM fits (sglang, vllm), where their measured kernels differ from
+    # TensorRT-LLM's (whose fits are ``gemm`` and ``block_scaled``).
+    serving_backends: dict[Literal["sglang", "vllm"], BackendGemmFits] = {}
 
 
 # The range each constant the model reads can take and stay meaningful (in the unit its entry states);

@@ -34,6 +34,22 @@ class Kernels:
     weight_only_kernels: dict
 
 
+# Serving engines whose measured GEMM tables a device's fits may come from, as their projects name them.
+BACKEND_NAMES = {"trtllm": "TensorRT-LLM", "sglang": "SGLang", "vllm": "vLLM"}
+
+
+@dataclass(frozen=True)
+class BackendGemms:
+    """One serving engine's GEMM kernels on a device, at the serving fits' own rates: by
+    precision, their large-GEMM rates, the block-scaled kernels by math precision, and the
+    largest held-out MAPE of their fits (the relative error of compute time)."""
+
+    gemm_kernels: dict
+    achievable_flops: dict
+    block_kernels: dict
+    gemm_error: float
+
+
 @dataclass(frozen=True)
 class Machine:
     """One system of ``devices`` accelerators, with achievable rates and the cost inputs."""
@@ -71,16 +87,26 @@ class Machine:
     serving_error: float = 0.0            # held-out error of serving predictions: a serving range's least half-width
     serving_kernels: Kernels | None = None  # the same kernels at the serving fits' own rates (no framework factor)
     decode_attention_fraction: dict[str, float] | None = None   # one measurement, where no decode fit exists
+    backend_gemms: dict[str, "BackendGemms"] | None = None   # serving GEMMs by engine whose tables the device has
+    gemm_backend: str = "trtllm"          # the serving engine whose measured GEMM tables the GEMM fits come from
 
-    def for_serving(self) -> "Machine":
+    def for_serving(self, backend: str | None = None) -> "Machine":
         """The machine as a serving engine runs it: GEMMs and attention at the rates fitted on
         measured serving kernels (aiconfigurator's TensorRT-LLM tables), without
         framework-gemm-efficiency, which was fitted on training steps (Narayanan et al. 2021
-        Table 1) and stays in training. Idempotent."""
-        if self.serving_kernels is None:
-            return self
-        return replace(self, serving_kernels=None,
-                       **{f.name: getattr(self.serving_kernels, f.name) for f in fields(Kernels)})
+        Table 1) and stays in training. With a ``backend`` (trtllm, sglang, vllm) whose GEMM
+        fits the device has (calibration.yaml ``serving_backends``), its GEMMs and block-scaled
+        GEMMs run at that engine's fits; otherwise at TensorRT-LLM's (``gemm_backend`` says
+        which). Idempotent."""
+        served = self
+        if self.serving_kernels is not None:
+            served = replace(self, serving_kernels=None,
+                             **{f.name: getattr(self.serving_kernels, f.name) for f in fields(Kernels)})
+        own = (served.backend_gemms or {}).get(backend) if backend else None
+        if own is None or backend == served.gemm_backend:
+            return served
+        return replace(served, gemm_kernels=own.gemm_kernels, achievable_flops=own.achievable_flops,
+                       block_kernels=own.block_kernels, gemm_error=own.gemm_error, gemm_backend=backend)
 
     def interval(self, total, compute, communication, least: float = 0.0):
         """(low, high) of a predicted time ``total`` (s) of which ``compute`` and ``communication``
@@ -322,6 +348,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
                for p, f in cal.grouped_gemm.items() if (GROUPED_MATH[p] or sixteen) in acc.peak_flops}
     block = {p: gemm_kernel(acc.peak_flops[p], acc.hbm_bytes_per_s, cal, default, p, 1.0, fit=f)
              for p, f in cal.block_scaled.items() if p in acc.peak_flops}
+    backends = serving_backend_gemms(acc, cal, default, launch, serving, block)
     host_link = db.link(acc.host_link).bytes_per_s if acc.host_link else 0.0
     idle = acc.idle_w if acc.idle_w is not None else acc.tdp_w * constants.get("idle-power-fraction", 0.0)
     overhead = (system.node_overhead_w or 0.0) / per_node
@@ -340,7 +367,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
         pricing=pricing, price_override={k.lower(): v for k, v in (prices or {}).items()}.get(system.name.lower()),
         unpriced=dict(system.unpriced),
         scale_up_domain=domain, **{f.name: getattr(training, f.name) for f in fields(Kernels)},
-        serving_kernels=serving, grouped_kernels=grouped, block_kernels=block,
+        serving_kernels=serving, grouped_kernels=grouped, block_kernels=block, backend_gemms=backends,
         decode_attention_fraction=dict(cal.decode_attention_fraction),
         gemm_error=max([f.held_out_mape for f in cal.gemm.values()] or [constants.get("unfitted-gemm-error", 0.0)]),
         step_error=constants.get("framework-fit-error" if cal.gemm else "unmeasured-kernels-error", 0.0),
@@ -350,6 +377,25 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
                              + ([float(np.mean(list(fit.held_out_mape.values())))] if fit and fit.held_out_mape else [])
                              + ([cal.dispatch.held_out_mape] if cal.dispatch else [])
                              + ([cal.dispatch.normal.held_out_mape] if cal.dispatch and cal.dispatch.normal else [])))
+
+
+def serving_backend_gemms(acc, cal, default, launch_s: float, serving: Kernels, block: dict) -> dict:
+    """Serving GEMM kernels by engine: TensorRT-LLM's (the entry's ``gemm`` and ``block_scaled``
+    fits, ``serving`` and ``block``) and each engine's of ``serving_backends`` (a precision it did
+    not measure keeps TensorRT-LLM's fit); empty without GEMM fits."""
+    if not cal.gemm:
+        return {}
+    trtllm = BackendGemms(serving.gemm_kernels, serving.achievable_flops, block,
+                          max(f.held_out_mape for f in cal.gemm.values()))
+    out = {"trtllm": trtllm}
+    for name, fits in cal.serving_backends.items():
+        own = cal.model_copy(update={"gemm": {**cal.gemm, **fits.gemm}})
+        kernels = device_kernels(acc, own, default, 1.0, launch_s)
+        blocks = {**block, **{p: gemm_kernel(acc.peak_flops[p], acc.hbm_bytes_per_s, own, default, p, 1.0, fit=f)
+                              for p, f in fits.block_scaled.items() if p in acc.peak_flops}}
+        out[name] = BackendGemms(kernels.gemm_kernels, kernels.achievable_flops, blocks,
+                                 max(f.held_out_mape for f in own.gemm.values()))
+    return out
 
 
 def device_kernels(acc, cal, default, in_framework: float, launch_s: float) -> Kernels:

@@ -12,7 +12,7 @@ import numpy as np
 
 from perfmodel.hardware_db.errors import InfeasibleError
 
-from .machine import Machine
+from .machine import BACKEND_NAMES, Machine
 from .power import cost_basis
 from .plan import PLACES
 from .training import TrainResult
@@ -102,13 +102,14 @@ def _per_package(result, machine: Machine) -> dict[str, Any]:
             "decode_tokens_per_s_per_package": _f(result.decode_tokens_per_s_per_device * dies)}
 
 
-def serve_report(result: ServeResult, machine: Machine, spec=None) -> dict[str, Any]:
+def serve_report(result: ServeResult, machine: Machine, spec=None, backend: str = "trtllm") -> dict[str, Any]:
+    """The serving estimate's document; ``backend``: the serving engine whose GEMM fits priced it."""
     return {
         "ttft_s": _f(result.ttft_s), "tpot_s": _f(result.tpot_s), "ep_per_token_s": _f(result.ep_per_token_s),
         **({"expert_imbalance": {k: _f(v) for k, v in result.expert_imbalance.items()}}
            if result.expert_imbalance else {}),
         "ttft_range_s": [_f(x) for x in result.ttft_range_s], "tpot_range_s": [_f(x) for x in result.tpot_range_s],
-        "constants_from": constants_from(machine, spec, serving=True),
+        "constants_from": constants_from(machine, spec, serving=True, backend=backend),
         "devices_per_instance": _f(result.devices_per_instance), "max_batch": _f(result.max_batch),
         "prefill_tokens_per_s_per_device": _f(result.prefill_tokens_per_s_per_device),
         "decode_tokens_per_s_per_device": _f(result.decode_tokens_per_s_per_device),
@@ -174,16 +175,20 @@ def _source(machine: Machine) -> str:
     return next((s for s in ("fitted", "datasheet", "default") if s in sources), "default")
 
 
-def constants_from(machine: Machine, spec=None, serving: bool = False) -> dict:
+def constants_from(machine: Machine, spec=None, serving: bool = False, backend: str | None = None) -> dict:
     """Where the GEMM, attention and collective constants of an estimate came from, and for an
     MoE ``spec`` those of its expert exchange (serving an MLA model uses the MLA module fit;
-    serving's exchange DeepEP's kernel fits, training's the all-to-all of the collectives)."""
+    serving's exchange DeepEP's kernel fits, training's the all-to-all of the collectives). A
+    serving estimate on fitted GEMMs also names the engine whose measured GEMM tables they come
+    from (``gemm_tables``; ``backend`` the one asked, TensorRT-LLM's where the device has no other)."""
     mla = serving and spec is not None and spec.mla is not None and bool(machine.mla_attention)
     measured = "roofline (decode at one measured kernel's rate)" if serving and machine.decode_attention_fraction \
         else "roofline"
     attention = measured if not machine.attention_kernels else "fitted (MLA on measured modules)" if mla else "fitted"
     found = {"gemm": _source(machine), "attention": attention,
              "collectives": "fitted" if machine.topology.fitted else "datasheet"}
+    if serving and machine.backend_gemms:
+        found["gemm_tables"] = gemm_tables(machine, backend or "trtllm")
     if spec is not None and spec.moe:
         found["expert_exchange"] = _exchange_source(machine.topology) if serving else \
             "all-to-all as collectives (Megatron-Core's dispatcher)"
@@ -193,6 +198,15 @@ def constants_from(machine: Machine, spec=None, serving: bool = False) -> dict:
     if caveat:
         found["caveat"] = caveat
     return found
+
+
+def gemm_tables(machine: Machine, backend: str) -> str:
+    """The serving engine whose measured GEMM tables price a serving estimate asked of ``backend``,
+    and, where the device has no fits of that engine, that it falls back to TensorRT-LLM's."""
+    used = machine.for_serving(backend).gemm_backend
+    if used == backend:
+        return f"{BACKEND_NAMES[used]} kernels"
+    return f"{BACKEND_NAMES[used]} kernels: the device has no {BACKEND_NAMES.get(backend, backend)} GEMM fits"
 
 
 def _exchange_source(topology) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 from perfmodel.hardware_db.errors import SpecError, UnknownNameError
 
 from .defaults import SERVE_DEFAULTS, TRAIN_DEFAULTS
+from .exports import SERVING as SERVING_FRAMEWORKS
 from .plan import (ACTIVATION_PRECISIONS, ATTENTION, CP_COMMS, EXPERT_BALANCES, INTERLEAVED, KV_PRECISIONS, OVERLAP,
                    PLACES, RECOMPUTE, SCHEDULES, STORAGES, WEIGHT_PRECISIONS, QuantScheme)
 
@@ -283,13 +284,17 @@ class ServeRequest:
     routing: str | None = option(None, "Routing statistics file (.json, .csv or .npz; see README): the busiest EP "
                                        "device of their placement (--expert-balance) replaces the default routing's.")
     expert_balance: str = option("eplb", EXPERT_BALANCE_HELP, choices=EXPERT_BALANCES)
+    framework: str | None = option(None, "Serving framework whose measured GEMM kernels price the GEMMs: vllm, "
+                                         "sglang, trtllm, dynamo (vLLM workers): that engine's fits where the "
+                                         "device has them (calibration serving_backends), else TensorRT-LLM's. "
+                                         "Default: TensorRT-LLM's kernels.", choices=SERVING_FRAMEWORKS)
     pricing: str = option("cloud", PRICING_HELP, choices=PRICING)
     price: tuple[str, ...] = option((), PRICE_HELP)
 
     def resolve(self, db, spec=None):
         from .catalog import load_model
         from .machine import build_machine
-        from .serving import ServePlan, ServeWorkload
+        from .serving import ServePlan, ServeWorkload, serving_backend
 
         _positive(self, "devices", "tp", "pp", "ep", "dp_attention", "batch", "input_len", "output_len")
         check_choices(self)
@@ -318,7 +323,8 @@ class ServeRequest:
                          power_cap_w=self.power_cap_w,
                          mtp_draft_tokens=self.mtp_draft_tokens, mtp_acceptance=self.mtp_acceptance,
                          overlap_comm=self.overlap != "none", moe_imbalance=imbalance,
-                         expert_balance=self.expert_balance, chunk_tokens=self.chunk_tokens)
+                         expert_balance=self.expert_balance, chunk_tokens=self.chunk_tokens,
+                         backend=serving_backend(self.framework))
         if not 0 <= self.chunk_tokens <= 1 << 20:
             raise SpecError(f"--chunk-tokens needs 0 to 1,048,576, has {self.chunk_tokens}")
         if self.chunk_tokens and self.pp > 1:

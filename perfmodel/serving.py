@@ -53,6 +53,18 @@ class ServePlan:
     expert_balance: str = "eplb"      # with moe_imbalance 0: "eplb", "none" or "balanced" (perfmodel.eplb.BALANCES)
     chunk_tokens: object = 0          # tokens per iteration and attention rank when prompts ride in decode
     #                                   steps as chunks (chunked prefill in mixed batches; pp 1); 0: separate
+    backend: str = "trtllm"           # serving engine whose measured GEMM kernels price the GEMMs (trtllm,
+    #                                   sglang, vllm; Machine.for_serving): TensorRT-LLM's where the device has no other
+
+
+def serving_backend(framework: str | None) -> str:
+    """The serving engine whose GEMM fits price a deployment on ``framework`` (Dynamo runs vLLM
+    workers; perfmodel.exports.serving.ENGINE); TensorRT-LLM's without one."""
+    if framework is None:
+        return "trtllm"
+    from .exports.serving import ENGINE
+
+    return ENGINE[framework]
 
 
 @dataclass(frozen=True)
@@ -462,8 +474,9 @@ def estimate_serving_placed(spec: TransformerSpec, machine: Machine, plan: Serve
     operator and communication times (and their power-capped clocks) do not depend on where the KV
     cache and the weights live, only the streams from a tier, the memory and the feasibility do:
     the phases are evaluated once for all places. Kernels run at the serving fits' own rates
-    (Machine.for_serving: no training framework factor)."""
-    machine = machine.for_serving()
+    (Machine.for_serving: no training framework factor), the GEMMs at the fits of the plan's
+    serving engine where the device has them."""
+    machine = machine.for_serving(plan.backend)
     inst = _instance(spec, machine, plan)
     pp = inst.layout.pp
     s_in, s_out = (np.asarray(x, dtype=float) for x in (work.input_len, work.output_len))

@@ -292,8 +292,9 @@ class PlanServeRequest:
     zipf: float | None = option(None, ZIPF_HELP)
     affinity: float = option(0.5, AFFINITY_HELP)
     seed: int = option(0, SEED_HELP)
-    framework: str | None = option(None, "Search only deployments this framework runs (--export FRAMEWORK "
-                                         "implies it).", choices=SERVING_FRAMEWORKS)
+    framework: str | None = option(None, "Search only deployments this framework runs, their GEMMs priced on its "
+                                         "engine's measured kernels (--export FRAMEWORK implies it). Default: any "
+                                         "framework, GEMMs on TensorRT-LLM's kernels.", choices=SERVING_FRAMEWORKS)
     baseline: str | None = option(None, "Also find the best deployment of a named heuristic and print how much the "
                                         "optimum gains over it.", choices=tuple(SERVE_BASELINES))
     any_plan: bool = option(False, "Recommend the optimum itself, not the first tie (best first) a serving "

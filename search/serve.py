@@ -26,7 +26,7 @@ from perfmodel.hardware_db.errors import InfeasibleError, SpecError, UnknownName
 from perfmodel.hardware_db.loader import Database
 from perfmodel.model import TransformerSpec
 from perfmodel.queueing import pool_latencies
-from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving, kv_transfer_time
+from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving, kv_transfer_time, serving_backend
 
 from . import fleet
 from .fleet import FleetInstance, FleetSolution, single_pool_solutions
@@ -489,7 +489,8 @@ def capped_p99(spec, machines: dict, deployment: Deployment, demand: Demand, opt
                           weight_precision=c["weight_precision"], activation_precision=c["activation_precision"],
                           kv_precision=c["kv_precision"], weight_place=c.get("weight_place", "hbm"),
                           mtp_draft_tokens=options.mtp_draft_tokens, mtp_acceptance=options.mtp_acceptance,
-                          moe_imbalance=imbalance, expert_balance=options.expert_balance, power_cap_w=cap)
+                          moe_imbalance=imbalance, expert_balance=options.expert_balance, power_cap_w=cap,
+                          backend=serving_backend(options.framework))
             pre = {q: estimate_serving(spec, machine, ServePlan(batch=c["dp_attention"], **common),
                                        ServeWorkload(n, 1, demand.cached_share * n))
                    for q, n in (("50", demand.input_len.p50), ("90", demand.input_len.p90))}

@@ -16,7 +16,7 @@ from perfmodel.machine import Machine, build_machine
 from perfmodel.model import TransformerSpec
 from perfmodel.plan import QuantScheme
 from perfmodel.queueing import pool_latencies, pool_shares
-from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving_placed
+from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving_placed, serving_backend
 
 from .options import Demand, ServeSearchOptions
 from .pareto import pareto_front
@@ -132,7 +132,7 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
         prefill = dict(zip(weight_places, estimate_serving_placed(spec, machine, ServePlan(
             tp=both[:, 0], pp=both[:, 1], dp_attention=both[:, 2], ep=both[:, 3], batch=both[:, 2], weight_precision=wp,
             activation_precision=ap, kv_precision=kvp, moe_imbalance=np.tile(skew, 2),
-            expert_balance=options.expert_balance,
+            expert_balance=options.expert_balance, backend=serving_backend(options.framework),
             mtp_draft_tokens=options.mtp_draft_tokens, mtp_acceptance=options.mtp_acceptance,
             power_cap_w=options.device_power_cap_w), ServeWorkload(n_in, 1, demand.cached_share * n_in),
             [("hbm", w_place) for w_place in weight_places], phases=("prefill",))))
@@ -140,7 +140,7 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
         plan = ServePlan(tp=both[:, 0], pp=both[:, 1], dp_attention=both[:, 2], ep=both[:, 3],
                          batch=both[:, 4], weight_precision=wp, activation_precision=ap, kv_precision=kvp,
                          moe_imbalance=np.tile(skew[pre_i], 2), power_cap_w=options.device_power_cap_w,
-                         expert_balance=options.expert_balance,
+                         expert_balance=options.expert_balance, backend=serving_backend(options.framework),
                          mtp_draft_tokens=options.mtp_draft_tokens, mtp_acceptance=options.mtp_acceptance)
         placed = list(itertools.product(places, weight_places))
         decodes = estimate_serving_placed(spec, machine, plan, ServeWorkload(
