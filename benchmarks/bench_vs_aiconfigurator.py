@@ -70,6 +70,11 @@ CASES = [
     ("moe", "mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", "dgx-h100", 8, 8, 1, 32, "fp8", "fp8"),
     ("moe", "deepseek-v3", "deepseek-ai/DeepSeek-V3", "hgx-h200", 8, 8, 1, 8, "fp8_block", "fp8"),
     ("moe", "deepseek-v3", "deepseek-ai/DeepSeek-V3", "hgx-h200", 8, 8, 1, 128, "fp8_block", "fp8"),
+    # Attention data parallelism with wide EP, the decode pools of the DeepSeek-V3 planning problem
+    # (issue 29: 16 H200, one prefill and one decode worker of dp8 ep8 on both sides).
+    ("moe", "deepseek-v3", "deepseek-ai/DeepSeek-V3", "hgx-h200", 1, 8, 8, 64, "fp8_block", "fp8"),
+    ("moe", "deepseek-v3", "deepseek-ai/DeepSeek-V3", "hgx-h200", 1, 8, 8, 448, "fp8_block", "fp8"),
+    ("moe", "deepseek-v3", "deepseek-ai/DeepSeek-V3", "hgx-h200", 1, 8, 8, 512, "fp8_block", "fp8"),
 ]
 
 
@@ -112,7 +117,9 @@ def aiconfigurator_static(case, folder: str, backend: str = "trtllm") -> tuple[f
                                   attention_dp_size=dpa, gemm_quant_mode=AIC_FORMATS[gemm],
                                   kvcache_quant_mode=AIC_FORMATS[kv], fmha_quant_mode="bfloat16",
                                   comm_quant_mode="half", **moe)
-    context_ms, generation_ms, _ = handle.run_static(batch_size=batch, isl=ISL, osl=OSL)
+    # aiconfigurator's batch is per attention data-parallel rank (its disaggregated DeepSeek-V3 rows
+    # list "(d)bs 56" for a dp8 worker of concurrency 448); perfmodel's is the instance's.
+    context_ms, generation_ms, _ = handle.run_static(batch_size=batch // dpa, isl=ISL, osl=OSL)
     return context_ms / 1e3, generation_ms / (OSL - 1) / 1e3
 
 
