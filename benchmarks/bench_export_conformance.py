@@ -77,7 +77,8 @@ SERVING = ("vllm", "sglang", "trtllm", "dynamo")
 # (model, devices) trained; (model, plan serve options) served. DeepSeek-V3 also disaggregated, so
 # that its router and prefill/decode servers are exported.
 TRAIN_PLANS = (("llama-3.1-8b", 8), ("llama-3.1-70b", 64), ("llama-3.1-405b", 1024), ("mixtral-8x7b", 64))
-SERVE_PLANS = (("llama-3.1-70b", ()), ("deepseek-v3", ()), ("deepseek-v3", ("--modes", "disaggregated")))
+SERVE_PLANS = (("llama-3.1-70b", ()), ("llama-3.1-70b", ("--modes", "colocated")), ("deepseek-v3", ()),
+               ("deepseek-v3", ("--modes", "disaggregated")))
 ARCH = {"dgx-h100": 9, "gb200-nvl72": 10}   # CUDA compute capability major of the system's GPU
 # What torch.cuda reports on one host of the system (name, capability, HBM bytes, GPUs per host).
 GPUS = {"dgx-h100": {"name": "NVIDIA H100 80GB HBM3", "capability": 9, "memory_bytes": 85520809984, "count": 8},
