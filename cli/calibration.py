@@ -33,7 +33,8 @@ def write_calibration(db, acc, blocks: dict, notes: list[str], out):
     if out is None:
         return None
     refitted = [b for b in blocks if b != "serving_backends"] \
-        + [f"gemm {backend}" for backend in blocks.get("serving_backends", {})]
+        + [f"{family} {backend}" for backend, families in blocks.get("serving_backends", {}).items()
+           for family in families]
     blocks = dict(blocks)
     # The normal kernels' fit ("dispatch normal") sits inside the dispatch block, beside the
     # low-latency one; each keeps the other when only one is refitted.
@@ -63,9 +64,10 @@ def write_calibration(db, acc, blocks: dict, notes: list[str], out):
         if own.dispatch is not None and "dispatch" not in blocks:
             entry["dispatch"] = _file_units(own.dispatch.model_dump(exclude_none=True))
         if own.serving_backends:
-            # Each serving engine's GEMM fits stay unless this run refits that engine's.
+            # Each serving engine's fits of a family stay unless this run refits that engine's family.
             kept = {b: _file_units(f.model_dump(exclude_defaults=True)) for b, f in own.serving_backends.items()}
-            blocks["serving_backends"] = kept | blocks.get("serving_backends", {})
+            new = blocks.get("serving_backends", {})
+            blocks["serving_backends"] = {b: kept.get(b, {}) | new.get(b, {}) for b in kept | new}
     entry.update(blocks)
     kept = own.dispatch.normal if own is not None and own.dispatch is not None else None
     if normal is None and kept is not None and "normal" not in entry.get("dispatch", {}):
@@ -501,10 +503,14 @@ def _moe_table(acc, provenance, results) -> None:
                   + "; held out by MoE shape: the shapes left out were never seen by the fit", style="dim")
 
 
-def calibrate_moe(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
+def calibrate_moe(db, device: str, table, source: str | None, out, seed: int, json_out: bool,
+                  backend: str = "trtllm") -> None:
     from perfmodel.hardware_db.errors import SpecError
 
     acc = _calibration_source(db, device, table, source, seed)
+    if backend != "trtllm":
+        from .calibration_backends import calibrate_moe_backend
+        return calibrate_moe_backend(db, acc, table, source, out, seed, json_out, backend)
     fitted = _fit_moe(db, acc, table, source, seed)
     if fitted is None:
         raise SpecError(f"this aiconfigurator install has no TensorRT-LLM MoE rows for {acc.name}")
@@ -514,8 +520,12 @@ def calibrate_moe(db, device: str, table, source: str | None, out, seed: int, js
                 lambda: _moe_table(acc, provenance, results))
 
 
-def calibrate_attention(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
+def calibrate_attention(db, device: str, table, source: str | None, out, seed: int, json_out: bool,
+                        backend: str = "trtllm") -> None:
     acc = _calibration_source(db, device, table, source, seed)
+    if backend != "trtllm":
+        from .calibration_backends import calibrate_attention_backend
+        return calibrate_attention_backend(db, acc, table, source, out, seed, json_out, backend)
     results, provenance, note = _fit_attention(acc, table, source, seed)
     mla = _fit_mla(acc, _db_fp8_gemm(db, acc), _decode_memory(results), seed) if source else None
     p90 = {f"{ph} {p}": r.held_out_p90 for (ph, p), r in results.items()}
