@@ -506,16 +506,20 @@ def _moe_table(acc, provenance, results) -> None:
 def calibrate_moe(db, device: str, table, source: str | None, out, seed: int, json_out: bool,
                   backend: str = "trtllm") -> None:
     from perfmodel.hardware_db.errors import SpecError
+    from perfmodel.machine import BACKEND_NAMES
 
     acc = _calibration_source(db, device, table, source, seed)
-    if backend != "trtllm":
-        from .calibration_backends import calibrate_moe_backend
-        return calibrate_moe_backend(db, acc, table, source, out, seed, json_out, backend)
-    fitted = _fit_moe(db, acc, table, source, seed)
+    if backend == "trtllm":
+        fitted = _fit_moe(db, acc, table, source, seed)
+    else:
+        from .calibration_backends import fit_backend_moe
+        fitted = fit_backend_moe(db, acc, table, source, seed, backend)
     if fitted is None:
-        raise SpecError(f"this aiconfigurator install has no TensorRT-LLM MoE rows for {acc.name}")
+        raise SpecError(f"this aiconfigurator install has no {BACKEND_NAMES[backend]} MoE rows for {acc.name}")
     results, provenance, note = fitted
-    _report_fit(db, acc, {"grouped_gemm": {p: r.as_yaml() for p, r in results.items()}},
+    block = {p: r.as_yaml() for p, r in results.items()}
+    _report_fit(db, acc, {"grouped_gemm": block} if backend == "trtllm" else
+                {"serving_backends": {backend: {"grouped_gemm": block}}},
                 {p: r.held_out_p90 for p, r in results.items()}, provenance, [note], out, json_out,
                 lambda: _moe_table(acc, provenance, results))
 
@@ -523,16 +527,23 @@ def calibrate_moe(db, device: str, table, source: str | None, out, seed: int, js
 def calibrate_attention(db, device: str, table, source: str | None, out, seed: int, json_out: bool,
                         backend: str = "trtllm") -> None:
     acc = _calibration_source(db, device, table, source, seed)
-    if backend != "trtllm":
-        from .calibration_backends import calibrate_attention_backend
-        return calibrate_attention_backend(db, acc, table, source, out, seed, json_out, backend)
-    results, provenance, note = _fit_attention(acc, table, source, seed)
-    mla = _fit_mla(acc, _db_fp8_gemm(db, acc), _decode_memory(results), seed) if source else None
+    if backend == "trtllm":
+        results, provenance, note = _fit_attention(acc, table, source, seed)
+        projections = _db_fp8_gemm(db, acc)
+    else:
+        from .calibration_backends import backend_mla_note, backend_mla_projections, fit_backend_attention
+        results, provenance, note = fit_backend_attention(acc, table, source, seed, backend)
+        projections = backend_mla_projections(db, acc, backend)
+    mla = _fit_mla(acc, projections, _decode_memory(results), seed) if source else None
+    if mla and backend != "trtllm":
+        mla = (mla[0], mla[1], backend_mla_note(mla[2], backend))
     p90 = {f"{ph} {p}": r.held_out_p90 for (ph, p), r in results.items()}
     if mla:
         p90.update({f"mla {ph}": r.held_out_p90 for ph, r in mla[0].items()})
-    _report_fit(db, acc, {"attention": _attention_block(results, mla)}, p90, provenance,
-                [note, mla[2]] if mla else [note], out, json_out,
+    block = _attention_block(results, mla)
+    _report_fit(db, acc, {"attention": block} if backend == "trtllm" else
+                {"serving_backends": {backend: {"attention": {k: v for k, v in block.items() if v}}}}, p90,
+                provenance, [note, mla[2]] if mla else [note], out, json_out,
                 lambda: _attention_table(acc, provenance, results, mla))
 
 

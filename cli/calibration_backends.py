@@ -80,30 +80,28 @@ def fit_backend_attention(acc, table, source, seed, backend: str):
     return results, provenance, note
 
 
-def fit_backend_mla(db, acc, attention: dict, seed: int, backend: str):
-    """SGLang's MLA core fits: the same fit as TensorRT-LLM's entry (aiconfigurator's SGLang wide-EP
-    MLA module tables) with SGLang's own block-scaled fp8 GEMM fit for the projections subtracted
-    and its own decode attention fit's HBM share; None for another engine (vLLM's MLA tables time
-    whole modules under other kernels, FLASHMLA / FLASH_ATTN_MLA, and keep the SGLang-measured
-    fit), or without those fits."""
+def backend_mla_projections(db, acc, backend: str):
+    """The GEMM kernel of the MLA module's projections for ``backend``'s MLA core fit: SGLang's own
+    block-scaled fp8 GEMM fit (the MLA tables are SGLang's wide-EP DeepSeek-V3 modules, as the
+    entry's own MLA fit reads them); None for another engine (vLLM's MLA tables time whole modules
+    under other kernels, FLASHMLA / FLASH_ATTN_MLA, of another schema: its MLA keeps the entry's
+    fit) or without that fit."""
     from perfmodel.machine import gemm_kernel
 
-    from .calibration import _decode_memory, _fit_mla
-
-    own = db.calibration(acc.name).serving_backends.get(backend)
+    cal = db.calibration(acc.name)
+    own = cal.serving_backends.get(backend)
     if backend != "sglang" or own is None or "fp8" not in own.block_scaled or "fp8" not in acc.peak_flops:
         return None
-    cal = db.calibration(acc.name)
-    projections = gemm_kernel(acc.peak_flops["fp8"], acc.hbm_bytes_per_s, cal, db.calibration_default(), "fp8", 1.0,
-                              fit=own.block_scaled["fp8"])
-    mla = _fit_mla(acc, projections, _decode_memory(attention), seed)
-    if mla is None:
-        return None
-    note = mla[2].replace("attention: MLA core fitted by perfmodel calibrate", f"attention {backend}: MLA core fitted "
-                          f"by perfmodel calibrate attention --backend {backend}", 1) \
-        + (f"; the projections at SGLang's own block-scaled fp8 GEMM fit (serving_backends.sglang.block_scaled) and "
-           f"decode at SGLang's decode attention fit's HBM share")
-    return mla[0], mla[1], note
+    return gemm_kernel(acc.peak_flops["fp8"], acc.hbm_bytes_per_s, cal, db.calibration_default(), "fp8", 1.0,
+                       fit=own.block_scaled["fp8"])
+
+
+def backend_mla_note(note: str, backend: str) -> str:
+    """The MLA fit's source line as that engine's (its block and the GEMM fit subtracted)."""
+    return note.replace("attention: MLA core fitted by perfmodel calibrate", f"attention {backend}: MLA core fitted "
+                        f"by perfmodel calibrate attention --backend {backend}", 1) \
+        + (f"; the projections at {BACKEND_TITLES[backend]}'s own block-scaled fp8 GEMM fit (serving_backends."
+           f"{backend}.block_scaled) and decode at {BACKEND_TITLES[backend]}'s decode attention fit's HBM share")
 
 
 def fit_backend_moe(db, acc, table, source, seed, backend: str):
@@ -157,33 +155,3 @@ def fit_backend_moe(db, acc, table, source, seed, backend: str):
                         f"(p90 {r.held_out_p90:.1%})" for p, r in results.items())
             + f"; a recipe not measured keeps TensorRT-LLM's fit (block serving_backends.{backend}.grouped_gemm)")
     return results, provenance, note
-
-
-def calibrate_attention_backend(db, acc, table, source, out, seed: int, json_out: bool, backend: str) -> None:
-    """Fit, print and write one engine's attention fits (and SGLang's MLA cores)."""
-    from .calibration import _attention_block, _attention_table, _report_fit
-
-    results, provenance, note = fit_backend_attention(acc, table, source, seed, backend)
-    mla = fit_backend_mla(db, acc, results, seed, backend) if source else None
-    p90 = {f"{ph} {p}": r.held_out_p90 for (ph, p), r in results.items()}
-    if mla:
-        p90.update({f"mla {ph}": r.held_out_p90 for ph, r in mla[0].items()})
-    block = {k: v for k, v in _attention_block(results, mla).items() if v}
-    _report_fit(db, acc, {"serving_backends": {backend: {"attention": block}}}, p90, provenance,
-                [note, mla[2]] if mla else [note], out, json_out,
-                lambda: _attention_table(acc, provenance, results, mla))
-
-
-def calibrate_moe_backend(db, acc, table, source, out, seed: int, json_out: bool, backend: str) -> None:
-    """Fit, print and write one engine's grouped-GEMM fits."""
-    from perfmodel.hardware_db.errors import SpecError
-
-    from .calibration import _moe_table, _report_fit
-
-    fitted = fit_backend_moe(db, acc, table, source, seed, backend)
-    if fitted is None:
-        raise SpecError(f"this aiconfigurator install has no {BACKEND_TITLES[backend]} MoE rows for {acc.name}")
-    results, provenance, note = fitted
-    _report_fit(db, acc, {"serving_backends": {backend: {"grouped_gemm": {p: r.as_yaml() for p, r in results.items()}}}},
-                {p: r.held_out_p90 for p, r in results.items()}, provenance, [note], out, json_out,
-                lambda: _moe_table(acc, provenance, results))
