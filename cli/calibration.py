@@ -531,11 +531,13 @@ def calibrate_attention(db, device: str, table, source: str | None, out, seed: i
         results, provenance, note = _fit_attention(acc, table, source, seed)
         projections = _db_fp8_gemm(db, acc)
     else:
-        from .calibration_backends import backend_mla_note, backend_mla_projections, fit_backend_attention
+        from .calibration_backends import (backend_mla_note, backend_mla_projections, fit_backend_attention,
+                                           fit_module_mla)
         results, provenance, note = fit_backend_attention(acc, table, source, seed, backend)
         projections = backend_mla_projections(db, acc, backend)
-    mla = _fit_mla(acc, projections, _decode_memory(results), seed) if source else None
-    if mla and backend != "trtllm":
+    mla = None if not source else _fit_mla(acc, projections, _decode_memory(results), seed) if backend != "vllm" \
+        else fit_module_mla(acc, projections, _decode_memory(results), seed, backend)
+    if mla and backend == "sglang":
         mla = (mla[0], mla[1], backend_mla_note(mla[2], backend))
     p90 = {f"{ph} {p}": r.held_out_p90 for (ph, p), r in results.items()}
     if mla:

@@ -83,17 +83,51 @@ def fit_backend_attention(acc, table, source, seed, backend: str):
 def backend_mla_projections(db, acc, backend: str):
     """The GEMM kernel of the MLA module's projections for ``backend``'s MLA core fit: SGLang's own
     block-scaled fp8 GEMM fit (the MLA tables are SGLang's wide-EP DeepSeek-V3 modules, as the
-    entry's own MLA fit reads them); None for another engine (vLLM's MLA tables time whole modules
-    under other kernels, FLASHMLA / FLASH_ATTN_MLA, of another schema: its MLA keeps the entry's
-    fit) or without that fit."""
+    entry's own MLA fit reads them), else the block-scaled fit the engine serves them with (vLLM:
+    TensorRT-LLM's, its own rows timing the host); None without one."""
     from perfmodel.machine import gemm_kernel
 
     cal = db.calibration(acc.name)
     own = cal.serving_backends.get(backend)
-    if backend != "sglang" or own is None or "fp8" not in own.block_scaled or "fp8" not in acc.peak_flops:
+    fit = (own.block_scaled.get("fp8") if own else None) or cal.block_scaled.get("fp8")
+    if fit is None or "fp8" not in acc.peak_flops:
         return None
-    return gemm_kernel(acc.peak_flops["fp8"], acc.hbm_bytes_per_s, cal, db.calibration_default(), "fp8", 1.0,
-                       fit=own.block_scaled["fp8"])
+    return gemm_kernel(acc.peak_flops["fp8"], acc.hbm_bytes_per_s, cal, db.calibration_default(), "fp8", 1.0, fit=fit)
+
+
+def fit_module_mla(acc, projections, decode_memory, seed: int, backend: str):
+    """MLA core fits by phase on ``backend``'s own MLA module tables (vLLM's ``mla_*_module_perf``,
+    DeepSeek-V3: fp8 KV cache, block-scaled projections, the fastest kernel per shape), less the
+    ``projections`` GEMM kernel, decode at ``decode_memory`` (the engine's decode attention fit's
+    HBM share); their source and note, or None without those tables or fits."""
+    from perfmodel.calibrate import fit_mla
+    from perfmodel.catalog import load_model
+    from perfmodel.hardware_db.errors import SpecError
+
+    from .timings_io import aiconfigurator_table, read_mla_module_timings
+
+    if projections is None or decode_memory is None:
+        return None
+    spec, sixteen = load_model("deepseek-v3"), "bf16" if "bf16" in acc.peak_flops else "fp16"
+    results, where = {}, []
+    for phase, name in (("prefill", "context"), ("decode", "generation")):
+        try:
+            path, provenance = aiconfigurator_table(acc.name, f"mla/{backend}", f"mla_{name}_module_perf.parquet")
+        except SpecError:
+            return None
+        cols, kernels = read_mla_module_timings(path, name)
+        results[phase] = fit_mla(spec, *cols, projections, acc.peak_flops[sixteen], acc.hbm_bytes_per_s,
+                                 acc.compute_units, phase == "decode", decode_memory if phase == "decode" else None,
+                                 seed)
+        where.append(f"{provenance.split(', ', 1)[1]} ({kernels}, the fastest per shape)")
+    provenance = f"{provenance.split(', ', 1)[0]}, {' and '.join(where)}"
+    note = (f"attention {backend}: MLA core fitted by perfmodel calibrate attention --backend {backend} (seed {seed}) "
+            f"on {provenance}, DeepSeek-V3's MLA module over an fp8 KV cache less its block-scaled fp8 projections at "
+            f"the GEMM fit {BACKEND_TITLES[backend]} serves them with, decode at {BACKEND_TITLES[backend]}'s decode "
+            f"attention fit's HBM share {decode_memory:.1%}: "
+            + "; ".join(f"{ph} {r.train_rows} rows fitted, {r.test_rows} held out" for ph, r in results.items())
+            + "; held-out MAPE of the module " + ", ".join(f"{ph} {r.held_out_mape:.1%}" for ph, r in results.items()))
+    return results, provenance, note
 
 
 def backend_mla_note(note: str, backend: str) -> str:

@@ -238,6 +238,26 @@ def read_mla_timings(path: Path, phase: str) -> tuple[tuple, str]:
     return cols, backend
 
 
+def read_mla_module_timings(path: Path, phase: str) -> tuple[tuple, str]:
+    """((batch, context, heads, kv_bytes, seconds), kernels) of aiconfigurator's MLA module table of
+    vLLM (``mla_context_module_perf`` or ``mla_generation_module_perf``, DeepSeek-V3): the rows over
+    an fp8 KV cache with block-scaled fp8 projections (as the checkpoint serves), of the kernels it
+    measured at a shape the fastest (vLLM picks its MLA backend per GPU); in decode the context is
+    isl + step (the cached tokens), in prefill isl."""
+    t = _parquet(path, ("kernel_source", "batch_size", "isl", "step", "num_heads", "kv_cache_dtype", "gemm_type",
+                        "latency"), f"mla_{phase}_module_perf")
+    keep = [i for i, (kv, g) in enumerate(zip(t["kv_cache_dtype"], t["gemm_type"])) if kv == "fp8" and g == "fp8_block"]
+    if not keep:
+        raise SpecError(f"{path}: no MLA module rows over an fp8 KV cache with fp8_block projections")
+    context = [t["isl"][i] + (t["step"][i] if phase == "generation" else 0) for i in keep]
+    keys = [(t["batch_size"][i], c, t["num_heads"][i]) for i, c in zip(keep, context)]
+    best = fastest_rows(keep, keys, t["latency"])
+    cols = ([float(t["batch_size"][i]) for i in best],
+            [float(t["isl"][i] + (t["step"][i] if phase == "generation" else 0)) for i in best],
+            [float(t["num_heads"][i]) for i in best], [1.0] * len(best), [t["latency"][i] * 1e-3 for i in best])
+    return cols, "/".join(sorted({t["kernel_source"][i] for i in best}))
+
+
 def read_moe_timings(path: Path) -> tuple:
     """(tokens, ep, num_experts, top_k, hidden, expert_hidden, seconds) of the uniformly routed fp8
     rows of aiconfigurator's wide-EP MoE table (SGLang DeepEP, ``wideep_generation_moe_perf``)."""

@@ -94,14 +94,15 @@ def test_block_scaled_deepseek_experts_at_moe_tp_8_run_faster_as_measured(h100, 
 
 def test_an_engines_attention_replaces_only_what_it_measured(h100):
     """vLLM 0.24.0 measured FA3 prefill in bf16 math only: its bf16 prefill and decode kernels are
-    its own fits, fp8 prefill keeps TensorRT-LLM's; SGLang measured MLA modules (its own GEMM fits
-    subtracted), vLLM's MLA keeps the entry's fit."""
+    its own fits, fp8 prefill keeps TensorRT-LLM's; both engines' MLA cores are their own (SGLang's
+    wide-EP modules less its own block-scaled GEMM fit, vLLM's own module tables)."""
     vllm, sglang, default = h100.for_serving("vllm"), h100.for_serving("sglang"), h100.for_serving()
     assert vllm.attention_kernel("bf16") != default.attention_kernel("bf16")
     assert vllm.attention_kernel("bf16", decode=True) != default.attention_kernel("bf16", decode=True)
     assert vllm.attention_kernel("fp8") == default.attention_kernel("fp8")
-    assert vllm.mla_attention == default.mla_attention
     assert sglang.mla_attention["decode"] != default.mla_attention["decode"]
+    # vLLM's MLA modules carry its per-module overhead: a larger fixed cost than SGLang's FA3 module.
+    assert vllm.mla_attention["decode"].launch_s > sglang.mla_attention["decode"].launch_s
     # Training never takes an engine's fits.
     assert h100.attention_kernels["bf16"].compute_fraction < default.attention_kernel("bf16").compute_fraction
 
@@ -160,3 +161,23 @@ def test_an_unknown_engine_is_a_one_line_error(family, capsys):
     assert main(["calibrate", family, "--device", "h100-sxm", "--backend", "tgi", "--table", str(MOE_SAMPLE)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--backend" in err
+
+
+def test_vllm_mla_module_rows_take_the_cached_tokens_and_the_fastest_kernel(tmp_path):
+    """vLLM's MLA module tables: decode rows over isl + step cached tokens, only an fp8 KV cache with
+    block-scaled projections, the fastest kernel at each shape."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from perfmodel.cli.timings_io import read_mla_module_timings
+
+    rows = [("FLASHMLA", 4, 1, 1023, 16, "fp8", "fp8_block", 0.30), ("FLASH_ATTN_MLA", 4, 1, 1023, 16, "fp8", "fp8_block", 0.20),
+            ("FLASHMLA", 4, 1, 1023, 16, "bfloat16", "fp8_block", 0.10), ("FLASHMLA", 4, 1, 1023, 16, "fp8", "bfloat16", 0.10),
+            ("FLASHMLA", 8, 1, 2047, 16, "fp8", "fp8_block", 0.50)]
+    names = ("kernel_source", "batch_size", "isl", "step", "num_heads", "kv_cache_dtype", "gemm_type", "latency")
+    path = tmp_path / "mla_generation_module_perf.parquet"
+    pq.write_table(pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)}), path)
+    (batch, context, heads, kv_bytes, seconds), kernels = read_mla_module_timings(path, "generation")
+    assert batch == [4.0, 8.0] and context == [1024.0, 2048.0] and heads == [16.0, 16.0]
+    assert seconds == pytest.approx([0.20e-3, 0.50e-3]) and kv_bytes == [1.0, 1.0]
+    assert kernels == "FLASHMLA/FLASH_ATTN_MLA"
