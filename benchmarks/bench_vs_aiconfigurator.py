@@ -12,8 +12,8 @@ never a run-time or CI dependency: without it the script says so and exits 0.
     python benchmarks/bench_vs_aiconfigurator.py [--backend trtllm|sglang|vllm] [--expert-balance none|eplb|balanced] [--skew]
 
 ``--backend`` names the serving engine on both sides: aiconfigurator's tables of that engine, and
-perfmodel's GEMM fits of it (``ServePlan.backend``, calibration.yaml ``serving_backends``; its
-attention, MoE and communication fits stay TensorRT-LLM's).
+perfmodel's GEMM, attention and grouped-GEMM fits of it (``ServePlan.backend``, calibration.yaml
+``serving_backends``; its communication fits stay TensorRT-LLM's).
 
 Expert load: aiconfigurator's static mode prices these deployments' MoE layers on its power-law
 kernel rows (alpha 1.2, experts in contiguous blocks, no EPLB: its ``_eplb`` rows are for wide EP

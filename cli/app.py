@@ -347,6 +347,9 @@ MeasuredOn = Annotated[str, typer.Option("--device", help="Accelerator the timin
 CalibrationOut = Annotated[Optional[Path], typer.Option("--out", help="Directory to write calibration-<device>.yaml "
                                                                       "to (use it with --hardware-db).")]
 SplitSeed = Annotated[int, typer.Option("--seed", help="Seed of the fitted / held-out split.")]
+ServingEngine = Annotated[str, typer.Option(metavar="[trtllm|sglang|vllm]", help="Serving engine whose kernels the "
+                                            "timings measured: trtllm (the default: the entry's own block) or sglang "
+                                            "/ vllm (its serving_backends block, used by estimate serve --framework).")]
 
 @calibrate_app.callback(invoke_without_command=True)
 def calibrate_all(
@@ -396,8 +399,9 @@ def calibrate_attention(
     device: MeasuredOn = "h100-sxm",
     table: Annotated[Optional[Path], typer.Option(help="Measured attention kernels: CSV (phase,batch,seq_len,heads,"
                                                        "kv_heads,head_dim,dtype,kv_dtype,seconds).")] = None,
-    source: Annotated[Optional[str], typer.Option("--from", help="aiconfigurator: the TensorRT-LLM context and "
-                                                               "generation attention tables it ships.")] = None,
+    source: Annotated[Optional[str], typer.Option("--from", help="aiconfigurator: the context and generation "
+                                                               "attention tables of --backend it ships.")] = None,
+    backend: ServingEngine = "trtllm",
     out: CalibrationOut = None,
     seed: SplitSeed = 0,
     json_out: JsonFlag = False,
@@ -406,7 +410,7 @@ def calibrate_attention(
     timings; print the held-out error; write a calibration entry."""
     from . import calibration
 
-    calibration.calibrate_attention(database(ctx), device, table, source, out, seed, json_out)
+    calibration.calibrate_attention(database(ctx), device, table, source, out, seed, json_out, backend)
 
 
 @calibrate_app.command("dispatch")
@@ -441,8 +445,9 @@ def calibrate_moe(
     device: MeasuredOn = "h100-sxm",
     table: Annotated[Optional[Path], typer.Option(help="Measured MoE layers: a table in the form of aiconfigurator's "
                                                        "moe_perf.parquet.")] = None,
-    source: Annotated[Optional[str], typer.Option("--from", help="aiconfigurator: the TensorRT-LLM MoE table the "
+    source: Annotated[Optional[str], typer.Option("--from", help="aiconfigurator: the MoE table of --backend the "
                                                                "installed aiconfigurator-core ships.")] = None,
+    backend: ServingEngine = "trtllm",
     out: CalibrationOut = None,
     seed: SplitSeed = 0,
     json_out: JsonFlag = False,
@@ -452,7 +457,7 @@ def calibrate_moe(
     shapes held out; write a calibration entry."""
     from . import calibration
 
-    calibration.calibrate_moe(database(ctx), device, table, source, out, seed, json_out)
+    calibration.calibrate_moe(database(ctx), device, table, source, out, seed, json_out, backend)
 
 
 @calibrate_app.command("collectives")

@@ -33,7 +33,8 @@ def write_calibration(db, acc, blocks: dict, notes: list[str], out):
     if out is None:
         return None
     refitted = [b for b in blocks if b != "serving_backends"] \
-        + [f"gemm {backend}" for backend in blocks.get("serving_backends", {})]
+        + [f"{family} {backend}" for backend, families in blocks.get("serving_backends", {}).items()
+           for family in families]
     blocks = dict(blocks)
     # The normal kernels' fit ("dispatch normal") sits inside the dispatch block, beside the
     # low-latency one; each keeps the other when only one is refitted.
@@ -63,9 +64,10 @@ def write_calibration(db, acc, blocks: dict, notes: list[str], out):
         if own.dispatch is not None and "dispatch" not in blocks:
             entry["dispatch"] = _file_units(own.dispatch.model_dump(exclude_none=True))
         if own.serving_backends:
-            # Each serving engine's GEMM fits stay unless this run refits that engine's.
+            # Each serving engine's fits of a family stay unless this run refits that engine's family.
             kept = {b: _file_units(f.model_dump(exclude_defaults=True)) for b, f in own.serving_backends.items()}
-            blocks["serving_backends"] = kept | blocks.get("serving_backends", {})
+            new = blocks.get("serving_backends", {})
+            blocks["serving_backends"] = {b: kept.get(b, {}) | new.get(b, {}) for b in kept | new}
     entry.update(blocks)
     kept = own.dispatch.normal if own is not None and own.dispatch is not None else None
     if normal is None and kept is not None and "normal" not in entry.get("dispatch", {}):
@@ -501,28 +503,49 @@ def _moe_table(acc, provenance, results) -> None:
                   + "; held out by MoE shape: the shapes left out were never seen by the fit", style="dim")
 
 
-def calibrate_moe(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
+def calibrate_moe(db, device: str, table, source: str | None, out, seed: int, json_out: bool,
+                  backend: str = "trtllm") -> None:
     from perfmodel.hardware_db.errors import SpecError
+    from perfmodel.machine import BACKEND_NAMES
 
     acc = _calibration_source(db, device, table, source, seed)
-    fitted = _fit_moe(db, acc, table, source, seed)
+    if backend == "trtllm":
+        fitted = _fit_moe(db, acc, table, source, seed)
+    else:
+        from .calibration_backends import fit_backend_moe
+        fitted = fit_backend_moe(db, acc, table, source, seed, backend)
     if fitted is None:
-        raise SpecError(f"this aiconfigurator install has no TensorRT-LLM MoE rows for {acc.name}")
+        raise SpecError(f"this aiconfigurator install has no {BACKEND_NAMES[backend]} MoE rows for {acc.name}")
     results, provenance, note = fitted
-    _report_fit(db, acc, {"grouped_gemm": {p: r.as_yaml() for p, r in results.items()}},
+    block = {p: r.as_yaml() for p, r in results.items()}
+    _report_fit(db, acc, {"grouped_gemm": block} if backend == "trtllm" else
+                {"serving_backends": {backend: {"grouped_gemm": block}}},
                 {p: r.held_out_p90 for p, r in results.items()}, provenance, [note], out, json_out,
                 lambda: _moe_table(acc, provenance, results))
 
 
-def calibrate_attention(db, device: str, table, source: str | None, out, seed: int, json_out: bool) -> None:
+def calibrate_attention(db, device: str, table, source: str | None, out, seed: int, json_out: bool,
+                        backend: str = "trtllm") -> None:
     acc = _calibration_source(db, device, table, source, seed)
-    results, provenance, note = _fit_attention(acc, table, source, seed)
-    mla = _fit_mla(acc, _db_fp8_gemm(db, acc), _decode_memory(results), seed) if source else None
+    if backend == "trtllm":
+        results, provenance, note = _fit_attention(acc, table, source, seed)
+        projections = _db_fp8_gemm(db, acc)
+    else:
+        from .calibration_backends import (backend_mla_note, backend_mla_projections, fit_backend_attention,
+                                           fit_module_mla)
+        results, provenance, note = fit_backend_attention(acc, table, source, seed, backend)
+        projections = backend_mla_projections(db, acc, backend)
+    mla = None if not source else _fit_mla(acc, projections, _decode_memory(results), seed) if backend != "vllm" \
+        else fit_module_mla(acc, projections, _decode_memory(results), seed, backend)
+    if mla and backend == "sglang":
+        mla = (mla[0], mla[1], backend_mla_note(mla[2], backend))
     p90 = {f"{ph} {p}": r.held_out_p90 for (ph, p), r in results.items()}
     if mla:
         p90.update({f"mla {ph}": r.held_out_p90 for ph, r in mla[0].items()})
-    _report_fit(db, acc, {"attention": _attention_block(results, mla)}, p90, provenance,
-                [note, mla[2]] if mla else [note], out, json_out,
+    block = _attention_block(results, mla)
+    _report_fit(db, acc, {"attention": block} if backend == "trtllm" else
+                {"serving_backends": {backend: {"attention": {k: v for k, v in block.items() if v}}}}, p90,
+                provenance, [note, mla[2]] if mla else [note], out, json_out,
                 lambda: _attention_table(acc, provenance, results, mla))
 
 

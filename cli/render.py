@@ -457,6 +457,9 @@ def constants_text(report) -> str:
     """Where an estimate's constants came from, for its summary line."""
     c = report["constants_from"]
     exchange = f", MoE exchange {c['expert_exchange']}" if "expert_exchange" in c else ""
-    experts = f", MoE expert GEMMs {c['expert_gemm']}" if "expert_gemm" in c else ""
+    engines = c.get("kernel_tables", {})
+    own = {f: f" ({e} kernels)" if e != "TensorRT-LLM" else "" for f, e in engines.items()}
+    experts = f", MoE expert GEMMs {c['expert_gemm']}{own.get('grouped_gemm', '')}" if "expert_gemm" in c else ""
     tables = f" ({c['gemm_tables']})" if "gemm_tables" in c else ""
-    return f"GEMM {c['gemm']}{tables}, attention {c['attention']}, collectives {c['collectives']}{exchange}{experts}"
+    return (f"GEMM {c['gemm']}{tables}, attention {c['attention']}{own.get('attention', '')}, "
+            f"collectives {c['collectives']}{exchange}{experts}")

@@ -163,12 +163,14 @@ ATTENTION_DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16
 MAX_DECODE_GROUP = 32
 
 
-def read_attention_timings(path: Path, decode_path: Path | None = None) -> tuple[dict, int]:
+def read_attention_timings(path: Path, decode_path: Path | None = None,
+                           kernels: dict | None = None) -> tuple[dict, int]:
     """({(phase, precision): (batch, queries, context, heads, kv_heads, head_dim, act_bytes,
     kv_bytes, seconds)}, rows left out) from a CSV, or from aiconfigurator's context (``path``) and
     generation (``decode_path``) attention tables. Prefill is keyed by the attention precision,
     decode by the KV cache's; in prefill the context is the causal mean, queries / 2. Sliding-window
-    rows and decode groups above MAX_DECODE_GROUP are left out."""
+    rows, decode groups above MAX_DECODE_GROUP and, given ``kernels`` ({phase: kernel_source names}),
+    a table's rows of any other kernel are left out."""
     rows = []   # (phase, batch, seq_len, step, heads, kv_heads, head_dim, dtype, kv_dtype, seconds, window)
     for file, phase in ((path, None), (decode_path, "decode")):
         if file is None:
@@ -179,7 +181,10 @@ def read_attention_timings(path: Path, decode_path: Path | None = None) -> tuple
             t = _parquet(file, ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "attn_dtype",
                                 "kv_cache_dtype", "latency"), "context/generation_attention_perf")
             n = len(t["latency"])
-            step, window = t.get("step", [0] * n), t.get("window_size", [0] * n)
+            step, window = t.get("step", [0] * n), list(t.get("window_size", [0] * n))
+            wanted = (kernels or {}).get(phase or "prefill")
+            if wanted and "kernel_source" in t:    # another kernel's rows: as a sliding window, left out
+                window = [w if k in wanted else -1 for w, k in zip(window, t["kernel_source"])]
             rows += [(phase or "prefill", *r) for r in zip(t["batch_size"], t["isl"], step, t["num_heads"],
                                                            t["num_key_value_heads"], t["head_dim"], t["attn_dtype"],
                                                            t["kv_cache_dtype"], (x * 1e-3 for x in t["latency"]), window)]
@@ -233,6 +238,26 @@ def read_mla_timings(path: Path, phase: str) -> tuple[tuple, str]:
     return cols, backend
 
 
+def read_mla_module_timings(path: Path, phase: str) -> tuple[tuple, str]:
+    """((batch, context, heads, kv_bytes, seconds), kernels) of aiconfigurator's MLA module table of
+    vLLM (``mla_context_module_perf`` or ``mla_generation_module_perf``, DeepSeek-V3): the rows over
+    an fp8 KV cache with block-scaled fp8 projections (as the checkpoint serves), of the kernels it
+    measured at a shape the fastest (vLLM picks its MLA backend per GPU); in decode the context is
+    isl + step (the cached tokens), in prefill isl."""
+    t = _parquet(path, ("kernel_source", "batch_size", "isl", "step", "num_heads", "kv_cache_dtype", "gemm_type",
+                        "latency"), f"mla_{phase}_module_perf")
+    keep = [i for i, (kv, g) in enumerate(zip(t["kv_cache_dtype"], t["gemm_type"])) if kv == "fp8" and g == "fp8_block"]
+    if not keep:
+        raise SpecError(f"{path}: no MLA module rows over an fp8 KV cache with fp8_block projections")
+    context = [t["isl"][i] + (t["step"][i] if phase == "generation" else 0) for i in keep]
+    keys = [(t["batch_size"][i], c, t["num_heads"][i]) for i, c in zip(keep, context)]
+    best = fastest_rows(keep, keys, t["latency"])
+    cols = ([float(t["batch_size"][i]) for i in best],
+            [float(t["isl"][i] + (t["step"][i] if phase == "generation" else 0)) for i in best],
+            [float(t["num_heads"][i]) for i in best], [1.0] * len(best), [t["latency"][i] * 1e-3 for i in best])
+    return cols, "/".join(sorted({t["kernel_source"][i] for i in best}))
+
+
 def read_moe_timings(path: Path) -> tuple:
     """(tokens, ep, num_experts, top_k, hidden, expert_hidden, seconds) of the uniformly routed fp8
     rows of aiconfigurator's wide-EP MoE table (SGLang DeepEP, ``wideep_generation_moe_perf``)."""
@@ -257,10 +282,13 @@ MOE_COLUMNS = ("kernel_source", "moe_dtype", "distribution", "num_tokens", "hidd
                "num_experts", "moe_tp_size", "moe_ep_size", "latency")
 
 
-def read_moe_layer_timings(path: Path) -> dict[str, tuple]:
+def read_moe_layer_timings(path: Path, kernels=None, nongated: frozenset = frozenset()) -> dict[str, tuple]:
     """Per grouped-GEMM recipe, ((tokens, ep, etp, experts, top_k, hidden, expert_hidden, gated,
     seconds), in_bytes, weight_bytes, kernels) of the balanced rows of aiconfigurator's MoE table
-    (``moe_perf.parquet``, TensorRT-LLM, or a CSV with its columns) that ran one of MOE_KERNELS."""
+    (``moe_perf.parquet``, TensorRT-LLM, or a CSV with its columns) that ran one of MOE_KERNELS.
+    An engine's ``kernels`` (a predicate on kernel_source) keep, of several kernels measured at
+    one row, the fastest (the one the engine's per-shape selection keeps); its rows are gated
+    except the MoE shapes (hidden, expert width, experts, top-k) in ``nongated``."""
     if not path.is_file():
         raise SpecError(f"{path}: no such file")
     if path.suffix.lower() == ".parquet":
@@ -275,19 +303,46 @@ def read_moe_layer_timings(path: Path) -> dict[str, tuple]:
                 t[c].append(value)
     out: dict[str, tuple] = {}
     rows: dict[str, list] = {}
+    measured = (lambda k: k in MOE_KERNELS) if kernels is None else kernels
     for i, (kernel, dtype, dist) in enumerate(zip(t["kernel_source"], t["moe_dtype"], t["distribution"])):
-        if dist == "balanced" and kernel in MOE_KERNELS and dtype in MOE_DTYPES:
+        if dist == "balanced" and measured(kernel) and dtype in MOE_DTYPES:
             rows.setdefault(dtype, []).append(i)
+    shape = ("num_tokens", "moe_ep_size", "moe_tp_size", "num_experts", "topk", "hidden_size", "inter_size")
+    if kernels is not None:
+        rows = {d: fastest_rows(keep, [tuple(t[c][i] for c in shape) for i in keep], t["latency"])
+                for d, keep in rows.items()}
     for dtype, keep in rows.items():
         recipe, x, w = MOE_DTYPES[dtype]
-        cols = [[float(t[c][i]) for i in keep] for c in ("num_tokens", "moe_ep_size", "moe_tp_size", "num_experts",
-                                                         "topk", "hidden_size", "inter_size")]
-        gated = [float(MOE_KERNELS[t["kernel_source"][i]]) for i in keep]
+        cols = [[float(t[c][i]) for i in keep] for c in shape]
+        gated = [float(MOE_KERNELS[t["kernel_source"][i]]) if kernels is None else
+                 float((t["hidden_size"][i], t["inter_size"][i], t["num_experts"][i], t["topk"][i]) not in nongated)
+                 for i in keep]
         kernels = sorted({t["kernel_source"][i] for i in keep})
         out[recipe] = (tuple(cols) + (gated, [t["latency"][i] * 1e-3 for i in keep]), x, w, kernels)
     if not out:
         raise SpecError(f"{path}: no balanced rows of {', '.join(MOE_KERNELS)}")
     return out
+
+
+def fastest_rows(index: list, keys: list, seconds) -> list:
+    """Of the row numbers ``index`` (one key each), the fastest row of each key, in first-seen order."""
+    best: dict = {}
+    for i, key in zip(index, keys):
+        if key not in best or seconds[i] < seconds[best[key]]:
+            best[key] = i
+    return list(best.values())
+
+
+def nongated_shapes(path: Path) -> frozenset:
+    """MoE shapes (hidden, expert width, experts, top-k) an aiconfigurator TensorRT-LLM MoE table
+    measured with its non-gated kernel (``moe_torch_flow_nongated``: relu2 experts, Nemotron-H)
+    and no gated one; the engines' tables do not name the activation."""
+    t = _parquet(path, MOE_COLUMNS, "moe_perf")
+    shapes = {False: set(), True: set()}
+    for i, kernel in enumerate(t["kernel_source"]):
+        if kernel in MOE_KERNELS:
+            shapes[MOE_KERNELS[kernel]].add((t["hidden_size"][i], t["inter_size"][i], t["num_experts"][i], t["topk"][i]))
+    return frozenset(shapes[False] - shapes[True])
 
 
 def aiconfigurator_moe_table(device: str) -> tuple[Path, str]:

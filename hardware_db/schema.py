@@ -353,16 +353,6 @@ class GemmFit(BaseModel):
 SERVING_BACKENDS = ("trtllm", "sglang", "vllm")
 
 
-class BackendGemmFits(BaseModel):
-    """One serving engine's GEMM fits (``perfmodel calibrate gemm --backend``), on the GEMM
-    table aiconfigurator measured in that engine: the same fields as the entry's ``gemm`` and
-    ``block_scaled`` blocks."""
-
-    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
-    gemm: dict[Precision, GemmFit] = {}
-    block_scaled: dict[Literal["fp8"], GemmFit] = {}
-
-
 # Grouped-GEMM fits a device may carry: the routed experts' GEMMs at each precision and scaling
 # recipe measured (bf16; fp8 with one scale per tensor; fp8 with 128-element block scales, as
 # DeepSeek-V3's checkpoint is quantized; fp4 weights over bf16 math; NVFP4 weights and activations).
@@ -416,6 +406,20 @@ class AttentionFits(BaseModel):
     prefill: dict[Precision, AttentionFit] = {}
     decode: dict[Precision, AttentionFit] = {}
     mla: dict[Literal["prefill", "decode"], AttentionFit] = {}
+
+
+class BackendGemmFits(BaseModel):
+    """One serving engine's kernel fits on the tables aiconfigurator measured in that engine: GEMMs
+    (``perfmodel calibrate gemm --backend``; the fields of the entry's ``gemm`` and
+    ``block_scaled`` blocks), attention (``calibrate attention --backend``; the entry's
+    ``attention`` block) and the routed experts' grouped GEMMs (``calibrate moe --backend``; the
+    entry's ``grouped_gemm`` block). A family or precision it lacks keeps TensorRT-LLM's fit."""
+
+    model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
+    gemm: dict[Precision, GemmFit] = {}
+    block_scaled: dict[Literal["fp8"], GemmFit] = {}
+    attention: AttentionFits | None = None
+    grouped_gemm: dict[GroupedPrecision, GroupedGemmFit] = {}
 
 
 ExchangeOp = Literal["dispatch", "combine"]

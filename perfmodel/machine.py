@@ -40,14 +40,22 @@ BACKEND_NAMES = {"trtllm": "TensorRT-LLM", "sglang": "SGLang", "vllm": "vLLM"}
 
 @dataclass(frozen=True)
 class BackendGemms:
-    """One serving engine's GEMM kernels on a device, at the serving fits' own rates: by
-    precision, their large-GEMM rates, the block-scaled kernels by math precision, and the
-    largest held-out MAPE of their fits (the relative error of compute time)."""
+    """One serving engine's kernels on a device, at the serving fits' own rates: GEMMs by
+    precision, their large-GEMM rates, the block-scaled kernels by math precision, the largest
+    held-out MAPE of the GEMM fits (the relative error of compute time), the attention kernels
+    (prefill by precision, decode by KV precision, MLA by phase) and the routed experts' grouped
+    GEMMs by recipe; ``families``: the engine whose tables each family's fits come from (gemm,
+    attention, grouped_gemm; TensorRT-LLM's where the engine's were not measured)."""
 
     gemm_kernels: dict
     achievable_flops: dict
     block_kernels: dict
     gemm_error: float
+    attention_kernels: dict | None = None
+    decode_attention: dict | None = None
+    mla_attention: dict | None = None
+    grouped_kernels: dict | None = None
+    families: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -89,15 +97,17 @@ class Machine:
     decode_attention_fraction: dict[str, float] | None = None   # one measurement, where no decode fit exists
     backend_gemms: dict[str, "BackendGemms"] | None = None   # serving GEMMs by engine whose tables the device has
     gemm_backend: str = "trtllm"          # the serving engine whose measured GEMM tables the GEMM fits come from
+    kernel_backends: tuple[tuple[str, str], ...] = ()   # (family, engine) of each family's fits once served
 
     def for_serving(self, backend: str | None = None) -> "Machine":
         """The machine as a serving engine runs it: GEMMs and attention at the rates fitted on
         measured serving kernels (aiconfigurator's TensorRT-LLM tables), without
         framework-gemm-efficiency, which was fitted on training steps (Narayanan et al. 2021
-        Table 1) and stays in training. With a ``backend`` (trtllm, sglang, vllm) whose GEMM
-        fits the device has (calibration.yaml ``serving_backends``), its GEMMs and block-scaled
-        GEMMs run at that engine's fits; otherwise at TensorRT-LLM's (``gemm_backend`` says
-        which). Idempotent."""
+        Table 1) and stays in training. With a ``backend`` (trtllm, sglang, vllm) whose fits
+        the device has (calibration.yaml ``serving_backends``), its GEMMs, block-scaled GEMMs,
+        attention kernels and grouped GEMMs run at that engine's fits, each family where the
+        engine's table measured it, else at TensorRT-LLM's (``gemm_backend`` and
+        ``kernel_backends`` say which). Idempotent."""
         served = self
         if self.serving_kernels is not None:
             served = replace(self, serving_kernels=None,
@@ -106,7 +116,10 @@ class Machine:
         if own is None or backend == served.gemm_backend:
             return served
         return replace(served, gemm_kernels=own.gemm_kernels, achievable_flops=own.achievable_flops,
-                       block_kernels=own.block_kernels, gemm_error=own.gemm_error, gemm_backend=backend)
+                       block_kernels=own.block_kernels, gemm_error=own.gemm_error, gemm_backend=backend,
+                       attention_kernels=own.attention_kernels, decode_attention=own.decode_attention,
+                       mla_attention=own.mla_attention, grouped_kernels=own.grouped_kernels,
+                       kernel_backends=own.families)
 
     def interval(self, total, compute, communication, least: float = 0.0):
         """(low, high) of a predicted time ``total`` (s) of which ``compute`` and ``communication``
@@ -343,12 +356,10 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
     launch = constants.get("unfitted-kernel-launch-us", 0.0) * 1e-6
     training = device_kernels(acc, cal, default, constants.get("framework-gemm-efficiency", 1.0), launch)
     serving = device_kernels(acc, cal, default, 1.0, launch)
-    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
-    grouped = {p: grouped_kernel(acc.peak_flops[GROUPED_MATH[p] or sixteen], acc.hbm_bytes_per_s, f)
-               for p, f in cal.grouped_gemm.items() if (GROUPED_MATH[p] or sixteen) in acc.peak_flops}
+    grouped = grouped_kernels(acc, cal.grouped_gemm)
     block = {p: gemm_kernel(acc.peak_flops[p], acc.hbm_bytes_per_s, cal, default, p, 1.0, fit=f)
              for p, f in cal.block_scaled.items() if p in acc.peak_flops}
-    backends = serving_backend_gemms(acc, cal, default, launch, serving, block)
+    backends = serving_backend_gemms(acc, cal, default, launch, serving, block, grouped)
     host_link = db.link(acc.host_link).bytes_per_s if acc.host_link else 0.0
     idle = acc.idle_w if acc.idle_w is not None else acc.tdp_w * constants.get("idle-power-fraction", 0.0)
     overhead = (system.node_overhead_w or 0.0) / per_node
@@ -379,23 +390,52 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
                              + ([cal.dispatch.normal.held_out_mape] if cal.dispatch and cal.dispatch.normal else [])))
 
 
-def serving_backend_gemms(acc, cal, default, launch_s: float, serving: Kernels, block: dict) -> dict:
-    """Serving GEMM kernels by engine: TensorRT-LLM's (the entry's ``gemm`` and ``block_scaled``
-    fits, ``serving`` and ``block``) and each engine's of ``serving_backends`` (a precision it did
-    not measure keeps TensorRT-LLM's fit); empty without GEMM fits."""
+def serving_backend_gemms(acc, cal, default, launch_s: float, serving: Kernels, block: dict,
+                          grouped: dict | None = None) -> dict:
+    """Serving kernels by engine: TensorRT-LLM's (the entry's ``gemm``, ``block_scaled``,
+    ``attention`` and ``grouped_gemm`` fits: ``serving``, ``block`` and ``grouped``) and each
+    engine's of ``serving_backends`` (a family, precision or phase it did not measure keeps
+    TensorRT-LLM's fit); empty without GEMM fits."""
     if not cal.gemm:
         return {}
+    grouped = grouped or {}
     trtllm = BackendGemms(serving.gemm_kernels, serving.achievable_flops, block,
-                          max(f.held_out_mape for f in cal.gemm.values()))
+                          max(f.held_out_mape for f in cal.gemm.values()), serving.attention_kernels,
+                          serving.decode_attention, serving.mla_attention, grouped)
     out = {"trtllm": trtllm}
     for name, fits in cal.serving_backends.items():
-        own = cal.model_copy(update={"gemm": {**cal.gemm, **fits.gemm}})
+        own = cal.model_copy(update={"gemm": {**cal.gemm, **fits.gemm},
+                                     "attention": merged_attention(cal.attention, fits.attention)})
         kernels = device_kernels(acc, own, default, 1.0, launch_s)
         blocks = {**block, **{p: gemm_kernel(acc.peak_flops[p], acc.hbm_bytes_per_s, own, default, p, 1.0, fit=f)
                               for p, f in fits.block_scaled.items() if p in acc.peak_flops}}
+        families = (("gemm", name if fits.gemm or fits.block_scaled else "trtllm"),
+                    ("attention", name if fits.attention is not None else "trtllm"),
+                    ("grouped_gemm", name if fits.grouped_gemm else "trtllm"))
         out[name] = BackendGemms(kernels.gemm_kernels, kernels.achievable_flops, blocks,
-                                 max(f.held_out_mape for f in own.gemm.values()))
+                                 max(f.held_out_mape for f in own.gemm.values()), kernels.attention_kernels,
+                                 kernels.decode_attention, kernels.mla_attention,
+                                 {**grouped, **grouped_kernels(acc, fits.grouped_gemm)}, families)
     return out
+
+
+def merged_attention(base, engine):
+    """An entry's attention fits (``base``, TensorRT-LLM's) with an engine's prefill, decode and MLA
+    fits replacing those of the same precision or phase; ``base`` without the engine's."""
+    if engine is None:
+        return base
+    if base is None:
+        return engine
+    return base.model_copy(update={part: {**getattr(base, part), **getattr(engine, part)}
+                                   for part in ("prefill", "decode", "mla")})
+
+
+def grouped_kernels(acc, fits: dict) -> dict:
+    """The grouped-GEMM kernels of calibration.yaml ``grouped_gemm`` fits by recipe, at the peak of
+    each recipe's math precision (a recipe the device has no peak for is left out)."""
+    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
+    return {p: grouped_kernel(acc.peak_flops[GROUPED_MATH[p] or sixteen], acc.hbm_bytes_per_s, f)
+            for p, f in fits.items() if (GROUPED_MATH[p] or sixteen) in acc.peak_flops}
 
 
 def device_kernels(acc, cal, default, in_framework: float, launch_s: float) -> Kernels:

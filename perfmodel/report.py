@@ -189,6 +189,7 @@ def constants_from(machine: Machine, spec=None, serving: bool = False, backend: 
              "collectives": "fitted" if machine.topology.fitted else "datasheet"}
     if serving and machine.backend_gemms:
         found["gemm_tables"] = gemm_tables(machine, backend or "trtllm")
+        found["kernel_tables"] = kernel_tables(machine, backend or "trtllm")
     if spec is not None and spec.moe:
         found["expert_exchange"] = _exchange_source(machine.topology) if serving else \
             "all-to-all as collectives (Megatron-Core's dispatcher)"
@@ -207,6 +208,15 @@ def gemm_tables(machine: Machine, backend: str) -> str:
     if used == backend:
         return f"{BACKEND_NAMES[used]} kernels"
     return f"{BACKEND_NAMES[used]} kernels: the device has no {BACKEND_NAMES.get(backend, backend)} GEMM fits"
+
+
+def kernel_tables(machine: Machine, backend: str) -> dict:
+    """The serving engine whose measured tables price each kernel family (gemm, attention,
+    grouped_gemm) of a serving estimate asked of ``backend``: that engine's where the device has its
+    fits of the family, else TensorRT-LLM's."""
+    served = machine.for_serving(backend)
+    families = dict(served.kernel_backends) or {"gemm": served.gemm_backend}
+    return {family: BACKEND_NAMES[families.get(family, "trtllm")] for family in ("gemm", "attention", "grouped_gemm")}
 
 
 def _exchange_source(topology) -> str:
