@@ -248,7 +248,7 @@ def _gemm_blocks(results) -> dict:
 def _fit_attention(acc, table, source, seed):
     """Prefill fits by attention precision and decode fits by KV precision, their source and note."""
     from perfmodel.hardware_db.errors import SpecError
-    from perfmodel.calibrate import fit_attention
+    from perfmodel.calibrate import fit_attention_groups
 
     from .timings_io import MAX_DECODE_GROUP, aiconfigurator_table, read_attention_timings
 
@@ -262,14 +262,7 @@ def _fit_attention(acc, table, source, seed):
     else:
         prefill_path, decode_path, provenance = table, None, f"the measurements in {table.name}"
     timings, left_out = read_attention_timings(prefill_path, decode_path)
-    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
-    results = {}
-    for (phase, precision), cols in sorted(timings.items()):
-        math = sixteen if phase == "decode" else precision
-        if math not in acc.peak_flops:
-            raise SpecError(f"{acc.name} has no {math} peak; the timings' {phase} {precision} rows cannot be fitted")
-        results[(phase, precision)] = fit_attention(*cols, acc.peak_flops[math], acc.hbm_bytes_per_s,
-                                                    acc.compute_units, phase == "decode", seed)
+    results = fit_attention_groups(acc, timings, seed)
     mape = ", ".join(f"{ph} {p} {r.held_out_mape:.1%}" for (ph, p), r in results.items())
     note = (f"attention: fitted by perfmodel calibrate (seed {seed}) on {provenance}: "
             + "; ".join(f"{ph} {p} {r.train_rows} rows fitted, {r.test_rows} held out" for (ph, p), r in results.items())

@@ -43,7 +43,7 @@ def fit_backend_attention(acc, table, source, seed, backend: str):
     """Prefill fits by attention precision and decode fits by KV precision on ``backend``'s
     measured attention kernels (its aiconfigurator tables, that engine's default kernels only, or
     a CSV of that form), their source and note."""
-    from perfmodel.calibrate import fit_attention
+    from perfmodel.calibrate import fit_attention_groups
     from perfmodel.hardware_db.errors import SpecError
 
     from .timings_io import MAX_DECODE_GROUP, aiconfigurator_table, read_attention_timings
@@ -60,14 +60,7 @@ def fit_backend_attention(acc, table, source, seed, backend: str):
     else:
         prefill_path, decode_path, provenance = table, None, f"the measurements in {table.name}"
     timings, left_out = read_attention_timings(prefill_path, decode_path, kernels)
-    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
-    results = {}
-    for (phase, precision), cols in sorted(timings.items()):
-        math = sixteen if phase == "decode" else precision
-        if math not in acc.peak_flops:
-            raise SpecError(f"{acc.name} has no {math} peak; the timings' {phase} {precision} rows cannot be fitted")
-        results[(phase, precision)] = fit_attention(*cols, acc.peak_flops[math], acc.hbm_bytes_per_s,
-                                                    acc.compute_units, phase == "decode", seed)
+    results = fit_attention_groups(acc, timings, seed)
     mape = ", ".join(f"{ph} {p} {r.held_out_mape:.1%}" for (ph, p), r in results.items())
     used = sorted({k for ks in kernels.values() for k in ks})
     note = (f"attention {backend}: fitted by perfmodel calibrate attention --backend {backend} (seed {seed}) on "

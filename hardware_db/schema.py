@@ -481,23 +481,29 @@ class Calibration(Entry):
     serving_backends: dict[Literal["sglang", "vllm"], BackendGemmFits] = {}
 
 
-# The range each constant the model reads can take and stay meaningful (in the unit its entry states);
-# a user's override outside it is refused when the database loads, not found as a division by zero.
-CONSTANT_RANGES: dict[str, tuple[float, float]] = {
-    "hbm-reserve-fraction": (0.0, 0.9), "idle-power-fraction": (0.0, 1.0), "pue": (1.0, 3.0),
-    "power-memory-weight": (0.0, 1.0),
-    "electricity-usd-per-kwh": (0.0, 10.0), "depreciation-years": (0.5, 30.0), "server-price-multiplier": (1.0, 10.0),
-    "facility-usd-per-kw-month": (0.0, 10_000.0), "network-capex-fraction": (0.0, 0.9),
-    "moe-load-imbalance": (1.0, 1000.0), "moe-routing-power-law-alpha": (0.0, 10.0),
-    "moe-redundant-expert-share": (0.0, 8.0),
-    "dp-overlap-fraction": (0.0, 1.0), "framework-gemm-efficiency": (0.05, 1.0),
-    "prefill-tokens-in-flight": (1.0, 1e6), "unfitted-kernel-launch-us": (0.0, 10_000.0),
-    "unfitted-collective-launch-us": (0.0, 10_000.0), "exchange-sms": (0.0, 200.0), "unfitted-gemm-error": (0.0, 10.0),
-    "unfitted-collective-error": (0.0, 10.0), "framework-fit-error": (0.0, 10.0),
-    "unmeasured-kernels-error": (0.0, 10.0), "serving-error": (0.0, 10.0),
-    "unmeasured-serving-error": (0.0, 10.0), "hbm-headroom-fraction": (0.0, 0.9),
-    "attention-backward-slowdown": (1.0, 10.0), "attention-backward-slowdown-1k": (0.0, 10.0),
+# Every constant the model reads: the value it takes where a database holds no entry of that name (a
+# neutral one: no reserve, no overlap, no error; the shipped database has them all) and the range it
+# can take and stay meaningful, in the unit its entry states (a user's override outside it is refused
+# when the database loads, not found as a division by zero). perfmodel.constants builds the typed
+# object the model reads from these and the database's entries.
+CONSTANT_TERMS: dict[str, tuple[float, float, float]] = {
+    "hbm-reserve-fraction": (0.0, 0.0, 0.9), "hbm-headroom-fraction": (0.0, 0.0, 0.9),
+    "idle-power-fraction": (0.0, 0.0, 1.0), "pue": (1.0, 1.0, 3.0), "power-memory-weight": (0.0, 0.0, 1.0),
+    "electricity-usd-per-kwh": (0.0, 0.0, 10.0), "depreciation-years": (5.0, 0.5, 30.0),
+    "server-price-multiplier": (1.0, 1.0, 10.0), "facility-usd-per-kw-month": (0.0, 0.0, 10_000.0),
+    "network-capex-fraction": (0.0, 0.0, 0.9),
+    "moe-load-imbalance": (1.0, 1.0, 1000.0), "moe-routing-power-law-alpha": (1.2, 0.0, 10.0),
+    "moe-redundant-expert-share": (0.125, 0.0, 8.0),
+    "dp-overlap-fraction": (0.0, 0.0, 1.0), "framework-gemm-efficiency": (1.0, 0.05, 1.0),
+    "prefill-tokens-in-flight": (float("inf"), 1.0, 1e6), "unfitted-kernel-launch-us": (0.0, 0.0, 10_000.0),
+    "unfitted-collective-launch-us": (0.0, 0.0, 10_000.0), "exchange-sms": (0.0, 0.0, 200.0),
+    "tp-overlap-bulk-sms": (0.0, 0.0, 200.0),
+    "attention-backward-slowdown": (1.0, 1.0, 10.0), "attention-backward-slowdown-1k": (0.0, 0.0, 10.0),
+    "unfitted-gemm-error": (0.0, 0.0, 10.0), "unfitted-collective-error": (0.0, 0.0, 10.0),
+    "framework-fit-error": (0.0, 0.0, 10.0), "unmeasured-kernels-error": (0.0, 0.0, 10.0),
+    "serving-error": (0.0, 0.0, 10.0), "unmeasured-serving-error": (0.0, 0.0, 10.0),
 }
+CONSTANT_RANGES: dict[str, tuple[float, float]] = {name: (low, high) for name, (_, low, high) in CONSTANT_TERMS.items()}
 
 
 class Constant(Entry):

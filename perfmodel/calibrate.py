@@ -247,6 +247,24 @@ def fit_attention(batch, queries, context, heads, kv_heads, head_dim, act_bytes,
     return _fit_core(op, 0.0, t, peak, bandwidth, units, decode, seed, held_out)
 
 
+def fit_attention_groups(acc, timings: dict, seed: int = 0) -> dict:
+    """``fit_attention`` of each (phase, precision) group of measured attention timings on the
+    accelerator ``acc`` (schema entry): decode at its 16-bit peak (the cache's format is read, the
+    math stays 16 bits), prefill at the group's precision; a precision the device has no peak for
+    is a one-line error."""
+    from perfmodel.hardware_db.errors import SpecError
+
+    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
+    results = {}
+    for (phase, precision), cols in sorted(timings.items()):
+        math = sixteen if phase == "decode" else precision
+        if math not in acc.peak_flops:
+            raise SpecError(f"{acc.name} has no {math} peak; the timings' {phase} {precision} rows cannot be fitted")
+        results[(phase, precision)] = fit_attention(*cols, acc.peak_flops[math], acc.hbm_bytes_per_s,
+                                                    acc.compute_units, phase == "decode", seed)
+    return results
+
+
 def _fit_core(op, fixed, seconds, peak: float, bandwidth: float, units: int, decode: bool, seed: int,
               held_out: float, memory_fraction: float | None = None, latent: bool = False) -> AttentionCalibration:
     """Fit the ``AttentionKernel`` of the attention-core ``op`` (one row per measurement) so that

@@ -18,6 +18,7 @@ from perfmodel.hardware_db.loader import Database, MemoryTier
 from perfmodel.hardware_db.schema import PRECISIONS, Accelerator, System
 
 from .collectives import COLLECTIVES, FittedCollectives, FittedDispatch, Topology
+from .constants import ModelConstants
 from .kernels import PER_PLAN_FIELDS, AttentionKernel, GemmKernel
 
 
@@ -77,7 +78,7 @@ class Machine:
     overhead_w_per_device: float          # host CPUs, NICs, fans: node power beyond the accelerators
     price_usd_per_device: float | None    # capital cost of one device with its share of the node
     cloud_usd_per_hour: float | None
-    constants: dict[str, float]
+    constants: ModelConstants
     pricing: str = "cloud"                # cost basis: "cloud" (rent per device-hour) or "owned" (TCO)
     price_override: float | None = None   # the user's all-in USD per device-hour (--price), either basis
     unpriced: dict[str, str] | None = None   # why the database has no price, by basis
@@ -202,8 +203,7 @@ class Machine:
         kernel = fits.get(key)
         if kernel is None or not in_framework:
             return kernel
-        return replace(kernel, compute_fraction=kernel.compute_fraction * self.constants.get(
-            "framework-gemm-efficiency", 1.0))
+        return replace(kernel, compute_fraction=kernel.compute_fraction * self.constants.framework_gemm_efficiency)
 
     def _grouped_per_plan(self, code: np.ndarray, block: bool, weight: str | None,
                           in_framework: bool) -> GemmKernel | None:
@@ -276,7 +276,7 @@ class Machine:
         """Share of the SMs (CUs) the MoE exchange kernels hold while they overlap compute: the
         constant ``exchange-sms``, at most half the device; 0 for a device without a unit count."""
         units = float(self.accelerator.compute_units or 0)
-        return min(self.constants.get("exchange-sms", 0.0), units / 2.0) / units if units > 0 else 0.0
+        return min(self.constants.exchange_sms, units / 2.0) / units if units > 0 else 0.0
 
     @property
     def tp_overlap_sm_share(self) -> float:
@@ -284,7 +284,7 @@ class Machine:
         while its transfer runs: the constant ``tp-overlap-bulk-sms``, at most half the device; 0
         for a device without a unit count."""
         units = float(self.accelerator.compute_units or 0)
-        return min(self.constants.get("tp-overlap-bulk-sms", 0.0), units / 2.0) / units if units > 0 else 0.0
+        return min(self.constants.tp_overlap_bulk_sms, units / 2.0) / units if units > 0 else 0.0
 
     def tier(self, kind_or_name: str) -> MemoryTier:
         """A memory tier below HBM by its kind (ddr, cxl, nvme, pooled) or memory name."""
@@ -331,7 +331,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
     sizes[-1] = max(devices, 1)
     kinds = [db.link(level.link).kind for level in levels]
     fit = cal.collectives
-    constants = {name: c.value for name, c in db.constants.items()}
+    constants = ModelConstants.of({name: c.value for name, c in db.constants.items()})
     topology = Topology(
         names=tuple(lv.name for lv in levels), sizes=sizes,
         bw=np.array([lv.bytes_per_s * (f or 1.0) for lv, f in zip(levels, fractions)]),
@@ -346,27 +346,27 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
             fraction={op: p.fraction for op, p in fit.ops.items()})
         if fit is not None and "scale-up" in kinds and len(fit.ops) == len(COLLECTIVES) else None,
         fitted_level=kinds.index("scale-up") if "scale-up" in kinds else 0,
-        launch=constants.get("unfitted-collective-launch-us", 0.0) * 1e-6,
+        launch=constants.unfitted_collective_launch_us * 1e-6,
         link_bw=np.array([lv.bytes_per_s for lv in levels]), kinds=tuple(kinds),
         dispatch=fitted_dispatch(cal.dispatch), dispatch_normal=fitted_dispatch(cal.dispatch and cal.dispatch.normal))
     default = db.calibration_default(acc.vendor)
     # Large-GEMM microbenchmarks overstate what GEMMs reach inside a framework's step (launch
     # gaps, shapes, power capping): one factor, fitted on Narayanan et al. 2021 Table 1 only.
     # Serving runs at the serving kernel fits' own rates (Machine.for_serving).
-    launch = constants.get("unfitted-kernel-launch-us", 0.0) * 1e-6
-    training = device_kernels(acc, cal, default, constants.get("framework-gemm-efficiency", 1.0), launch)
+    launch = constants.unfitted_kernel_launch_us * 1e-6
+    training = device_kernels(acc, cal, default, constants.framework_gemm_efficiency, launch)
     serving = device_kernels(acc, cal, default, 1.0, launch)
     grouped = grouped_kernels(acc, cal.grouped_gemm)
     block = {p: gemm_kernel(acc.peak_flops[p], acc.hbm_bytes_per_s, cal, default, p, 1.0, fit=f)
              for p, f in cal.block_scaled.items() if p in acc.peak_flops}
     backends = serving_backend_gemms(acc, cal, default, launch, serving, block, grouped)
     host_link = db.link(acc.host_link).bytes_per_s if acc.host_link else 0.0
-    idle = acc.idle_w if acc.idle_w is not None else acc.tdp_w * constants.get("idle-power-fraction", 0.0)
+    idle = acc.idle_w if acc.idle_w is not None else acc.tdp_w * constants.idle_power_fraction
     overhead = (system.node_overhead_w or 0.0) / per_node
     if system.node_price_usd:
         price = system.node_price_usd / per_node
     elif acc.price_usd:
-        price = acc.price_usd * constants.get("server-price-multiplier", 1.0)
+        price = acc.price_usd * constants.server_price_multiplier
     else:
         price = None
     return Machine(
@@ -380,11 +380,11 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
         scale_up_domain=domain, **{f.name: getattr(training, f.name) for f in fields(Kernels)},
         serving_kernels=serving, grouped_kernels=grouped, block_kernels=block, backend_gemms=backends,
         decode_attention_fraction=dict(cal.decode_attention_fraction),
-        gemm_error=max([f.held_out_mape for f in cal.gemm.values()] or [constants.get("unfitted-gemm-error", 0.0)]),
-        step_error=constants.get("framework-fit-error" if cal.gemm else "unmeasured-kernels-error", 0.0),
-        serving_error=constants.get("serving-error" if cal.gemm else "unmeasured-serving-error", 0.0),
+        gemm_error=max([f.held_out_mape for f in cal.gemm.values()] or [constants.unfitted_gemm_error]),
+        step_error=(constants.framework_fit_error if cal.gemm else constants.unmeasured_kernels_error),
+        serving_error=(constants.serving_error if cal.gemm else constants.unmeasured_serving_error),
         # Communication is +- the larger of the NCCL fit's and the expert-exchange fits' errors.
-        collective_error=max([constants.get("unfitted-collective-error", 0.0)]
+        collective_error=max([constants.unfitted_collective_error]
                              + ([float(np.mean(list(fit.held_out_mape.values())))] if fit and fit.held_out_mape else [])
                              + ([cal.dispatch.held_out_mape] if cal.dispatch else [])
                              + ([cal.dispatch.normal.held_out_mape] if cal.dispatch and cal.dispatch.normal else [])))

@@ -77,7 +77,7 @@ def phase_power_w(machine: Machine, work: PhaseWork, clock=1.0, seconds=None):
     duration when something the clock does not set stretches it (a stream from a memory tier)."""
     seconds = np.maximum(phase_seconds(machine, work, clock) if seconds is None else seconds, 1e-30)
     dynamic = (work.flops / machine.flops(work.precision) * clock ** 2
-               + machine.constants.get("power-memory-weight", 0.0) * work.hbm_bytes / machine.hbm_bytes_per_s) / seconds
+               + machine.constants.power_memory_weight * work.hbm_bytes / machine.hbm_bytes_per_s) / seconds
     return machine.idle_w + (machine.tdp_w - machine.idle_w) * np.minimum(dynamic, 1.0)
 
 
@@ -119,8 +119,8 @@ def run_cost(machine: Machine, power_w):
     if machine.price_usd_per_device is None:
         return np.full(shape, np.nan)
     k = machine.constants
-    capital = machine.price_usd_per_device / (1.0 - k.get("network-capex-fraction", 0.0)) / (
-        k.get("depreciation-years", 5.0) * HOURS_PER_YEAR)
+    capital = machine.price_usd_per_device / (1.0 - k.network_capex_fraction) / (
+        k.depreciation_years * HOURS_PER_YEAR)
     return capital + _operating_usd_per_hour(machine, power_w)
 
 
@@ -129,9 +129,9 @@ def _operating_usd_per_hour(machine: Machine, power_w):
     provisioned power (TDP and node share, at facility-usd-per-kw-month) and energy (power x PUE x
     electricity price)."""
     k = machine.constants
-    energy = np.asarray(power_w, dtype=float) / 1000.0 * k.get("pue", 1.0) * k.get("electricity-usd-per-kwh", 0.0)
+    energy = np.asarray(power_w, dtype=float) / 1000.0 * k.pue * k.electricity_usd_per_kwh
     provisioned_kw = (machine.tdp_w + machine.overhead_w_per_device) / 1000.0
-    facility = provisioned_kw * k.get("facility-usd-per-kw-month", 0.0) * 12.0 / HOURS_PER_YEAR
+    facility = provisioned_kw * k.facility_usd_per_kw_month * 12.0 / HOURS_PER_YEAR
     return facility + energy
 
 
@@ -140,7 +140,7 @@ def owned_device_usd_per_hour(machine: Machine, power_w, value_usd: float = 0.0)
     owned basis) plus the resale value it forgoes, straight-line over the depreciation life (0 when
     the purchase is sunk: capital already spent is no cost of the choice)."""
     return _operating_usd_per_hour(machine, power_w) + value_usd / (
-        machine.constants.get("depreciation-years", 5.0) * HOURS_PER_YEAR)
+        machine.constants.depreciation_years * HOURS_PER_YEAR)
 
 
 def cost_basis(machine: Machine) -> str:

@@ -315,7 +315,7 @@ class ServeRequest:
             if self.moe_imbalance > 0:
                 raise SpecError("give --routing or --moe-imbalance, not both")
             stats = routing_for(spec, self.routing)
-            share = machine.constants.get("moe-redundant-expert-share", 0.0)
+            share = machine.constants.moe_redundant_expert_share
             imbalance = routing_imbalance(stats.loads, self.ep, share, self.expert_balance)
         plan = ServePlan(tp=self.tp, pp=self.pp, ep=self.ep, dp_attention=self.dp_attention, batch=self.batch,
                          weight_precision=self.weight_precision, activation_precision=self.activation_precision,

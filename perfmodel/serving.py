@@ -285,8 +285,8 @@ def _skew(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local)
     todo = given <= 0
     out = given.astype(float).copy()
     out[todo] = default_imbalance(spec.moe.num_experts, spec.moe.top_k, tokens[todo], ep[todo],
-                                  machine.constants.get("moe-routing-power-law-alpha", 1.2),
-                                  machine.constants.get("moe-redundant-expert-share", 0.125), inst.balance)
+                                  machine.constants.moe_routing_power_law_alpha,
+                                  machine.constants.moe_redundant_expert_share, inst.balance)
     return out if out.ndim else float(out)
 
 
@@ -396,7 +396,7 @@ def _memory(spec: TransformerSpec, machine: Machine, inst: Instance, work: Serve
         from .eplb import slots_per_device
 
         # EPLB's redundant copies are weights too: each EP device holds its slots, not E / ep.
-        share = machine.constants.get("moe-redundant-expert-share", 0.125)
+        share = machine.constants.moe_redundant_expert_share
         expert = expert * np.where(lay.ep > 1, slots_per_device(spec.moe.num_experts, lay.ep, share)
                                    / lay.expert_slots(spec), 1.0)
     # The embedding, the head and the routers stay in 16 bits whatever the weights' format.
@@ -409,9 +409,9 @@ def _memory(spec: TransformerSpec, machine: Machine, inst: Instance, work: Serve
     # bf16, 4 hidden-size tensors live at once (layer input, norm output, attention output, MLP
     # input), split by TP.
     in_flight = np.minimum(inst.local_batch * s_in,
-                           np.maximum(s_in, machine.constants.get("prefill-tokens-in-flight", np.inf)))
+                           np.maximum(s_in, machine.constants.prefill_tokens_in_flight))
     workspace = in_flight * spec.hidden_size * 2.0 * 4.0 / lay.tp
-    reserve = machine.constants.get("hbm-reserve-fraction", 0.0) * machine.hbm_bytes
+    reserve = machine.constants.hbm_reserve_fraction * machine.hbm_bytes
     per_seq_kv = kv / inst.local_batch
     hbm_kv = kv if kv_tier is None else np.zeros_like(kv)
     hbm_weights = weights if weight_tier is None else weights * np.minimum(2.0 / inst.layers, 1.0)
@@ -582,7 +582,7 @@ def _placed(spec: TransformerSpec, machine: Machine, work: ServeWorkload, phased
     decode_tps = over(inst.batch, tpot) / devices
     power = phase_power_w(machine, works["decode"], dec_clock, step_time / pp) + machine.overhead_w_per_device
     prefill_power = phase_power_w(machine, works["prefill"], pre_clock, ttft / pp) + machine.overhead_w_per_device
-    energy = over(power * machine.constants.get("pue", 1.0), decode_tps)
+    energy = over(power * machine.constants.pue, decode_tps)
     cost = over(run_cost(machine, power) / 3600.0, decode_tps) * 1e6
     return ServeResult(
         ttft_s=ttft, tpot_s=tpot, ep_per_token_s=pp * decode.ep / per_step, expert_imbalance=f.skew,

@@ -235,7 +235,7 @@ def _shape(spec: TransformerSpec, machine: Machine, c: dict, work: TrainWorkload
         ends=ends,
         moe_frac=spec.moe_layers / spec.num_layers if moe else 0.0,
         imbalance=np.where(c["moe_imbalance"] > 0, c["moe_imbalance"],
-                           machine.constants.get("moe-load-imbalance", 1.0)) if moe else 1.0,
+                           machine.constants.moe_load_imbalance) if moe else 1.0,
         gemm_input_bytes=np.where(c["precision"] == PRECISIONS.index("fp8"), 1.0, 2.0),
         sharding=Sharding.of(c["zero"], layout.dense_replicas, *(c[k] for k in SHARDING_FIELDS)))
 
@@ -265,8 +265,8 @@ def _layer_times(spec: TransformerSpec, machine: Machine, precision, sp, flash, 
     rates, bw = _rates(machine, precision), machine.hbm_bytes_per_s
     kernels = (machine.gemm_kernel(precision), machine.attention_kernel("bf16" if machine.supports("bf16") else "fp16"))
     kw = dict(sp=sp, act_bytes=gemm_input_bytes, flash=flash, cp_steps=cp_steps)
-    kb = dict(keep_bytes=keep_bytes, attention_backward=(machine.constants.get("attention-backward-slowdown", 1.0),
-                                                         machine.constants.get("attention-backward-slowdown-1k", 0.0)))
+    kb = dict(keep_bytes=keep_bytes, attention_backward=(machine.constants.attention_backward_slowdown,
+                                                         machine.constants.attention_backward_slowdown_1k))
     dense = ops_time(layer_ops(spec, tokens, context, lay, **kw), rates, bw, *kernels, **kb)
     # Routed experts on the grouped-GEMM fit where the device has one (fp8 block-scaled for a
     # model trained in fp8 with block scales, DeepSeek-V3 Sec. 3.3), at the framework's rate.
@@ -470,7 +470,7 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     hfu = comp.executed_flops / (step * machine.devices * peak)
     busy = np.clip((sh.num_micro * comp.per_micro_s + tail.optimizer * tail.optimizer_on_device) / step, 0.0, 1.0)
     power = device_power_w(machine, busy) + machine.overhead_w_per_device
-    energy_per_token = power * machine.devices * machine.constants.get("pue", 1.0) / tokens_per_s
+    energy_per_token = power * machine.devices * machine.constants.pue / tokens_per_s
     cost_hour = run_cost(machine, power) * machine.devices
     cost_mtok = cost_hour / 3600.0 / tokens_per_s * 1e6
     run_time = work.tokens / tokens_per_s if work.tokens else np.zeros_like(step)

@@ -175,7 +175,7 @@ def _step_tail(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, comp
         # gradients were reduce-scattered with every microbatch), stage 1 all-reduces.
         dp = dp + np.select([zero >= 3, zero == 2], [0.0, topo.all_gather(expert * WEIGHT_BYTES, edp.stride, edp.size)],
                             topo.all_reduce(expert * GRAD_BYTES, edp.stride, edp.size))
-    dp_overlap = machine.constants.get("dp-overlap-fraction", 0.0) * c["overlap_dp"].astype(bool)
+    dp_overlap = machine.constants.dp_overlap_fraction * c["overlap_dp"].astype(bool)
 
     opt_params = dense / o + expert / np.where(zero >= 1, lay.edp, 1.0)
     weight_bytes, grad_bytes, state_bytes = state_bytes_per_param(c["storage"])

@@ -470,6 +470,6 @@ def expert_skew(spec, machine, options, eps) -> np.ndarray:
     eps = np.asarray(eps, dtype=float)
     if options.routing is None or not spec.moe:
         return np.zeros(len(eps))
-    table = imbalance_table(options.routing, eps, machine.constants.get("moe-redundant-expert-share", 0.125),
+    table = imbalance_table(options.routing, eps, machine.constants.moe_redundant_expert_share,
                             options.expert_balance)
     return np.vectorize(table.get, otypes=[float])(eps.astype(int))

@@ -98,7 +98,7 @@ def redundant_experts_of(spec, machine, ep: int, balance: str) -> int:
         return 0
     from perfmodel.eplb import redundant_experts
 
-    return redundant_experts(spec.moe.num_experts, ep, machine.constants.get("moe-redundant-expert-share", 0.125))
+    return redundant_experts(spec.moe.num_experts, ep, machine.constants.moe_redundant_expert_share)
 
 
 # --- what each framework runs --------------------------------------------------------------------

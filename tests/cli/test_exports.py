@@ -719,7 +719,7 @@ def test_tp_overlap_launches_the_userbuffers_the_model_times(tmp_path, capsys, d
     plan, work = TrainPlan(tp=8, pp=2, dp=4, sp=True, tp_overlap=True), TrainWorkload(256, 4096)
     spec = find_model("llama-3.1-70b")
     timed = estimate_training(spec, machine, plan, work)
-    free = estimate_training(spec, replace(machine, constants={**machine.constants, "tp-overlap-bulk-sms": 0.0}),
+    free = estimate_training(spec, replace(machine, constants=replace(machine.constants, tp_overlap_bulk_sms=0.0)),
                              plan, work)
     share = settings["qkv_wgrad"]["num_sm"] / machine.accelerator.compute_units
     # Hidden: all but 1 / tp of the transfers; bulk: 2 of each layer's 8. Every microbatch pays it, and the

@@ -47,9 +47,9 @@ def test_owned_cost_adds_network_facility_and_energy(db):
 
     m = build_machine(db, "dgx-h100", 8, "owned")
     k = m.constants
-    capital = 270_000 / 8 / (1 - k["network-capex-fraction"]) / (k["depreciation-years"] * HOURS_PER_YEAR)
-    facility = (m.tdp_w + m.overhead_w_per_device) / 1e3 * k["facility-usd-per-kw-month"] * 12 / HOURS_PER_YEAR
-    energy = 1.0 * k["pue"] * k["electricity-usd-per-kwh"]
+    capital = 270_000 / 8 / (1 - k.network_capex_fraction) / (k.depreciation_years * HOURS_PER_YEAR)
+    facility = (m.tdp_w + m.overhead_w_per_device) / 1e3 * k.facility_usd_per_kw_month * 12 / HOURS_PER_YEAR
+    energy = 1.0 * k.pue * k.electricity_usd_per_kwh
     assert float(run_cost(m, 1000.0)) == pytest.approx(capital + facility + energy)
 
 

@@ -74,7 +74,7 @@ def test_flash_backward_runs_slower_per_flop_at_the_fitted_rate(db):
     from perfmodel.roofline import flash_backward_over_forward
 
     constants = build_machine(db, "dgx-h100", 8).constants
-    slow = (constants["attention-backward-slowdown"], constants["attention-backward-slowdown-1k"])
+    slow = (constants.attention_backward_slowdown, constants.attention_backward_slowdown_1k)
     assert flash_backward_over_forward(1024.0, slow) == pytest.approx(2.5 * 1.400, rel=1e-3)
     assert flash_backward_over_forward(16384.0, slow) == pytest.approx(2.5 * 1.171, rel=1e-3)
     k = AttentionKernel(**H100)
@@ -97,7 +97,7 @@ def test_attention_backward_slowdown_is_the_fit_of_its_measured_kernels(db):
     seq, ratio = data["cudnn"].T
     fit, *_ = np.linalg.lstsq(np.stack([np.ones_like(seq), 1024.0 / seq], axis=1), ratio, rcond=None)
     constants = build_machine(db, "dgx-h100", 8).constants
-    assert (constants["attention-backward-slowdown"], constants["attention-backward-slowdown-1k"]) == \
+    assert (constants.attention_backward_slowdown, constants.attention_backward_slowdown_1k) == \
         pytest.approx(tuple(fit), abs=1e-3)
     for kernel, stated in (("flash2", 0.045), ("flash3", 0.043)):
         seq, ratio = data[kernel].T

@@ -131,7 +131,7 @@ def test_a_plan_takes_its_recipe_and_devices_without_a_fit_keep_the_gemm_kernel(
     assert h100.grouped_kernel(np.array([0, 1])) is None                    # mixed precisions: the GEMM kernel
     trained = h100.grouped_kernel("bf16", in_framework=True)
     assert trained.compute_fraction == pytest.approx(h100.grouped_kernels["bf16"].compute_fraction
-                                                     * h100.constants["framework-gemm-efficiency"])
+                                                     * h100.constants.framework_gemm_efficiency)
     assert build_machine(db, "hgx-h800").grouped_kernels.keys() == h100.grouped_kernels.keys()   # same silicon
     for system in ("mi300x-8x", "dgx-a100"):
         assert build_machine(db, system).grouped_kernel("bf16") is None

@@ -89,7 +89,7 @@ def test_calibrate_gemm_cli_writes_a_loadable_entry(tmp_path, capsys):
     machine = build_machine(load_database([tmp_path]), "dgx-h100")
     assert machine.gemm_kernel("bf16").source == "fitted"
     assert float(machine.gemm_kernel("bf16").compute_fraction) == pytest.approx(
-        out["fit"]["bf16"]["compute_fraction"] * machine.constants["framework-gemm-efficiency"], rel=1e-3)
+        out["fit"]["bf16"]["compute_fraction"] * machine.constants.framework_gemm_efficiency, rel=1e-3)
 
 
 def test_fitted_devices_say_so_and_others_do_not():

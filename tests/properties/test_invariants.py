@@ -318,7 +318,7 @@ def test_cost_is_linear_in_price(db, factor, busy):
     machine = build_machine(db, "dgx-h100", 8, "owned")
     power = device_power_w(machine, busy)
     k = machine.constants
-    capital = machine.price_usd_per_device / (1 - k["network-capex-fraction"]) / (k["depreciation-years"] * 8766.0)
+    capital = machine.price_usd_per_device / (1 - k.network_capex_fraction) / (k.depreciation_years * 8766.0)
     rest = float(run_cost(machine, power)) - capital          # facility and energy
     scaled = replace(machine, price_usd_per_device=machine.price_usd_per_device * factor)
     assert float(run_cost(scaled, power)) == pytest.approx(rest + factor * capital, rel=1e-9)
