@@ -147,7 +147,10 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
             stacked((demand.input_len.p50, demand.input_len.p90), n_grid),
             stacked((2 * demand.output_len.p50, 2 * demand.output_len.p90), n_grid)), placed, phases=("decode",))
         d50, d90 = np.arange(n_grid), n_grid + np.arange(n_grid)
-        fits = np.logical_or.reduce([dec.feasible[d90] for dec in decodes])
+        # Where the decode batch fits in some place, and meets the TPOT targets there: a mixed step is never
+        # faster than the decode step it extends (its TPOT at least T_d), so no other row can.
+        fits = np.logical_or.reduce([dec.feasible[d90] & (dec.tpot_s[d50] <= (demand.tpot_p50 or np.inf))
+                                     & (dec.tpot_s[d90] <= (demand.tpot_p90 or np.inf)) for dec in decodes])
         keeps, mixed_all = _mixed_steps(spec, machine, plan, grid, fits, np.tile(skew[pre_i], 2), demand, options,
                                         placed)
         new_prompt = {q: (1.0 - demand.cached_share) * n for q, n in ((50, demand.input_len.p50),
