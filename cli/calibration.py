@@ -437,9 +437,8 @@ def _fit_moe(db, acc, table, source, seed, gemm=None):
     ``moe_perf`` table, or a table of that form), their source and note; None when an
     aiconfigurator install has no such rows for the device. The full-tile rates are those of the
     ``gemm`` fits refitted in the same run, else of the device's calibration entry."""
+    from perfmodel.calibrate import fit_grouped_recipes
     from perfmodel.hardware_db.errors import SpecError
-    from perfmodel.calibrate import fit_grouped_gemm
-    from perfmodel.machine import GROUPED_MATH
 
     from .timings_io import aiconfigurator_moe_table, read_moe_layer_timings
 
@@ -453,20 +452,14 @@ def _fit_moe(db, acc, table, source, seed, gemm=None):
         if source:
             return None
         raise
-    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
-    hbm, streaming = acc.hbm_bytes_per_s, db.calibration(acc.name).hbm_fraction or 1.0   # vector ops' HBM share
+    streaming = db.calibration(acc.name).hbm_fraction or 1.0   # vector ops' HBM share
     version = path.parent.name
-    results = {}
-    for recipe, (cols, x, w, kernels) in sorted(timings.items()):
-        math = GROUPED_MATH[recipe] or sixteen
-        if math not in acc.peak_flops:
-            continue
-        backend = f"TensorRT-LLM {version} {'/'.join(kernels)}" if source else "/".join(kernels)
-        # The tensor cores' full-tile rate is the device's dense GEMM fit's (the grouped kernel
-        # adds costs per group, per input pass and per tile, never a faster core).
-        dense = gemm[math].kernel if gemm and math in gemm else db.calibration(acc.name).gemm.get(math)
-        results[recipe] = fit_grouped_gemm(*cols, acc.peak_flops[math], hbm, hbm * streaming, acc.compute_units, x, w,
-                                           backend, seed, compute_fraction=dense.compute_fraction if dense else None)
+    # The tensor cores' full-tile rate is the device's dense GEMM fit's (the grouped kernel adds costs
+    # per group, per input pass and per tile, never a faster core).
+    results = fit_grouped_recipes(
+        acc, timings, streaming, seed,
+        lambda kernels: f"TensorRT-LLM {version} {'/'.join(kernels)}" if source else "/".join(kernels),
+        lambda math: gemm[math].kernel if gemm and math in gemm else db.calibration(acc.name).gemm.get(math))
     if not results:
         return None
     note = (f"grouped_gemm: routed experts' grouped GEMMs fitted by perfmodel calibrate moe (seed {seed}) on the "

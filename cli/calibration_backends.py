@@ -138,9 +138,8 @@ def fit_backend_moe(db, acc, table, source, seed, backend: str):
     the MoE shapes TensorRT-LLM's table measured only non-gated and NONGATED_SHAPES (relu2) fitted
     non-gated. Their
     source and note, or None when the install has no such table."""
-    from perfmodel.calibrate import fit_grouped_gemm
+    from perfmodel.calibrate import fit_grouped_recipes
     from perfmodel.hardware_db.errors import SpecError
-    from perfmodel.machine import GROUPED_MATH
 
     from .timings_io import aiconfigurator_moe_table, aiconfigurator_table, nongated_shapes, read_moe_layer_timings
 
@@ -155,18 +154,11 @@ def fit_backend_moe(db, acc, table, source, seed, backend: str):
     timings = read_moe_layer_timings(path, backend_moe_kernel, nongated)
     cal = db.calibration(acc.name)
     own = cal.serving_backends.get(backend)
-    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
-    hbm, streaming = acc.hbm_bytes_per_s, cal.hbm_fraction or 1.0
     version = path.parent.name
-    results = {}
-    for recipe, (cols, x, w, kernels) in sorted(timings.items()):
-        math = GROUPED_MATH[recipe] or sixteen
-        if math not in acc.peak_flops:
-            continue
-        dense = (own.gemm.get(math) if own else None) or cal.gemm.get(math)
-        label = f"{BACKEND_TITLES[backend]} {version} {'/'.join(kernels)}" if source else "/".join(kernels)
-        results[recipe] = fit_grouped_gemm(*cols, acc.peak_flops[math], hbm, hbm * streaming, acc.compute_units, x, w,
-                                           label, seed, compute_fraction=dense.compute_fraction if dense else None)
+    results = fit_grouped_recipes(
+        acc, timings, cal.hbm_fraction or 1.0, seed,
+        lambda kernels: f"{BACKEND_TITLES[backend]} {version} {'/'.join(kernels)}" if source else "/".join(kernels),
+        lambda math: (own.gemm.get(math) if own else None) or cal.gemm.get(math))
     if not results:
         return None
     note = (f"grouped_gemm {backend}: routed experts' grouped GEMMs fitted by perfmodel calibrate moe --backend "

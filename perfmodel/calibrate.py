@@ -552,6 +552,29 @@ def shape_split(shape_ids, seed: int, held_out: float) -> np.ndarray:
     return ~np.isin(shape_ids, left)
 
 
+def fit_grouped_recipes(acc, timings: dict, streaming_fraction: float, seed: int, label, dense_fit) -> dict:
+    """``fit_grouped_gemm`` of each MoE recipe of measured layer timings (``read_moe_layer_timings``:
+    recipe -> (columns, input bytes, weight bytes, kernels)) on the accelerator ``acc`` (schema entry):
+    at the math precision's peak (GROUPED_MATH; the 16-bit one for bf16 and weight-only recipes), the
+    vector passes at ``streaming_fraction`` of HBM, the full-tile rate of ``dense_fit(math)`` (a dense
+    GEMM fit, or None); ``label(kernels)`` names the implementation. A precision the device has no
+    peak for is skipped."""
+    from .machine import GROUPED_MATH
+
+    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
+    hbm = acc.hbm_bytes_per_s
+    results = {}
+    for recipe, (cols, x, w, kernels) in sorted(timings.items()):
+        math = GROUPED_MATH[recipe] or sixteen
+        if math not in acc.peak_flops:
+            continue
+        dense = dense_fit(math)
+        results[recipe] = fit_grouped_gemm(*cols, acc.peak_flops[math], hbm, hbm * streaming_fraction, acc.compute_units,
+                                           x, w, label(kernels), seed,
+                                           compute_fraction=dense.compute_fraction if dense else None)
+    return results
+
+
 def fit_grouped_gemm(tokens, ep, etp, num_experts, top_k, hidden, expert_hidden, gated, seconds, peak: float,
                      bandwidth: float, vector_bytes_per_s: float, units: int, in_bytes: float, weight_bytes: float,
                      backend: str = "", seed: int = 0, held_out: float = 0.5,
