@@ -408,7 +408,7 @@ class AttentionFits(BaseModel):
     mla: dict[Literal["prefill", "decode"], AttentionFit] = {}
 
 
-class BackendGemmFits(BaseModel):
+class EngineKernelFits(BaseModel):
     """One serving engine's kernel fits on the tables aiconfigurator measured in that engine: GEMMs
     (``perfmodel calibrate gemm --backend``; the fields of the entry's ``gemm`` and
     ``block_scaled`` blocks), attention (``calibrate attention --backend``; the entry's
@@ -478,7 +478,7 @@ class Calibration(Entry):
     dispatch: DispatchFit | None = None        # measured MoE dispatch / combine (DeepEP low-latency, normal)
     # Serving engines' own GEMM fits (sglang, vllm), where their measured kernels differ from
     # TensorRT-LLM's (whose fits are ``gemm`` and ``block_scaled``).
-    serving_backends: dict[Literal["sglang", "vllm"], BackendGemmFits] = {}
+    serving_backends: dict[Literal["sglang", "vllm"], EngineKernelFits] = {}
 
 
 # Every constant the model reads: the value it takes where a database holds no entry of that name (a

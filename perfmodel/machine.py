@@ -40,7 +40,7 @@ BACKEND_NAMES = {"trtllm": "TensorRT-LLM", "sglang": "SGLang", "vllm": "vLLM"}
 
 
 @dataclass(frozen=True)
-class BackendGemms:
+class EngineKernels:
     """One serving engine's kernels on a device, at the serving fits' own rates: GEMMs by
     precision, their large-GEMM rates, the block-scaled kernels by math precision, the largest
     held-out MAPE of the GEMM fits (the relative error of compute time), the attention kernels
@@ -96,7 +96,7 @@ class Machine:
     serving_error: float = 0.0            # held-out error of serving predictions: a serving range's least half-width
     serving_kernels: Kernels | None = None  # the same kernels at the serving fits' own rates (no framework factor)
     decode_attention_fraction: dict[str, float] | None = None   # one measurement, where no decode fit exists
-    backend_gemms: dict[str, "BackendGemms"] | None = None   # serving GEMMs by engine whose tables the device has
+    engine_kernels: dict[str, "EngineKernels"] | None = None   # serving kernels by engine whose tables the device has
     gemm_backend: str = "trtllm"          # the serving engine whose measured GEMM tables the GEMM fits come from
     kernel_backends: tuple[tuple[str, str], ...] = ()   # (family, engine) of each family's fits once served
 
@@ -113,7 +113,7 @@ class Machine:
         if self.serving_kernels is not None:
             served = replace(self, serving_kernels=None,
                              **{f.name: getattr(self.serving_kernels, f.name) for f in fields(Kernels)})
-        own = (served.backend_gemms or {}).get(backend) if backend else None
+        own = (served.engine_kernels or {}).get(backend) if backend else None
         if own is None or backend == served.gemm_backend:
             return served
         return replace(served, gemm_kernels=own.gemm_kernels, achievable_flops=own.achievable_flops,
@@ -359,7 +359,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
     grouped = grouped_kernels(acc, cal.grouped_gemm)
     block = {p: gemm_kernel(acc.peak_flops[p], acc.hbm_bytes_per_s, cal, default, p, 1.0, fit=f)
              for p, f in cal.block_scaled.items() if p in acc.peak_flops}
-    backends = serving_backend_gemms(acc, cal, default, launch, serving, block, grouped)
+    backends = serving_engine_kernels(acc, cal, default, launch, serving, block, grouped)
     host_link = db.link(acc.host_link).bytes_per_s if acc.host_link else 0.0
     idle = acc.idle_w if acc.idle_w is not None else acc.tdp_w * constants.idle_power_fraction
     overhead = (system.node_overhead_w or 0.0) / per_node
@@ -378,7 +378,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
         pricing=pricing, price_override={k.lower(): v for k, v in (prices or {}).items()}.get(system.name.lower()),
         unpriced=dict(system.unpriced),
         scale_up_domain=domain, **{f.name: getattr(training, f.name) for f in fields(Kernels)},
-        serving_kernels=serving, grouped_kernels=grouped, block_kernels=block, backend_gemms=backends,
+        serving_kernels=serving, grouped_kernels=grouped, block_kernels=block, engine_kernels=backends,
         decode_attention_fraction=dict(cal.decode_attention_fraction),
         gemm_error=max([f.held_out_mape for f in cal.gemm.values()] or [constants.unfitted_gemm_error]),
         step_error=(constants.framework_fit_error if cal.gemm else constants.unmeasured_kernels_error),
@@ -390,7 +390,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
                              + ([cal.dispatch.normal.held_out_mape] if cal.dispatch and cal.dispatch.normal else [])))
 
 
-def serving_backend_gemms(acc, cal, default, launch_s: float, serving: Kernels, block: dict,
+def serving_engine_kernels(acc, cal, default, launch_s: float, serving: Kernels, block: dict,
                           grouped: dict | None = None) -> dict:
     """Serving kernels by engine: TensorRT-LLM's (the entry's ``gemm``, ``block_scaled``,
     ``attention`` and ``grouped_gemm`` fits: ``serving``, ``block`` and ``grouped``) and each
@@ -399,7 +399,7 @@ def serving_backend_gemms(acc, cal, default, launch_s: float, serving: Kernels, 
     if not cal.gemm:
         return {}
     grouped = grouped or {}
-    trtllm = BackendGemms(serving.gemm_kernels, serving.achievable_flops, block,
+    trtllm = EngineKernels(serving.gemm_kernels, serving.achievable_flops, block,
                           max(f.held_out_mape for f in cal.gemm.values()), serving.attention_kernels,
                           serving.decode_attention, serving.mla_attention, grouped)
     out = {"trtllm": trtllm}
@@ -412,7 +412,7 @@ def serving_backend_gemms(acc, cal, default, launch_s: float, serving: Kernels, 
         families = (("gemm", name if fits.gemm or fits.block_scaled else "trtllm"),
                     ("attention", name if fits.attention is not None else "trtllm"),
                     ("grouped_gemm", name if fits.grouped_gemm else "trtllm"))
-        out[name] = BackendGemms(kernels.gemm_kernels, kernels.achievable_flops, blocks,
+        out[name] = EngineKernels(kernels.gemm_kernels, kernels.achievable_flops, blocks,
                                  max(f.held_out_mape for f in own.gemm.values()), kernels.attention_kernels,
                                  kernels.decode_attention, kernels.mla_attention,
                                  {**grouped, **grouped_kernels(acc, fits.grouped_gemm)}, families)

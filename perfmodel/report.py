@@ -187,7 +187,7 @@ def constants_from(machine: Machine, spec=None, serving: bool = False, backend: 
     attention = measured if not machine.attention_kernels else "fitted (MLA on measured modules)" if mla else "fitted"
     found = {"gemm": _source(machine), "attention": attention,
              "collectives": "fitted" if machine.topology.fitted else "datasheet"}
-    if serving and machine.backend_gemms:
+    if serving and machine.engine_kernels:
         found["gemm_tables"] = gemm_tables(machine, backend or "trtllm")
         found["kernel_tables"] = kernel_tables(machine, backend or "trtllm")
     if spec is not None and spec.moe:

@@ -44,7 +44,7 @@ def test_default_serving_is_tensorrt_llm_as_before(db, capsys):
     assert capsys.readouterr().out == default
     spec, machine = load_model("llama-3.1-70b"), build_machine(db, "dgx-h100")
     work = ServeWorkload(1024, 256)
-    before = estimate_serving(spec, replace(machine, backend_gemms=None), ServePlan(**FP8), work)
+    before = estimate_serving(spec, replace(machine, engine_kernels=None), ServePlan(**FP8), work)
     now = estimate_serving(spec, machine, ServePlan(**FP8, backend="trtllm"), work)
     assert (float(now.ttft_s), float(now.tpot_s)) == (float(before.ttft_s), float(before.tpot_s))
     assert json.loads(default)["result"]["constants_from"]["gemm_tables"] == "TensorRT-LLM kernels"
@@ -77,7 +77,7 @@ def test_dynamo_prices_with_vllm_and_an_engine_without_fits_falls_back(db, capsy
     # vLLM's block-scaled rows time the host's eager path: its fp8_block GEMMs keep TensorRT-LLM's fit.
     assert machine.for_serving("vllm").block_kernels == machine.for_serving().block_kernels
     assert machine.for_serving("sglang").block_kernels != machine.for_serving().block_kernels
-    only = replace(machine, backend_gemms={"trtllm": machine.backend_gemms["trtllm"]})
+    only = replace(machine, engine_kernels={"trtllm": machine.engine_kernels["trtllm"]})
     assert only.for_serving("sglang").gemm_backend == "trtllm"
     from perfmodel.report import gemm_tables
 

@@ -52,7 +52,7 @@ def test_default_moe_serving_is_byte_identical_to_trtllm_and_to_a_machine_withou
     assert set(tables.values()) == {"TensorRT-LLM"}
     spec, work = load_model("mixtral-8x7b"), ServeWorkload(2048, 512)
     plan = ServePlan(tp=2, ep=2, batch=32)
-    before = estimate_serving(spec, replace(h100, backend_gemms=None), plan, work)
+    before = estimate_serving(spec, replace(h100, engine_kernels=None), plan, work)
     now = estimate_serving(spec, h100, replace(plan, backend="trtllm"), work)
     assert (float(now.ttft_s), float(now.tpot_s)) == (float(before.ttft_s), float(before.tpot_s))
 
