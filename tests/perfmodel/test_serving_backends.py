@@ -23,11 +23,6 @@ SGLANG_SAMPLE = Path(__file__).parents[1] / "data" / "gemm_h100_sglang_sample.cs
 FP8 = dict(tp=8, batch=8, weight_precision="fp8", activation_precision="a8", kv_precision="fp8")
 
 
-@pytest.fixture(scope="module")
-def db():
-    return load_database()
-
-
 def _serve(args, capsys) -> dict:
     assert main(["estimate", "serve", *args, "--json"]) == 0
     return json.loads(capsys.readouterr().out)

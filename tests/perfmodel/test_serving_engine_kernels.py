@@ -27,11 +27,6 @@ MIXTRAL = ["--model", "mixtral-8x7b", "--system", "dgx-h100", "--tp", "2", "--ep
 
 
 @pytest.fixture(scope="module")
-def db():
-    return load_database()
-
-
-@pytest.fixture(scope="module")
 def h100(db):
     return build_machine(db, "dgx-h100")
 
