@@ -36,7 +36,6 @@ loads (a typical draw, not a random one).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 
@@ -105,7 +104,12 @@ def replicate(loads: np.ndarray, physical: int) -> np.ndarray:
     copies = np.ones((layers, experts), dtype=int)
     if extra <= 0:
         return copies
-    k = np.arange(1, extra + 1)
+    # Only k <= K can reach the threshold: at t = total / (experts + extra), sum_e floor(load_e / t) >= extra,
+    # so the extra-th largest value is at least t, and load_e / k >= t needs k <= load_e (experts + extra) / total.
+    total = loads.sum(axis=1)
+    bound = (np.max(loads, axis=1) * (experts + extra) / np.where(total > 0, total, 1.0)).max()
+    most = extra if not np.all(total > 0) or not np.isfinite(bound) else min(extra, int(np.ceil(bound)) + 1)
+    k = np.arange(1, most + 1)
     value = (loads[:, :, None] / k).reshape(layers, -1)                   # expert-major: e, then k
     # The ``extra`` largest values, the lowest index among equal ones (the set a stable descending sort
     # takes first), found by the extra-th largest value in linear time rather than by sorting.
@@ -113,7 +117,7 @@ def replicate(loads: np.ndarray, physical: int) -> np.ndarray:
     above, tied = value > threshold, value == threshold
     wanted = extra - above.sum(axis=1, keepdims=True)
     chosen = above | (tied & (np.cumsum(tied, axis=1) <= wanted))
-    return copies + chosen.reshape(layers, experts, extra).sum(axis=2)
+    return copies + chosen.reshape(layers, experts, most).sum(axis=2)
 
 
 def balanced_packing(weights: np.ndarray, packs: int) -> np.ndarray:
@@ -125,16 +129,27 @@ def balanced_packing(weights: np.ndarray, packs: int) -> np.ndarray:
         raise SpecError(f"balanced packing needs items divisible by packs, has {items} and {packs}")
     per_pack = items // packs
     order = np.argsort(-weights, axis=1, kind="stable")
+    heavy = np.take_along_axis(weights, order, axis=1)              # each row's weights, heaviest first
+    load = np.zeros((rows, packs))                                  # a pack's load; inf once it is full
+    count = np.zeros((rows, packs), dtype=np.int64)
+    target = np.empty((rows, items), dtype=np.int64)                # the pack of each row's step-th item
+    start = 0
+    if per_pack == 1 or (heavy[:, :packs - 1] > 0).all():
+        # The first round is fixed: each of the first ``packs`` items finds the packs before it loaded
+        # (with a positive weight) and takes the lowest empty one; with one item per pack, likewise.
+        start = packs
+        target[:, :packs] = np.arange(packs)
+        load[:] = np.inf if per_pack == 1 else heavy[:, :packs]
+        count[:] = 1
+    flat_load, flat_count, first_of_row = load.reshape(-1), count.reshape(-1), np.arange(rows) * packs
+    for step in range(start, items):
+        target[:, step] = load.argmin(axis=1)
+        at = first_of_row + target[:, step]
+        flat_load[at] += heavy[:, step]
+        flat_count[at] += 1
+        flat_load[at[flat_count[at] == per_pack]] = np.inf
     pack = np.empty((rows, items), dtype=int)
-    load = np.zeros((rows, packs))
-    count = np.zeros((rows, packs), dtype=int)
-    r = np.arange(rows)
-    for step in range(items):
-        item = order[:, step]
-        target = np.argmin(np.where(count < per_pack, load, np.inf), axis=1)
-        pack[r, item] = target
-        load[r, target] += weights[r, item]
-        count[r, target] += 1
+    np.put_along_axis(pack, order, target, axis=1)
     return pack
 
 
@@ -326,16 +341,31 @@ def routing_imbalance(loads, ep: int, share: float = 0.0, balance: str = "eplb")
 ORDERS = 16    # expert orders averaged for the busiest device with no balancing (a count, no fit)
 
 
-@lru_cache(maxsize=256)
+# Busiest over mean device under the default routing, per (experts, top_k, ep, alpha, share, balance) and
+# routed tokens: each distinct pair is placed once per process (searches ask for the same batches of
+# many layouts), and the tokens missing from a call are placed together (the placement is vectorized
+# over them, and each row's ratio does not depend on the others).
+_DEFAULT_RATIOS: dict[tuple, dict[float, float]] = {}
+
+
 def _default_rows(experts: int, top_k: int, ep: int, alpha: float, share: float, balance: str,
                   tokens: tuple) -> tuple:
+    known = _DEFAULT_RATIOS.setdefault((experts, top_k, ep, alpha, share, balance), {})
+    missing = [t for t in dict.fromkeys(tokens) if t not in known]
+    if missing:
+        known.update(zip(missing, _default_ratios(experts, top_k, ep, alpha, share, balance, missing)))
+    return tuple(known[t] for t in tokens)
+
+
+def _default_ratios(experts: int, top_k: int, ep: int, alpha: float, share: float, balance: str,
+                    tokens: list) -> list:
     loads = power_law_loads(experts, top_k, np.array(tokens), alpha)
     if balance == "none":
         # Expert ids say nothing of popularity: the expected busiest device over ORDERS shuffles.
         rng = np.random.default_rng(0)
         shuffled = [_ratio(contiguous_loads(loads[:, rng.permutation(experts)], ep)) for _ in range(ORDERS)]
-        return tuple(np.mean(shuffled, axis=0).tolist())
-    return tuple(busiest_over_mean(loads, ep, redundant_experts(experts, ep, share)).tolist())
+        return np.mean(shuffled, axis=0).tolist()
+    return busiest_over_mean(loads, ep, redundant_experts(experts, ep, share)).tolist()
 
 
 def default_imbalance(experts: int, top_k: int, tokens, ep, alpha: float, share: float,

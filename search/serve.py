@@ -164,12 +164,13 @@ def search_serving(spec: TransformerSpec, db: Database, systems: list[str], dema
     best = fleet.solve(instance)
     if best is not None:
         evidence.solver = _solver_text(best.method)
-    best, evidence.status, evidence.gap = _checked_best(instance, best, singles)
+    sums = [fleet.totals(instance, s) for s in singles]
+    best, evidence.status, evidence.gap = _checked_best(instance, best, singles, sums)
     evidence.seconds = time.perf_counter() - started
     if best is None:
         return ServeSearchResult(None, [], [], evidence, closest=_binding_limits(instance) or
                                  _closest(counter, pools.fastest, demand, options.max_devices))
-    listed = _listed(instance, singles, demand, options.top)
+    listed = _listed(instance, singles, sums, demand, options.top)
     to_deployment = lambda s: _deployment(instance, s, demand)  # noqa: E731
     return ServeSearchResult(best=to_deployment(best), top=[to_deployment(s) for s in listed["top"]],
                              pareto=[to_deployment(s) for s in listed["pareto"]], evidence=evidence)
@@ -326,27 +327,28 @@ def _solver_text(method: str) -> str:
             "with the KV transfer between them); every returned and listed fleet re-checked from the instance alone")
 
 
-def _checked_best(instance: FleetInstance, best: FleetSolution | None, listed: list[FleetSolution]):
+def _checked_best(instance: FleetInstance, best: FleetSolution | None, listed: list[FleetSolution],
+                  sums: list[fleet.FleetTotals]):
     """(best, status, gap) after the independent check: the solver's fleet must pass ``check`` and
-    no listed fleet may beat it; otherwise the best checked fleet is returned as merely FEASIBLE."""
-    value = lambda s: fleet.totals(instance, s).objective  # noqa: E731
+    no listed fleet (``sums``: their totals) may beat it; otherwise the best checked fleet is returned
+    as merely FEASIBLE."""
     if best is not None and fleet.check(instance, best):
         best = None
-    challenger = min(listed, key=value, default=None)
+    challenger = min(range(len(listed)), key=lambda i: sums[i].objective, default=None)
     if best is None:
-        return (challenger, "FEASIBLE", None) if challenger is not None else (None, "INFEASIBLE", 0.0)
-    if challenger is not None and value(challenger) < value(best) * (1 - 1e-12):
-        return challenger, "FEASIBLE", None
+        return (listed[challenger], "FEASIBLE", None) if challenger is not None else (None, "INFEASIBLE", 0.0)
+    if challenger is not None and sums[challenger].objective < fleet.totals(instance, best).objective * (1 - 1e-12):
+        return listed[challenger], "FEASIBLE", None
     return best, best.status, best.gap
 
 
-def _listed(instance: FleetInstance, singles: list[FleetSolution], demand: Demand, top: int) -> dict:
-    """The single-configuration fleets a user sees: the best ``top`` by the objective and the
-    Pareto front over cost per million tokens, end-to-end latency and energy per token."""
+def _listed(instance: FleetInstance, singles: list[FleetSolution], sums: list[fleet.FleetTotals], demand: Demand,
+            top: int) -> dict:
+    """The single-configuration fleets a user sees (``sums``: their totals): the best ``top`` by the
+    objective and the Pareto front over cost per million tokens, end-to-end latency and energy per token."""
     if not singles:
         return {"top": [], "pareto": []}
     opts = instance.options
-    sums = [fleet.totals(instance, s) for s in singles]
     objective = np.array([t.objective for t in sums])
     order = np.argsort(objective, kind="stable")[:top]
     tokens_per_hour = demand.rate * demand.output_len.mean * 3600.0

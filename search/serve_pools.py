@@ -185,10 +185,11 @@ def _evaluate_system(spec, machine: Machine, demand: Demand, options: ServeSearc
                                      ("mixed90", np.broadcast_to(mixed90, len(keep)))):
                     rows[name].append(np.asarray(values))
                 for name, value in (("wp", wp), ("ap", ap), ("kvp", kvp), ("kv_place", place), ("w_place", w_place)):
-                    rows[name].append(np.full(len(keep), value, dtype=object))
+                    rows[name].append((value, len(keep)))       # a name per block, repeated once at the end
             for b in dec.binding[d90][~dec.feasible[d90]].tolist():
                 counter[f"instance: {b}"] = counter.get(f"instance: {b}", 0) + 1
-    return {k: np.concatenate(v) if v else np.zeros(0) for k, v in rows.items()}
+    return {k: (np.zeros(0) if not v else np.repeat(np.array([n for n, _ in v], dtype=object), [c for _, c in v])
+                if isinstance(v[0], tuple) else np.concatenate(v)) for k, v in rows.items()}
 
 
 def _mixed_steps(spec, machine: Machine, plan: ServePlan, grid, fits, skew, demand: Demand,

@@ -102,6 +102,46 @@ def test_packing_fills_every_pack_exactly():
         balanced_packing(np.ones((1, 5)), 3)
 
 
+def _greedy(weights: list[float], packs: int) -> list[int]:
+    """The packing stated plainly, one item at a time: heaviest first (the lower index among equal
+    weights), onto the lightest pack that has room (the lower index among equal loads)."""
+    per_pack = len(weights) // packs
+    load, count, pack = [0.0] * packs, [0] * packs, [0] * len(weights)
+    for item in sorted(range(len(weights)), key=lambda i: (-weights[i], i)):
+        p = min((q for q in range(packs) if count[q] < per_pack), key=lambda q: (load[q], q))
+        pack[item], load[p], count[p] = p, load[p] + weights[item], count[p] + 1
+    return pack
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 5), st.integers(1, 3), st.data())
+@example(3, 2, 1, None)                                             # all-zero weights: no fixed first round
+def test_packing_is_the_plain_greedy(packs, per_pack, rows, data):
+    """The vectorized packing (and its fixed first round) places every item as the plain greedy does,
+    with zero and equal weights."""
+    weight = st.sampled_from([0.0, 1.0, 2.0, 2.5]) | st.floats(0, 1e6, allow_nan=False)
+    weights = (np.zeros((rows, packs * per_pack)) if data is None else
+               np.array(data.draw(st.lists(st.lists(weight, min_size=packs * per_pack, max_size=packs * per_pack),
+                                           min_size=rows, max_size=rows))))
+    assert balanced_packing(weights, packs).tolist() == [_greedy(row.tolist(), packs) for row in weights]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([0.0, 1.0, 3.0, 1e-300]) | st.floats(0, 1e6, allow_nan=False),
+                         min_size=4, max_size=4), min_size=1, max_size=3), st.integers(0, 12))
+@example([[0.0, 0.0, 0.0, 0.0], [5.0, 1.0, 1.0, 1.0]], 9)          # a row without tokens beside one with
+def test_replicate_is_the_plain_greedy(loads, extra):
+    """Every extra copy to the expert with the most tokens per copy (the lower index on ties), one at a time."""
+    expected = []
+    for row in loads:
+        copies = [1] * len(row)
+        for _ in range(extra):
+            e = max(range(len(row)), key=lambda i: (row[i] / copies[i], -i))
+            copies[e] += 1
+        expected.append(copies)
+    assert replicate(np.array(loads), len(loads[0]) + extra).tolist() == expected
+
+
 def test_hierarchical_keeps_each_group_in_one_node():
     loads = np.array([[50.0, 40, 1, 1, 30, 20, 2, 2]])               # groups of 2
     placed = rebalance(loads, 4, 0, devices_per_node=2, groups=4)
