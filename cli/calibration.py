@@ -146,7 +146,7 @@ def _fit_gemm(acc, table, source, seed, backend: str = "trtllm"):
         if math not in acc.peak_flops:
             raise SpecError(f"{acc.name} has no {math} peak; the timings' {name} rows cannot be fitted")
         results[name] = fit_gemm(m, n, k, seconds, acc.peak_flops[math], acc.hbm_bytes_per_s, acc.compute_units,
-                                 1.0 if math == "fp8" else 2.0, cast, cast_launch if name == "fp8" else 0.0, seed,
+                                 INPUT_BYTES.get(math, 2.0), cast, cast_launch if name == "fp8" else 0.0, seed,
                                  weight_bytes=weight)
     mape = ", ".join(f"{p} {r.held_out_mape:.1%}" for p, r in results.items())
     note = (f"gemm: fitted by perfmodel calibrate (seed {seed}) on {provenance}: "
@@ -157,8 +157,16 @@ def _fit_gemm(acc, table, source, seed, backend: str = "trtllm"):
             + ("; w8a16 / w4a16: int8 / int4 weights dequantized inside a bf16 GEMM (block weight_only)"
                if set(results) & set(WEIGHT_ONLY) else "")
             + ("; fp8_block: fp8 with 128-element block scales, whose rows include the per-token-group "
-               "activation quantization kernel (block block_scaled)" if set(results) & set(BLOCK_SCALED) else ""))
+               "activation quantization kernel (block block_scaled)" if set(results) & set(BLOCK_SCALED) else "")
+            + ("; int8: W8A8 (SmoothQuant), rows including the per-token activation quantization" if "int8" in results
+               else "")
+            + ("; fp4: W4A4 in NVFP4 (16-element block scales), rows including the activation quantization"
+               if "fp4" in results else ""))
     return results, provenance, note
+
+
+# Bytes of a GEMM input element at each math precision (bf16 and fp16: 2).
+INPUT_BYTES = {"fp8": 1.0, "int8": 1.0, "fp4": 0.5, "int4": 0.5}
 
 
 # Serving engines whose GEMM tables aiconfigurator ships (its folders gemm/<backend>/<version>).
@@ -197,7 +205,7 @@ def _fit_backend_gemm(acc, table, source, seed, backend: str):
         if math not in acc.peak_flops:
             raise SpecError(f"{acc.name} has no {math} peak; the timings' {name} rows cannot be fitted")
         results[name] = fit_gemm(m, n, k, seconds, acc.peak_flops[math], acc.hbm_bytes_per_s, acc.compute_units,
-                                 1.0 if math == "fp8" else 2.0, cast, 0.0, seed)
+                                 INPUT_BYTES.get(math, 2.0), cast, 0.0, seed)
     if not results:
         raise SpecError(f"{path}: no bf16, fp16, fp8 or fp8_block rows to fit")
     mape = ", ".join(f"{p} {r.held_out_mape:.1%}" for p, r in results.items())

@@ -64,9 +64,12 @@ DTYPE_BYTES = {"half": 2, "float16": 2, "bfloat16": 2, "bf16": 2, "fp16": 2, "in
 COLUMNS = ("op", "ranks", "bytes", "seconds")
 GEMM_COLUMNS = ("m", "n", "k", "dtype", "seconds")
 # GEMM dtypes perfmodel models, as aiconfigurator and users spell them: (precision, includes a cast).
-# nvfp4 is another kernel, not read here.
 GEMM_DTYPES = {"bfloat16": ("bf16", False), "bf16": ("bf16", False), "float16": ("fp16", False),
                "fp16": ("fp16", False), "fp8": ("fp8", True),
+               # W8A8 with int8 weights and activations (SmoothQuant, aiconfigurator's "sq": per-token
+               # activation scales), and W4A4 in NVFP4 (fp4 weights and activations in 16-element
+               # blocks): both rows include the kernel that quantizes the activations.
+               "sq": ("int8", True), "int8": ("int8", True), "nvfp4": ("fp4", True), "fp4": ("fp4", True),
                # fp8 with 128-element block scales (DeepSeek-V3's checkpoint recipe): the rows
                # include its per-token-group activation quantization, a kernel of its own.
                "fp8_block": ("fp8_block", True),
@@ -136,7 +139,7 @@ def read_gemm_timings(path: Path, fastest: bool = False) -> dict[str, tuple]:
         for column, value in zip(cols, (m, n, k, seconds)):
             column.append(float(value))
     if not out:
-        raise SpecError(f"{path}: no GEMM rows in bf16, fp16, fp8, fp8_block, w8a16 or w4a16")
+        raise SpecError(f"{path}: no GEMM rows in bf16, fp16, fp8, fp8_block, int8, fp4, w8a16 or w4a16")
     return out
 
 

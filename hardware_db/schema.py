@@ -497,7 +497,7 @@ CONSTANT_TERMS: dict[str, tuple[float, float, float]] = {
     "dp-overlap-fraction": (0.0, 0.0, 1.0), "framework-gemm-efficiency": (1.0, 0.05, 1.0),
     "prefill-tokens-in-flight": (float("inf"), 1.0, 1e6), "unfitted-kernel-launch-us": (0.0, 0.0, 10_000.0),
     "unfitted-collective-launch-us": (0.0, 0.0, 10_000.0), "exchange-sms": (0.0, 0.0, 200.0),
-    "tp-overlap-bulk-sms": (0.0, 0.0, 200.0),
+    "tp-overlap-bulk-sms": (0.0, 0.0, 200.0), "four-bit-gemm-speedup": (2.88, 1.0, 8.0),
     "attention-backward-slowdown": (1.0, 1.0, 10.0), "attention-backward-slowdown-1k": (0.0, 0.0, 10.0),
     "unfitted-gemm-error": (0.0, 0.0, 10.0), "unfitted-collective-error": (0.0, 0.0, 10.0),
     "framework-fit-error": (0.0, 0.0, 10.0), "unmeasured-kernels-error": (0.0, 0.0, 10.0),

@@ -354,12 +354,13 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
     # gaps, shapes, power capping): one factor, fitted on Narayanan et al. 2021 Table 1 only.
     # Serving runs at the serving kernel fits' own rates (Machine.for_serving).
     launch = constants.unfitted_kernel_launch_us * 1e-6
-    training = device_kernels(acc, cal, default, constants.framework_gemm_efficiency, launch)
-    serving = device_kernels(acc, cal, default, 1.0, launch)
+    four = constants.four_bit_gemm_speedup
+    training = device_kernels(acc, cal, default, constants.framework_gemm_efficiency, launch, four)
+    serving = device_kernels(acc, cal, default, 1.0, launch, four)
     grouped = grouped_kernels(acc, cal.grouped_gemm)
     block = {p: gemm_kernel(acc.peak_flops[p], acc.hbm_bytes_per_s, cal, default, p, 1.0, fit=f)
              for p, f in cal.block_scaled.items() if p in acc.peak_flops}
-    backends = serving_engine_kernels(acc, cal, default, launch, serving, block, grouped)
+    backends = serving_engine_kernels(acc, cal, default, launch, serving, block, grouped, four)
     host_link = db.link(acc.host_link).bytes_per_s if acc.host_link else 0.0
     idle = acc.idle_w if acc.idle_w is not None else acc.tdp_w * constants.idle_power_fraction
     overhead = (system.node_overhead_w or 0.0) / per_node
@@ -391,7 +392,7 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
 
 
 def serving_engine_kernels(acc, cal, default, launch_s: float, serving: Kernels, block: dict,
-                          grouped: dict | None = None) -> dict:
+                          grouped: dict | None = None, four_bit_speedup: float = 1.0) -> dict:
     """Serving kernels by engine: TensorRT-LLM's (the entry's ``gemm``, ``block_scaled``,
     ``attention`` and ``grouped_gemm`` fits: ``serving``, ``block`` and ``grouped``) and each
     engine's of ``serving_backends`` (a family, precision or phase it did not measure keeps
@@ -406,7 +407,7 @@ def serving_engine_kernels(acc, cal, default, launch_s: float, serving: Kernels,
     for name, fits in cal.serving_backends.items():
         own = cal.model_copy(update={"gemm": {**cal.gemm, **fits.gemm},
                                      "attention": merged_attention(cal.attention, fits.attention)})
-        kernels = device_kernels(acc, own, default, 1.0, launch_s)
+        kernels = device_kernels(acc, own, default, 1.0, launch_s, four_bit_speedup)
         blocks = {**block, **{p: gemm_kernel(acc.peak_flops[p], acc.hbm_bytes_per_s, own, default, p, 1.0, fit=f)
                               for p, f in fits.block_scaled.items() if p in acc.peak_flops}}
         families = (("gemm", name if fits.gemm or fits.block_scaled else "trtllm"),
@@ -438,20 +439,38 @@ def grouped_kernels(acc, fits: dict) -> dict:
             for p, f in fits.items() if (GROUPED_MATH[p] or sixteen) in acc.peak_flops}
 
 
-def device_kernels(acc, cal, default, in_framework: float, launch_s: float) -> Kernels:
+def device_kernels(acc, cal, default, in_framework: float, launch_s: float, four_bit_speedup: float = 1.0) -> Kernels:
     """The device's GEMM and attention kernels and large-GEMM rates with their compute rates
     scaled by ``in_framework`` (framework-gemm-efficiency for training, 1 for serving);
-    ``launch_s``: the fixed cost of a GEMM on a device without GEMM fits."""
+    ``launch_s``: the fixed cost of a GEMM on a device without GEMM fits; ``four_bit_speedup``:
+    a 4-bit GEMM without a fit of its own over the 16-bit kernel (four_bit_kernel)."""
     kernels = {p: gemm_kernel(acc.peak_flops[p], acc.hbm_bytes_per_s, cal, default, p, in_framework, launch_s)
                for p in acc.peak_flops}
     prefill, decode, mla = attention_kernels(acc, cal, in_framework)
     sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
+    if sixteen in kernels:
+        kernels.update({p: four_bit_kernel(kernels[sixteen], acc.peak_flops[sixteen], acc.peak_flops[p],
+                                           four_bit_speedup)
+                        for p in FOUR_BIT if p in kernels and p not in cal.gemm})
     weight_only = {w: gemm_kernel(acc.peak_flops[sixteen], acc.hbm_bytes_per_s, cal, default, sixteen, in_framework,
                                   launch_s, fit=f) for w, f in cal.weight_only.items()}
     # Full-tile GEMM rate: the fitted kernel's, else the measured large-GEMM fraction's.
     achievable = {p: acc.peak_flops[p] * k.compute_fraction for p, k in kernels.items()}
     return Kernels(achievable_flops=achievable, gemm_kernels=kernels, attention_kernels=prefill,
                    decode_attention=decode, mla_attention=mla, weight_only_kernels=weight_only)
+
+
+# Precisions whose GEMMs read 4-bit inputs: without a fit of their own they take four_bit_kernel, never
+# the nearest 8-bit fit's fraction of their own peak.
+FOUR_BIT = ("int4", "fp4")
+
+
+def four_bit_kernel(sixteen: GemmKernel, peak16: float, peak: float, speedup: float) -> GemmKernel:
+    """A 4-bit GEMM where no 4-bit kernel was measured: the device's 16-bit kernel (its launch,
+    tiles and memory terms) computing ``speedup`` times as fast (four-bit-gemm-speedup, COMET's
+    kernel-level measurement), at most at the 4-bit peak times the 16-bit kernel's fraction."""
+    fraction = min(sixteen.compute_fraction * speedup * peak16 / peak, sixteen.compute_fraction)
+    return replace(sixteen, peak=peak, compute_fraction=fraction)
 
 
 NEAREST = {"fp16": ("bf16",), "bf16": ("fp16",), "int8": ("fp8", "bf16"), "fp8": ("int8", "bf16"),

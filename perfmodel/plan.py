@@ -104,8 +104,13 @@ ACTIVATION_PRECISIONS = ("a16", "a8", "a4")
 # in contiguous blocks without replicas, or every device equal.
 EXPERT_BALANCES = ("eplb", "none", "balanced")
 ATTENTION = ("flash", "standard")   # fused causal FlashAttention, or the 2021 kernels writing the s x s scores
-# The only weight formats each activation width pairs with (W8A8: fp8 or int8; W4A4: int4 or fp4).
-_GEMM_RATE = {("a8", "fp8"): "fp8", ("a8", "int8"): "int8", ("a4", "int4"): "int4", ("a4", "fp4"): "fp4"}
+# The weight formats each activation width pairs with, and the rate the GEMM runs at: W8A8 (fp8 or
+# int8), W4A4 (int4 or fp4), and W4A8, 4-bit weights widened to 8 bits inside an 8-bit GEMM
+# (QServe's and COMET's W4A8 kernels on int8 tensor cores: Lin et al., arXiv:2405.04532; Liu et al.,
+# arXiv:2410.12168; TensorRT-LLM's W4A8 with fp8 activations), priced as the 8-bit kernel reading
+# 4-bit weights.
+_GEMM_RATE = {("a8", "fp8"): "fp8", ("a8", "int8"): "int8", ("a4", "int4"): "int4", ("a4", "fp4"): "fp4",
+              ("a8", "int4"): "int8", ("a8", "fp4"): "fp8"}
 _ACTIVATION_BYTES = {"a16": 2.0, "a8": 1.0, "a4": 0.5}
 
 
@@ -114,7 +119,8 @@ class QuantScheme:
     """Weight, activation and KV-cache formats of a serving instance, and what follows from them.
 
     W16A16 and weight-only formats (W8A16, W4A16) run bf16 GEMMs with the weights dequantized in
-    the kernel; W8A8 and W4A4 run at the integer or fp8/fp4 rate the device lists (never derived).
+    the kernel; W8A8 and W4A4 run at the integer or fp8/fp4 rate the device lists (never derived),
+    W4A8 at the 8-bit rate with 4-bit weights.
     """
 
     weight: str = "bf16"
@@ -131,8 +137,8 @@ class QuantScheme:
             if value not in allowed:
                 raise UnknownNameError(f"{what} precision", value, allowed)
         if self.activation != "a16" and (self.activation, self.weight) not in _GEMM_RATE:
-            raise SpecError(f"activation precision {self.activation} needs weights of the same width "
-                            f"(W8A8: fp8 or int8; W4A4: int4 or fp4), has {self.weight}")
+            raise SpecError(f"activation precision {self.activation} needs weights it pairs with "
+                            f"(W8A8: fp8 or int8; W4A8: int4 or fp4; W4A4: int4 or fp4), has {self.weight}")
 
     @classmethod
     def for_weights(cls, weight: str, kv: str = "bf16", quantized_activations: bool = True) -> "QuantScheme":
