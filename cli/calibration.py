@@ -50,28 +50,29 @@ def write_calibration(db, acc, blocks: dict, notes: list[str], out):
                 entry[key] = dict(value) if isinstance(value, dict) else value
         # Blocks not refitted stay, in the file's units (the loader holds them in SI).
         if own.collectives is not None and "collectives" not in blocks:
-            entry["collectives"] = _file_units(own.collectives.model_dump())
+            entry["collectives"] = _file_units(own.collectives.model_dump(by_alias=True))
         if own.gemm and "gemm" not in blocks:
-            entry["gemm"] = {p: _file_units(f.model_dump()) for p, f in own.gemm.items()}
+            entry["gemm"] = {p: _file_units(f.model_dump(by_alias=True)) for p, f in own.gemm.items()}
         if own.weight_only and "gemm" not in blocks:
-            entry["weight_only"] = {p: _file_units(f.model_dump()) for p, f in own.weight_only.items()}
+            entry["weight_only"] = {p: _file_units(f.model_dump(by_alias=True)) for p, f in own.weight_only.items()}
         if own.block_scaled and "gemm" not in blocks:
-            entry["block_scaled"] = {p: _file_units(f.model_dump()) for p, f in own.block_scaled.items()}
+            entry["block_scaled"] = {p: _file_units(f.model_dump(by_alias=True)) for p, f in own.block_scaled.items()}
         if own.attention is not None and "attention" not in blocks:
-            entry["attention"] = _file_units(own.attention.model_dump())
+            entry["attention"] = _file_units(own.attention.model_dump(by_alias=True))
         if own.grouped_gemm and "grouped_gemm" not in blocks:
-            entry["grouped_gemm"] = {p: _file_units(f.model_dump()) for p, f in own.grouped_gemm.items()}
+            entry["grouped_gemm"] = {p: _file_units(f.model_dump(by_alias=True)) for p, f in own.grouped_gemm.items()}
         if own.dispatch is not None and "dispatch" not in blocks:
-            entry["dispatch"] = _file_units(own.dispatch.model_dump(exclude_none=True))
+            entry["dispatch"] = _file_units(own.dispatch.model_dump(by_alias=True, exclude_none=True))
         if own.serving_backends:
             # Each serving engine's fits of a family stay unless this run refits that engine's family.
-            kept = {b: _file_units(f.model_dump(exclude_defaults=True)) for b, f in own.serving_backends.items()}
+            kept = {b: _file_units(f.model_dump(by_alias=True, exclude_defaults=True))
+                    for b, f in own.serving_backends.items()}
             new = blocks.get("serving_backends", {})
             blocks["serving_backends"] = {b: kept.get(b, {}) | new.get(b, {}) for b in kept | new}
     entry.update(blocks)
     kept = own.dispatch.normal if own is not None and own.dispatch is not None else None
     if normal is None and kept is not None and "normal" not in entry.get("dispatch", {}):
-        normal = _file_units(kept.model_dump(exclude_none=True))
+        normal = _file_units(kept.model_dump(by_alias=True, exclude_none=True))
     if normal is not None:
         if "dispatch" not in entry:
             raise SpecError(f"{acc.name} has no low-latency dispatch fit for the normal kernels' fit to sit beside; "

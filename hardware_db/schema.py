@@ -312,9 +312,9 @@ class ProtocolFit(BaseModel):
     (link x fraction_p) (NCCL's own latency-bandwidth model per protocol, src/graph/tuning.cc)."""
 
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
-    ll_launch_us: LatencyUs
+    ll_launch_s: LatencyUs = Field(alias="ll_launch_us")
     ll_fraction: Fraction
-    launch_us: LatencyUs
+    launch_s: LatencyUs = Field(alias="launch_us")
     fraction: Fraction
 
 
@@ -323,8 +323,8 @@ class CollectiveFit(BaseModel):
     calibrate collectives``); the held-out error is that of the half left out of the fit."""
 
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
-    link_gb_per_s: LinkGBps                    # the per-direction link bandwidth the fractions are of
-    hop_us: LatencyUs
+    link_bytes_per_s: LinkGBps = Field(alias="link_gb_per_s")   # the per-direction link the fractions are of
+    hop_s: LatencyUs = Field(alias="hop_us")
     ops: dict[CollectiveOp, ProtocolFit]
     held_out_mape: dict[CollectiveOp, Annotated[float, Field(ge=0, le=10)]] = {}
     samples: Annotated[int, Field(ge=1)] = 1
@@ -339,11 +339,11 @@ class GemmFit(BaseModel):
     units: Annotated[int, Field(ge=1, le=100_000)]          # SMs / CUs the tiles spread over
     compute_fraction: Fraction
     memory_fraction: Fraction
-    launch_us: LatencyUs
+    launch_s: LatencyUs = Field(alias="launch_us")
     sharpness: Annotated[float, Field(ge=1, le=1000)]
     tile_overhead: Annotated[float, Field(ge=0, le=10_000)]
     cast: bool = False
-    cast_launch_us: LatencyUs = 0.0                          # of launch_us: the quantization kernels' own
+    cast_launch_s: LatencyUs = Field(0.0, alias="cast_launch_us")     # of launch_s: the quantization kernels' own
     held_out_mape: Annotated[float, Field(ge=0, le=10)]
     samples: Annotated[int, Field(ge=1)]
 
@@ -362,7 +362,7 @@ GroupedPrecision = Literal["bf16", "fp8", "fp8_block", "w4a16", "fp4"]
 class GroupedGemmFit(BaseModel):
     """The routed experts' grouped GEMMs (perfmodel.kernels.GemmKernel with ``groups``) at one
     precision, fitted on measured MoE layers by ``perfmodel calibrate moe``: the GEMM fit's terms
-    plus a fixed cost per group (``group_launch_us``) and ``input_passes``, the fitted passes over
+    plus a fixed cost per group (``group_launch_s``) and ``input_passes``, the fitted passes over
     the GEMMs' inputs (3 bytes an element each) of the permute, quantize and activation kernels
     around them. ``backend``: the implementation measured (framework, version, kernel); held-out
     errors are those of the MoE shapes left out."""
@@ -371,10 +371,10 @@ class GroupedGemmFit(BaseModel):
     units: Annotated[int, Field(ge=1, le=100_000)]
     compute_fraction: Fraction
     memory_fraction: Fraction
-    launch_us: LatencyUs
+    launch_s: LatencyUs = Field(alias="launch_us")
     sharpness: Annotated[float, Field(ge=1, le=1000)]
     tile_overhead: Annotated[float, Field(ge=0, le=10_000)]
-    group_launch_us: LatencyUs
+    group_launch_s: LatencyUs = Field(alias="group_launch_us")
     input_passes: Annotated[float, Field(ge=0, le=1000)]
     backend: str
     held_out_mape: Annotated[float, Field(ge=0, le=10)]
@@ -390,8 +390,8 @@ class AttentionFit(BaseModel):
     units: Annotated[int, Field(ge=1, le=100_000)]
     compute_fraction: Fraction
     memory_fraction: Fraction
-    launch_us: LatencyUs
-    tile_us: LatencyUs
+    launch_s: LatencyUs = Field(alias="launch_us")
+    tile_s: LatencyUs = Field(alias="tile_us")
     sharpness: Annotated[float, Field(ge=1, le=1000)] = 1.0
     saturation: Annotated[float, Field(ge=0, le=1000)] = 0.0
     held_out_mape: Annotated[float, Field(ge=0, le=10)]
@@ -432,8 +432,8 @@ class ExchangeFit(BaseModel):
     scale-up domain was measured."""
 
     model_config = ConfigDict(defer_build=True, frozen=True, extra="forbid", allow_inf_nan=False)
-    launch_us: dict[ExchangeOp, LatencyUs]
-    remote_us: LatencyUs = 0.0
+    launch_s: dict[ExchangeOp, LatencyUs] = Field(alias="launch_us")
+    remote_s: LatencyUs = Field(0.0, alias="remote_us")
     scale_up_fraction: dict[ExchangeOp, Fraction]
     scale_out_fraction: dict[ExchangeOp, Fraction] | None = None
     held_out_mape: Annotated[float, Field(ge=0, le=10)]

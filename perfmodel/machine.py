@@ -339,10 +339,10 @@ def build_machine(db: Database, system_name: str, devices: int | None = None, pr
         # Measured collective costs (calibration.yaml, fitted by `perfmodel calibrate collectives`)
         # replace the link model inside the scale-up domain they were measured in.
         fitted=FittedCollectives(
-            link=fit.link_gb_per_s, hop=fit.hop_us,
-            ll_launch={op: p.ll_launch_us for op, p in fit.ops.items()},
+            link=fit.link_bytes_per_s, hop=fit.hop_s,
+            ll_launch={op: p.ll_launch_s for op, p in fit.ops.items()},
             ll_fraction={op: p.ll_fraction for op, p in fit.ops.items()},
-            launch={op: p.launch_us for op, p in fit.ops.items()},
+            launch={op: p.launch_s for op, p in fit.ops.items()},
             fraction={op: p.fraction for op, p in fit.ops.items()})
         if fit is not None and "scale-up" in kinds and len(fit.ops) == len(COLLECTIVES) else None,
         fitted_level=kinds.index("scale-up") if "scale-up" in kinds else 0,
@@ -499,9 +499,9 @@ def grouped_kernel(peak: float, hbm_bytes_per_s: float, fit) -> GemmKernel:
     at the ``peak`` of its math precision: the GEMM kernel's terms, its fixed cost per group, and
     its passes over the inputs (perfmodel.kernels)."""
     return GemmKernel(peak=peak, bandwidth=hbm_bytes_per_s, compute_fraction=fit.compute_fraction,
-                      memory_fraction=fit.memory_fraction, launch_s=fit.launch_us, sharpness=fit.sharpness,
+                      memory_fraction=fit.memory_fraction, launch_s=fit.launch_s, sharpness=fit.sharpness,
                       tile_overhead=fit.tile_overhead, units=fit.units, cast=fit.input_passes,
-                      group_launch_s=fit.group_launch_us, source="fitted")
+                      group_launch_s=fit.group_launch_s, source="fitted")
 
 
 def fitted_dispatch(fit) -> FittedDispatch | None:
@@ -509,7 +509,7 @@ def fitted_dispatch(fit) -> FittedDispatch | None:
     or its ``normal`` sub-entry), or None."""
     if fit is None:
         return None
-    return FittedDispatch(launch=dict(fit.launch_us), remote=fit.remote_us, up_fraction=dict(fit.scale_up_fraction),
+    return FittedDispatch(launch=dict(fit.launch_s), remote=fit.remote_s, up_fraction=dict(fit.scale_up_fraction),
                           out_fraction=dict(fit.scale_out_fraction) if fit.scale_out_fraction else None)
 
 
@@ -524,7 +524,7 @@ def attention_kernels(acc, cal, in_framework: float) -> tuple[dict, dict, dict]:
     def kernel(fit, precision):
         return AttentionKernel(peak=acc.peak_flops[precision], bandwidth=acc.hbm_bytes_per_s,
                                compute_fraction=fit.compute_fraction * in_framework,
-                               memory_fraction=fit.memory_fraction, launch_s=fit.launch_us, tile_s=fit.tile_us,
+                               memory_fraction=fit.memory_fraction, launch_s=fit.launch_s, tile_s=fit.tile_s,
                                sharpness=fit.sharpness, saturation=fit.saturation, units=fit.units)
     prefill = {p: kernel(f, p) for p, f in fits.prefill.items() if p in acc.peak_flops}
     sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
@@ -543,9 +543,9 @@ def gemm_kernel(peak: float, hbm_bytes_per_s: float, cal, default, precision: st
         fit = fit or cal.gemm.get(p)
         if fit is not None:
             return GemmKernel(peak=peak, bandwidth=hbm_bytes_per_s, compute_fraction=fit.compute_fraction * in_framework,
-                              memory_fraction=fit.memory_fraction, launch_s=fit.launch_us, sharpness=fit.sharpness,
+                              memory_fraction=fit.memory_fraction, launch_s=fit.launch_s, sharpness=fit.sharpness,
                               tile_overhead=fit.tile_overhead, units=fit.units, cast=float(fit.cast),
-                              cast_launch_s=fit.cast_launch_us, source="fitted")
+                              cast_launch_s=fit.cast_launch_s, source="fitted")
     measured = any(p in cal.matmul_fraction for p in (precision, *NEAREST.get(precision, ("bf16",))))
     return GemmKernel(peak=peak, bandwidth=hbm_bytes_per_s,
                       compute_fraction=matmul_fraction(cal.matmul_fraction, default.matmul_fraction, precision)

@@ -147,7 +147,7 @@ def test_the_stored_h100_fit_predicts_the_held_out_sample_as_well_as_a_refit():
     # The stored constants (fitted on every H100 row at 20 SMs) on the sample's held-out rows.
     stored = load_database().calibration("h100-sxm").dispatch.normal
     fit = build_machine(load_database(), "dgx-h100", 64).topology.dispatch_normal
-    assert fit.launch == stored.launch_us and fit.out_fraction == stored.scale_out_fraction
+    assert fit.launch == stored.launch_s and fit.out_fraction == stored.scale_out_fraction
     op, n, k, tokens, top_k, experts, size, seconds = (np.asarray(c) for c in cols)
     test = ~split_rows(len(seconds), 0, 0.5)
     pick = lambda d: np.array([d[o] for o in op[test]])                  # noqa: E731
@@ -191,7 +191,7 @@ def test_calibrate_cli_fits_the_normal_kernels_beside_the_low_latency_ones(tmp_p
     cal = db.calibration("h100-sxm")
     built_in = load_database().calibration("h100-sxm").dispatch
     # The low-latency fit and its source stay; the normal one and its source are the refit's.
-    assert cal.dispatch.launch_us == built_in.launch_us and cal.dispatch.normal.samples == 414
+    assert cal.dispatch.launch_s == built_in.launch_s and cal.dispatch.normal.samples == 414
     assert sum(s.startswith("dispatch:") for s in cal.sources) == 1
     assert [s for s in cal.sources if s.startswith("dispatch normal:")] == \
         [s for s in cal.sources if "deepep_normal_h100_sample.csv" in s]
