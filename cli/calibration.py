@@ -141,7 +141,7 @@ def _fit_gemm(acc, table, source, seed, backend: str = "trtllm"):
             timings.update({p: cols for p, cols in read_gemm_timings(extra[0]).items() if p in WEIGHT_ONLY})
             provenance += f"; weight-only rows from {extra[1].split(', ', 1)[1]}"
     cast_launch, cast_from = (aiconfigurator_cast_launch(acc.name) if source and "fp8" in timings else (0.0, ""))
-    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
+    sixteen = acc.math16
     for name, (m, n, k, seconds, cast) in sorted(timings.items()):
         math, weight = (sixteen, WEIGHT_ONLY[name][1]) if name in WEIGHT_ONLY else (BLOCK_SCALED.get(name, name), None)
         if math not in acc.peak_flops:
@@ -295,7 +295,7 @@ def _fit_mla(acc, gemm, decode_memory, seed):
     if gemm is None or decode_memory is None:
         return None
     spec = load_model("deepseek-v3")
-    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
+    sixteen = acc.math16
     results, where = {}, []
     for phase, name in (("prefill", "context"), ("decode", "generation")):
         try:

@@ -101,7 +101,7 @@ def fit_module_mla(acc, projections, decode_memory, seed: int, backend: str):
 
     if projections is None or decode_memory is None:
         return None
-    spec, sixteen = load_model("deepseek-v3"), "bf16" if "bf16" in acc.peak_flops else "fp16"
+    spec, sixteen = load_model("deepseek-v3"), acc.math16
     results, where = {}, []
     for phase, name in (("prefill", "context"), ("decode", "generation")):
         try:

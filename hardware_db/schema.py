@@ -138,6 +138,11 @@ class Compute(Entry):
     def supports(self, precision: str) -> bool:
         return precision in self.peak_flops
 
+    @property
+    def math16(self) -> str:
+        """The 16-bit format the device computes in: bf16, or fp16 where it lists no bf16 (Volta)."""
+        return "bf16" if "bf16" in self.peak_flops else "fp16"
+
 
 class Accelerator(Compute):
     """One accelerator (a GPU, a GCD, an NPU) as the unit that runs one rank."""

@@ -254,7 +254,7 @@ def fit_attention_groups(acc, timings: dict, seed: int = 0) -> dict:
     is a one-line error."""
     from perfmodel.hardware_db.errors import SpecError
 
-    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
+    sixteen = acc.math16
     results = {}
     for (phase, precision), cols in sorted(timings.items()):
         math = sixteen if phase == "decode" else precision
@@ -561,7 +561,7 @@ def fit_grouped_recipes(acc, timings: dict, streaming_fraction: float, seed: int
     peak for is skipped."""
     from .machine import GROUPED_MATH
 
-    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
+    sixteen = acc.math16
     hbm = acc.hbm_bytes_per_s
     results = {}
     for recipe, (cols, x, w, kernels) in sorted(timings.items()):

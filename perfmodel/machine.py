@@ -434,7 +434,7 @@ def merged_attention(base, engine):
 def grouped_kernels(acc, fits: dict) -> dict:
     """The grouped-GEMM kernels of calibration.yaml ``grouped_gemm`` fits by recipe, at the peak of
     each recipe's math precision (a recipe the device has no peak for is left out)."""
-    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
+    sixteen = acc.math16
     return {p: grouped_kernel(acc.peak_flops[GROUPED_MATH[p] or sixteen], acc.hbm_bytes_per_s, f)
             for p, f in fits.items() if (GROUPED_MATH[p] or sixteen) in acc.peak_flops}
 
@@ -447,7 +447,7 @@ def device_kernels(acc, cal, default, in_framework: float, launch_s: float, four
     kernels = {p: gemm_kernel(acc.peak_flops[p], acc.hbm_bytes_per_s, cal, default, p, in_framework, launch_s)
                for p in acc.peak_flops}
     prefill, decode, mla = attention_kernels(acc, cal, in_framework)
-    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
+    sixteen = acc.math16
     if sixteen in kernels:
         kernels.update({p: four_bit_kernel(kernels[sixteen], acc.peak_flops[sixteen], acc.peak_flops[p],
                                            four_bit_speedup)
@@ -527,7 +527,7 @@ def attention_kernels(acc, cal, in_framework: float) -> tuple[dict, dict, dict]:
                                memory_fraction=fit.memory_fraction, launch_s=fit.launch_s, tile_s=fit.tile_s,
                                sharpness=fit.sharpness, saturation=fit.saturation, units=fit.units)
     prefill = {p: kernel(f, p) for p, f in fits.prefill.items() if p in acc.peak_flops}
-    sixteen = "bf16" if "bf16" in acc.peak_flops else "fp16"
+    sixteen = acc.math16
     mla = {phase: replace(kernel(f, sixteen), latent=True) for phase, f in fits.mla.items()}
     return prefill, {p: kernel(f, sixteen) for p, f in fits.decode.items()}, mla
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from perfmodel.hardware_db.schema import BYTES_PER_ELEMENT
 
+from .feasibility import FirstBroken
 from .layout import Layout
 from .machine import Machine
 from .memory import kv_cache_bytes_per_device
@@ -426,15 +427,8 @@ def _feasibility(spec: TransformerSpec, machine: Machine, inst: Instance, mem: S
                  weight_place: str = "hbm", weight_tier=None):
     """(binding, shortfall): the first rule each configuration breaks ("" when it fits)."""
     lay = inst.layout
-    binding = np.full(np.shape(mem.used), "", dtype=object)
-    shortfall = np.zeros(np.shape(mem.used))
-
-    def violate(mask, name, amount):
-        nonlocal binding, shortfall
-        new = np.asarray(mask) & (binding == "")
-        binding = np.where(new, name, binding)
-        shortfall = np.where(new, amount, shortfall)
-
+    rules = FirstBroken(np.shape(mem.used))
+    violate = rules.rule
     violate(lay.devices > machine.devices, "devices", lay.devices - machine.devices)
     violate(spec.num_heads % lay.tp != 0, "tp divides heads", lay.tp)
     violate(lay.pp > spec.num_layers, "pp at most the layers", lay.pp)   # uneven splits: the largest stage sets the pace
@@ -452,7 +446,7 @@ def _feasibility(spec: TransformerSpec, machine: Machine, inst: Instance, mem: S
             if tier is not None:
                 held = (mem.kv if tier is kv_tier else 0.0) + (mem.weights if tier is weight_tier else 0.0)
                 violate(held > tier.bytes_per_device, place, held - tier.bytes_per_device)
-    return binding, shortfall
+    return rules.binding, rules.shortfall
 
 
 def estimate_serving(spec: TransformerSpec, machine: Machine, plan: ServePlan, work: ServeWorkload,

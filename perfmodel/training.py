@@ -245,7 +245,7 @@ def _rates(machine: Machine, precision_code) -> dict:
     16-bit format of the plan (fp16 plans in fp16, bf16 and fp8 plans in bf16: Transformer
     Engine keeps the attention core in 16 bits), or fp16 on a device without bf16."""
     gemm = machine.flops_table()[precision_code]
-    sixteen = "bf16" if machine.supports("bf16") else "fp16"
+    sixteen = machine.math16
     attention_table = np.array([machine.achievable_flops.get("fp16" if p == "fp16" else sixteen, np.nan)
                                 for p in PRECISIONS])
     attention = attention_table[precision_code]
@@ -263,7 +263,7 @@ def _layer_times(spec: TransformerSpec, machine: Machine, precision, sp, flash, 
     kernels per layer (a context-parallel ring's steps; default cp)."""
     lay = Layout(tp=tp, cp=cp, dp=dp, ep=ep, etp=etp)
     rates, bw = _rates(machine, precision), machine.hbm_bytes_per_s
-    kernels = (machine.gemm_kernel(precision), machine.attention_kernel("bf16" if machine.supports("bf16") else "fp16"))
+    kernels = (machine.gemm_kernel(precision), machine.attention_kernel(machine.math16))
     kw = dict(sp=sp, act_bytes=gemm_input_bytes, flash=flash, cp_steps=cp_steps)
     kb = dict(keep_bytes=keep_bytes, attention_backward=(machine.constants.attention_backward_slowdown,
                                                          machine.constants.attention_backward_slowdown_1k))
@@ -293,7 +293,7 @@ def _layer_times(spec: TransformerSpec, machine: Machine, precision, sp, flash, 
 def _sixteen_bit(machine: Machine, precision):
     """PRECISIONS codes of the 16-bit format an 8-bit (or narrower) plan keeps where it does not
     quantize (bf16, or fp16 on a device without it); wider plans keep their own."""
-    sixteen = PRECISIONS.index("bf16" if machine.supports("bf16") else "fp16")
+    sixteen = PRECISIONS.index(machine.math16)
     narrow = np.isin(precision, [PRECISIONS.index(p) for p in ("fp8", "int8", "fp4", "int4")])
     return np.where(narrow, sixteen, precision)
 

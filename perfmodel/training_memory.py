@@ -11,6 +11,7 @@ import numpy as np
 
 from perfmodel.hardware_db.schema import PRECISIONS
 
+from .feasibility import FirstBroken
 from .kernels import on_distinct
 from .layout import Layout
 from .machine import Machine
@@ -159,19 +160,8 @@ def _feasibility(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, me
     lay = sh.layout
     gb, s = float(work.global_batch), float(work.seq_len)
     mb, v = np.maximum(c["micro_batch"], 1), np.maximum(c["interleave"], 1)
-    code = np.zeros(np.shape(mem.hbm_used), dtype=np.int8)     # 0 = feasible, else 1 + index into names
-    shortfall = np.zeros(np.shape(mem.hbm_used))
-    names: list[str] = []
-
-    def violate(mask, name, amount):
-        nonlocal code, shortfall
-        names.append(name)
-        if not np.any(mask):                  # most rules hold everywhere: nothing to record
-            return
-        new = np.asarray(mask) & (code == 0)
-        code = np.where(new, len(names), code)
-        shortfall = np.where(new, amount, shortfall)
-
+    rules = FirstBroken(np.shape(mem.hbm_used))
+    violate = rules.rule
     violate(lay.devices != machine.devices, "devices", lay.devices - machine.devices)
     violate(gb % (mb * lay.dp) != 0, f"global batch ({gb:g}) divisible by micro batch x dp", mb * lay.dp)
     violate(spec.num_heads % lay.tp != 0, "tp divides heads", lay.tp)
@@ -221,7 +211,7 @@ def _feasibility(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, me
     for name in TIERS:
         capacity = _tier_capacity(machine, name)
         violate(mem.tier_bytes[name] > capacity, name, mem.tier_bytes[name] - capacity)
-    return code, shortfall, tuple(names)
+    return rules.code, rules.shortfall, tuple(rules.names)
 
 
 def _kind_bandwidth(machine: Machine, kind: str, direction: str) -> float:
