@@ -70,6 +70,14 @@ def _print_power_cap(p: dict) -> None:
     if p["demand_per_budget_vs_tdp"] is not None:
         console.print(f"  and carries {p['demand_per_budget_vs_tdp']:.2f}x the demand (at these targets)",
                       markup=False)
+    f = p.get("facility")
+    if f is not None:
+        console.print(f"  capping only when the total exceeds the budget: a facility provisioned for "
+                      f"{f['devices_provisioned']:,} devices at TDP ({watts(f['tdp_w_per_device'])} each with its node "
+                      f"share) holds {f['devices_held']:,} running the uncapped optimum "
+                      f"({f['devices_held_vs_provisioned']:.2f}x; {f['deployment_copies']:,} copies), capping "
+                      f"{f['capping_probability']:.2%} of the time (at most {f['capping_risk']:.0%}, "
+                      f"--capping-risk): they draw {watts(f['mean_w_per_device'])} each on average", markup=False)
 
 
 def _pools_fleet(db, pools, two_lines: bool = False) -> str:

@@ -205,7 +205,9 @@ def plan_serve(request: PlanServeRequest | None = None, /, *, db=None,
     if request.power_cap_w is not None:
         from perfmodel.report import oversubscription
 
-        from .serve import capped_p99
+        from perfmodel.oversubscription import copies_held, exceed_probability
+
+        from .serve import capped_p99, deployment_power
 
         # The same demand uncapped: the deployment a cap would be laid on, and the devices it needs.
         free = search_serving(spec, db, systems, demand, replace(options, device_power_cap_w=None))
@@ -219,6 +221,22 @@ def plan_serve(request: PlanServeRequest | None = None, /, *, db=None,
                                                   if free.best is not None else None),
                      "uncapped_optimum_under_cap": capped_p99(spec, machines, free.best, demand, options)
                      if free.best is not None else None}
+        if free.best is not None:
+            # POLCA's question: the facility's budget at TDP, shared by copies of the uncapped optimum,
+            # capped only when their total exceeds it (perfmodel.oversubscription).
+            machine = machines[free.best.pools[0].system]
+            budget = request.facility_devices * (machine.tdp_w + machine.overhead_w_per_device)
+            fleet = deployment_power(spec, machines, free.best, demand, options)
+            copies = copies_held(fleet, budget, request.capping_risk)
+            held = copies * free.best.devices
+            per_copy_w = sum(p.mean_w * n for p, n in fleet)
+            power_cap["facility"] = {
+                "devices_provisioned": request.facility_devices, "budget_w": budget,
+                "capping_risk": request.capping_risk, "deployment_copies": copies, "devices_held": held,
+                "devices_held_vs_provisioned": held / request.facility_devices,
+                "capping_probability": exceed_probability([(p, n * copies) for p, n in fleet], budget),
+                "mean_w_per_device": per_copy_w / free.best.devices,
+                "tdp_w_per_device": machine.tdp_w + machine.overhead_w_per_device}
     planning = ServePlanning(request, spec, systems, demand, options, result, machines, baseline, power_cap)
     from perfmodel.exports import SERVING
 

@@ -262,6 +262,11 @@ class PlanServeRequest:
     power_cap_w: float | None = option(None, "Power limit per accelerator, W (default: its TDP): latencies at the "
                                              "clock it allows; prints the p99 slowdown and how many more devices a "
                                              "facility provisioned at the cap holds.")
+    facility_devices: int = option(1024, "With --power-cap-w: the devices a facility's power budget is provisioned "
+                                         "for at TDP (each with its node share), over which the fleet's power "
+                                         "is pooled.")
+    capping_risk: float = option(0.01, "With --power-cap-w: the largest share of time the facility may cap its "
+                                       "devices because their total exceeds the budget.")
     max_devices: int | None = option(None, "Largest fleet, devices.")
     owned: tuple[str, ...] = option((), "Devices already owned: SYSTEM=COUNT (a sunk purchase) or SYSTEM=COUNT@USD "
                                         "(the resale value per device it forgoes); repeatable. Beyond them the "
@@ -315,6 +320,10 @@ class PlanServeRequest:
             raise SpecError(f"--max-devices needs 1 to {MAX_DEVICES:,}, has {self.max_devices}")
         if self.concurrency is not None and self.concurrency > 1e9:
             raise SpecError(f"--concurrency needs 1 to 1,000,000,000 users, has {self.concurrency}")
+        if not 1 <= self.facility_devices <= MAX_DEVICES:
+            raise SpecError(f"--facility-devices needs 1 to {MAX_DEVICES:,}, has {self.facility_devices}")
+        if not (isinstance(self.capping_risk, (int, float)) and 0 < self.capping_risk < 1):
+            raise SpecError(f"--capping-risk needs a share of time between 0 and 1, has {self.capping_risk:g}")
         for name in ("rate", "budget_usd_per_hour", "power_cap_kw", "ttft_p50_ms", "ttft_p90_ms", "tpot_p50_ms",
                      "tpot_p90_ms"):
             _in_range("--" + name.replace("_", "-"), getattr(self, name), 0, 1e12)

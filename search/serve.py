@@ -25,7 +25,8 @@ import numpy as np
 from perfmodel.hardware_db.errors import InfeasibleError, SpecError, UnknownNameError
 from perfmodel.hardware_db.loader import Database
 from perfmodel.model import TransformerSpec
-from perfmodel.queueing import pool_latencies
+from perfmodel.machine import Machine
+from perfmodel.queueing import pool_latencies, pool_shares
 from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving, kv_transfer_time, serving_backend
 
 from . import fleet
@@ -477,6 +478,36 @@ def _closest(counter: dict, fastest: dict, demand: Demand, max_devices: int | No
     return "; ".join(parts)
 
 
+def _pool_phases(spec, machine: Machine, pool, demand: Demand, options: ServeSearchOptions, cap) -> tuple:
+    """A pool's instance re-estimated at the p50 and p90 lengths under a per-device ``cap`` (None: none):
+    (prefill estimates, decode estimates, a prompt's service by quantile: its prefill, or its chunks
+    in mixed steps; perfmodel.queueing)."""
+    c = pool.config
+    imbalance = float(expert_skew(spec, machine, options, [c["ep"]])[0])
+    common = dict(tp=c["tp"], pp=c["pp"], ep=c["ep"], dp_attention=c["dp_attention"],
+                  weight_precision=c["weight_precision"], activation_precision=c["activation_precision"],
+                  kv_precision=c["kv_precision"], weight_place=c.get("weight_place", "hbm"),
+                  mtp_draft_tokens=options.mtp_draft_tokens, mtp_acceptance=options.mtp_acceptance,
+                  moe_imbalance=imbalance, expert_balance=options.expert_balance, power_cap_w=cap,
+                  backend=serving_backend(options.framework))
+    pre = {q: estimate_serving(spec, machine, ServePlan(batch=c["dp_attention"], **common),
+                               ServeWorkload(n, 1, demand.cached_share * n))
+           for q, n in (("50", demand.input_len.p50), ("90", demand.input_len.p90))}
+    chunk = c.get("chunk_tokens", 0)
+    dec = {q: estimate_serving(spec, machine, ServePlan(batch=c["batch"], kv_place=c["kv_place"],
+                                                        chunk_tokens=chunk, **common),
+                               ServeWorkload(i, 2 * o, demand.cached_share * i),
+                               ("decode", "mixed") if chunk else ("decode",))
+           for q, i, o in (("50", demand.input_len.p50, demand.output_len.p50),
+                           ("90", demand.input_len.p90, demand.output_len.p90))}
+    service = {q: float(pre[q].ttft_s) for q in pre}
+    if chunk:       # a prompt's chunks in mixed steps (perfmodel.queueing)
+        service = {q: (1.0 - demand.cached_share) * n / float(dec[q].chunk_prompt_tokens)
+                   * float(dec[q].mixed_step_s) for q, n in (("50", demand.input_len.p50),
+                                                             ("90", demand.input_len.p90))}
+    return pre, dec, service
+
+
 def capped_p99(spec, machines: dict, deployment: Deployment, demand: Demand, options: ServeSearchOptions) -> dict:
     """The deployment's tail latencies under its power cap and, for the same pools at the same
     counts, without it: TTFT p99 (the wait at p99 over the p90 prompt's service: the lengths are
@@ -485,29 +516,8 @@ def capped_p99(spec, machines: dict, deployment: Deployment, demand: Demand, opt
     for cap_name, cap in (("capped", options.device_power_cap_w), ("uncapped", None)):
         ttft99, tpot90 = 0.0, 0.0
         for pool in deployment.pools:
-            c, machine = pool.config, machines[pool.system]
-            imbalance = float(expert_skew(spec, machine, options, [c["ep"]])[0])
-            common = dict(tp=c["tp"], pp=c["pp"], ep=c["ep"], dp_attention=c["dp_attention"],
-                          weight_precision=c["weight_precision"], activation_precision=c["activation_precision"],
-                          kv_precision=c["kv_precision"], weight_place=c.get("weight_place", "hbm"),
-                          mtp_draft_tokens=options.mtp_draft_tokens, mtp_acceptance=options.mtp_acceptance,
-                          moe_imbalance=imbalance, expert_balance=options.expert_balance, power_cap_w=cap,
-                          backend=serving_backend(options.framework))
-            pre = {q: estimate_serving(spec, machine, ServePlan(batch=c["dp_attention"], **common),
-                                       ServeWorkload(n, 1, demand.cached_share * n))
-                   for q, n in (("50", demand.input_len.p50), ("90", demand.input_len.p90))}
-            chunk = c.get("chunk_tokens", 0)
-            dec = {q: estimate_serving(spec, machine, ServePlan(batch=c["batch"], kv_place=c["kv_place"],
-                                                                chunk_tokens=chunk, **common),
-                                       ServeWorkload(i, 2 * o, demand.cached_share * i),
-                                       ("decode", "mixed") if chunk else ("decode",))
-                   for q, i, o in (("50", demand.input_len.p50, demand.output_len.p50),
-                                   ("90", demand.input_len.p90, demand.output_len.p90))}
-            service = {q: float(pre[q].ttft_s) for q in pre}
-            if chunk:       # a prompt's chunks in mixed steps (perfmodel.queueing)
-                service = {q: (1.0 - demand.cached_share) * n / float(dec[q].chunk_prompt_tokens)
-                           * float(dec[q].mixed_step_s) for q, n in (("50", demand.input_len.p50),
-                                                                     ("90", demand.input_len.p90))}
+            c = pool.config
+            _, dec, service = _pool_phases(spec, machines[pool.system], pool, demand, options, cap)
             ttft, _, t90, _, _ = pool_latencies(pool.role, pool.instances, demand.rate, demand.output_len.mean,
                                                 c["batch"], c["dp_attention"], service["50"], service["90"],
                                                 float(dec["50"].tpot_s), float(dec["90"].tpot_s), (0.99,),
@@ -523,6 +533,34 @@ def capped_p99(spec, machines: dict, deployment: Deployment, demand: Demand, opt
     ratio = lambda k: (out["capped"][k] / out["uncapped"][k]  # noqa: E731
                        if out["uncapped"][k] and out["capped"][k] is not None else None)
     return {**out, "ttft_p99_slowdown": ratio("ttft_p99_s"), "tpot_p90_slowdown": ratio("tpot_p90_s")}
+
+
+def deployment_power(spec, machines: dict, deployment: Deployment, demand: Demand,
+                     options: ServeSearchOptions) -> list:
+    """(InstancePower, instances) of each pool of an uncapped deployment: an instance's draw (its
+    devices with their node share) while it prefills, decodes or idles, and the shares of its time
+    the queueing model gives each (pool_shares, at the p50 lengths; what a phase does not fill is
+    idle). A colocated instance that mixes prompt chunks into its decode steps draws, in a step
+    carrying a chunk, the higher of its prefill and decode power."""
+    from perfmodel.oversubscription import InstancePower
+
+    out = []
+    for pool in deployment.pools:
+        c, machine = pool.config, machines[pool.system]
+        pre, dec, service = _pool_phases(spec, machine, pool, demand, options, None)
+        tpot, mixed = float(dec["50"].tpot_s), float(dec["50"].mixed_step_s)
+        decode, prefill = (float(x) for x in pool_shares(pool.role, pool.instances, demand.rate, demand.output_len.mean,
+                                                         c["batch"], c["dp_attention"], service["50"], tpot, mixed))
+        per_device = {"prefill": float(pre["50"].prefill_power_w), "decode": float(dec["50"].power_w),
+                      "idle": machine.idle_w + machine.overhead_w_per_device}
+        if mixed > 0:          # decode steps run beside the prompt lane: decode's own share, linearized
+            per_device["prefill"] = max(per_device["prefill"], per_device["decode"])
+            decode = demand.rate / pool.instances * demand.output_len.mean * tpot / c["batch"]
+        busy = {"prefill": min(prefill, 1.0), "decode": min(decode, max(1.0 - prefill, 0.0))}
+        shares = (busy["prefill"], busy["decode"], max(1.0 - busy["prefill"] - busy["decode"], 0.0))
+        watts = tuple(per_device[s] * pool.devices_per_instance for s in ("prefill", "decode", "idle"))
+        out.append((InstancePower(watts, tuple(x / sum(shares) for x in shares)), pool.instances))
+    return out
 
 
 def deployment_error(d) -> float:

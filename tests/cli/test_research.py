@@ -209,7 +209,20 @@ def test_power_capping_lets_a_facility_hold_more_devices(capsys):
     # Decode steps slow at most by the prefill they share a colocated pool with (a decode pool's own
     # steps do not slow at all); prompts, compute-bound, slow far more.
     assert 1.0 <= laid["tpot_p90_slowdown"] <= 1.15 < laid["ttft_p99_slowdown"]
+    # POLCA's own mechanism: the budget at TDP, capping only when the fleet's total exceeds it. From
+    # the distribution of the uncapped optimum's power (perfmodel.oversubscription): within 20% of
+    # 1.30x, capping at most the risk of the time; a smaller facility pools fewer instances and
+    # holds no more.
+    f = cap["facility"]
+    assert f["devices_held_vs_provisioned"] == pytest.approx(1.30, rel=0.2)
+    assert f["capping_probability"] <= f["capping_risk"] == 0.01
+    assert f["devices_held_vs_provisioned"] < f["tdp_w_per_device"] / f["mean_w_per_device"]
+    assert main(["plan", "serve", "--model", "llama-3.1-70b", "--power-cap-w", "406", "--facility-devices", "64",
+                 "--capping-risk", "0.001", "--json"]) == 0
+    small = json.loads(capsys.readouterr().out)["power_cap"]["facility"]
+    assert 1.0 <= small["devices_held_vs_provisioned"] < f["devices_held_vs_provisioned"]
     assert main(["estimate", "serve", "--power-cap-w", "30"]) == 2
+    assert main(["plan", "serve", "--power-cap-w", "406", "--capping-risk", "2"]) == 2
 
 
 AGENTIC = ["plan", "serve", "--model", "llama-3.1-70b", "--system", "dgx-h100", "--turns", "8", "--input-len", "1024",
