@@ -102,8 +102,7 @@ def _file_units(block):
 
 def _fit_collectives(acc, table, source, seed):
     from perfmodel.calibrate import fit_collectives
-
-    from .timings_io import aiconfigurator_table, read_timings
+    from perfmodel.hardware_db.timings import aiconfigurator_table, read_timings
 
     path, provenance = aiconfigurator_table(acc.name) if source else (table, f"the measurements in {table.name}")
     ops, ranks, size, seconds = read_timings(path)
@@ -117,11 +116,11 @@ def _fit_collectives(acc, table, source, seed):
 def _fit_gemm(acc, table, source, seed, backend: str = "trtllm"):
     """GEMM fits by precision on ``backend``'s measured GEMMs (aiconfigurator's table of that
     serving engine, or a table of that form), their source and note."""
-    from perfmodel.hardware_db.errors import SpecError
     from perfmodel.calibrate import fit_gemm
-
-    from .timings_io import (BLOCK_SCALED, WEIGHT_ONLY, aiconfigurator_cast_launch, aiconfigurator_table,
-                             aiconfigurator_weight_only_table, read_gemm_timings)
+    from perfmodel.hardware_db.errors import SpecError
+    from perfmodel.hardware_db.timings import (BLOCK_SCALED, WEIGHT_ONLY, aiconfigurator_cast_launch,
+                                               aiconfigurator_table, aiconfigurator_weight_only_table,
+                                               read_gemm_timings)
 
     if backend not in GEMM_BACKENDS:
         raise SpecError(f"--backend needs one of {', '.join(GEMM_BACKENDS)}, has {backend!r}")
@@ -192,8 +191,7 @@ def _fit_backend_gemm(acc, table, source, seed, backend: str):
     kernel (``cast``, its fixed cost inside the fitted launch)."""
     from perfmodel.hardware_db.errors import SpecError
     from perfmodel.calibrate import fit_gemm
-
-    from .timings_io import BLOCK_SCALED, aiconfigurator_table, read_gemm_timings
+    from perfmodel.hardware_db.timings import BLOCK_SCALED, aiconfigurator_table, read_gemm_timings
 
     path, provenance = (aiconfigurator_table(acc.name, f"gemm/{backend}", "gemm_perf.parquet") if source
                         else (table, f"the measurements in {table.name}"))
@@ -246,7 +244,7 @@ def kernel_timed(timings: dict) -> tuple[dict, dict]:
 def _gemm_blocks(results) -> dict:
     """The ``gemm`` block (by precision) and, when measured, the ``weight_only`` one (by weight
     format) and the ``block_scaled`` one (by math precision)."""
-    from .timings_io import BLOCK_SCALED, WEIGHT_ONLY
+    from perfmodel.hardware_db.timings import BLOCK_SCALED, WEIGHT_ONLY
 
     blocks = {"gemm": {p: r.as_yaml() for p, r in results.items() if p not in WEIGHT_ONLY and p not in BLOCK_SCALED}}
     weight_only = {WEIGHT_ONLY[p][0]: r.as_yaml() for p, r in results.items() if p in WEIGHT_ONLY}
@@ -258,8 +256,7 @@ def _fit_attention(acc, table, source, seed):
     """Prefill fits by attention precision and decode fits by KV precision, their source and note."""
     from perfmodel.hardware_db.errors import SpecError
     from perfmodel.calibrate import fit_attention_groups
-
-    from .timings_io import MAX_DECODE_GROUP, aiconfigurator_table, read_attention_timings
+    from perfmodel.hardware_db.timings import MAX_DECODE_GROUP, aiconfigurator_table, read_attention_timings
 
     if not acc.compute_units:
         raise SpecError(f"{acc.name} has no compute_units (SMs / CUs) in the database; attention tiles need it: add "
@@ -289,8 +286,7 @@ def _fit_mla(acc, gemm, decode_memory, seed):
     from perfmodel.hardware_db.errors import SpecError
     from perfmodel.calibrate import fit_mla
     from perfmodel.catalog import load_model
-
-    from .timings_io import aiconfigurator_table, read_mla_timings
+    from perfmodel.hardware_db.timings import aiconfigurator_table, read_mla_timings
 
     if gemm is None or decode_memory is None:
         return None
@@ -326,8 +322,8 @@ def _fit_dispatch(db, acc, table, source, seed, system_name, kernels: str = "low
     SMs, the share prefill's model gives them."""
     from perfmodel.hardware_db.errors import SpecError
     from perfmodel.calibrate import fit_dispatch, fit_normal_dispatch
-
-    from .timings_io import aiconfigurator_dispatch_tables, read_dispatch_timings, read_normal_dispatch_timings
+    from perfmodel.hardware_db.timings import (aiconfigurator_dispatch_tables,
+                                               read_dispatch_timings, read_normal_dispatch_timings)
 
     if kernels not in KERNELS:
         raise SpecError(f"--kernels needs one of {', '.join(KERNELS)}, has {kernels!r}")
@@ -428,8 +424,7 @@ def _score_moe(acc, gemm):
     when the install has no such table for the device or no fp8 fit."""
     from perfmodel.hardware_db.errors import SpecError
     from perfmodel.calibrate import score_moe
-
-    from .timings_io import aiconfigurator_table, read_moe_timings
+    from perfmodel.hardware_db.timings import aiconfigurator_table, read_moe_timings
 
     if "fp8" not in gemm:
         return None
@@ -448,8 +443,7 @@ def _fit_moe(db, acc, table, source, seed, gemm=None):
     ``gemm`` fits refitted in the same run, else of the device's calibration entry."""
     from perfmodel.calibrate import fit_grouped_recipes
     from perfmodel.hardware_db.errors import SpecError
-
-    from .timings_io import aiconfigurator_moe_table, read_moe_layer_timings
+    from perfmodel.hardware_db.timings import aiconfigurator_moe_table, read_moe_layer_timings
 
     if not acc.compute_units:
         raise SpecError(f"{acc.name} has no compute_units (SMs / CUs) in the database; GEMM tiles need it: add "

@@ -45,8 +45,7 @@ def fit_backend_attention(acc, table, source, seed, backend: str):
     a CSV of that form), their source and note."""
     from perfmodel.calibrate import fit_attention_groups
     from perfmodel.hardware_db.errors import SpecError
-
-    from .timings_io import MAX_DECODE_GROUP, aiconfigurator_table, read_attention_timings
+    from perfmodel.hardware_db.timings import MAX_DECODE_GROUP, aiconfigurator_table, read_attention_timings
 
     _check_backend(backend)
     if not acc.compute_units:
@@ -96,8 +95,7 @@ def fit_module_mla(acc, projections, decode_memory, seed: int, backend: str):
     from perfmodel.calibrate import fit_mla
     from perfmodel.catalog import load_model
     from perfmodel.hardware_db.errors import SpecError
-
-    from .timings_io import aiconfigurator_table, read_mla_module_timings
+    from perfmodel.hardware_db.timings import aiconfigurator_table, read_mla_module_timings
 
     if projections is None or decode_memory is None:
         return None
@@ -140,8 +138,8 @@ def fit_backend_moe(db, acc, table, source, seed, backend: str):
     source and note, or None when the install has no such table."""
     from perfmodel.calibrate import fit_grouped_recipes
     from perfmodel.hardware_db.errors import SpecError
-
-    from .timings_io import aiconfigurator_moe_table, aiconfigurator_table, nongated_shapes, read_moe_layer_timings
+    from perfmodel.hardware_db.timings import (aiconfigurator_moe_table,
+                                               aiconfigurator_table, nongated_shapes, read_moe_layer_timings)
 
     _check_backend(backend)
     if not acc.compute_units:

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfmodel.cli.timings_io import read_timings
+from perfmodel.hardware_db.timings import read_timings
 from perfmodel.hardware_db import load_database
 from perfmodel.hardware_db.errors import SpecError
 from perfmodel.calibrate import fit_collectives

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfmodel.cli.timings_io import read_dispatch_timings
+from perfmodel.hardware_db.timings import read_dispatch_timings
 from perfmodel.hardware_db import load_database
 from perfmodel.hardware_db.errors import SpecError
 from perfmodel.calibrate import fit_dispatch

@@ -13,7 +13,7 @@ import pytest
 
 from perfmodel.calibrate import balanced_rank_rows, fit_grouped_gemm, moe_layer_parts, shape_split
 from perfmodel.catalog import load_model
-from perfmodel.cli.timings_io import read_moe_layer_timings
+from perfmodel.hardware_db.timings import read_moe_layer_timings
 from perfmodel.hardware_db import load_database
 from perfmodel.hardware_db.errors import SpecError
 from perfmodel.kernels import GemmKernel

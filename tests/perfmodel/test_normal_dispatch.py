@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from perfmodel.calibrate import fit_normal_dispatch, split_rows
 from perfmodel.catalog import load_model
-from perfmodel.cli.timings_io import read_normal_dispatch_timings
+from perfmodel.hardware_db.timings import read_normal_dispatch_timings
 from perfmodel.collectives import (FittedDispatch, Topology, expert_miss, normal_exchange_copies,
                                    normal_exchange_time)
 from perfmodel.hardware_db import load_database

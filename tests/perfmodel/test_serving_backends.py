@@ -14,7 +14,7 @@ import pytest
 from perfmodel.catalog import load_model
 from perfmodel.cli.app import main
 from perfmodel.cli.calibration import HOST_BOUND_FLOOR, kernel_timed
-from perfmodel.cli.timings_io import fastest_kernels
+from perfmodel.hardware_db.timings import fastest_kernels
 from perfmodel.hardware_db import load_database
 from perfmodel.machine import build_machine
 from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving

@@ -15,7 +15,7 @@ import pytest
 from perfmodel.calibrate import moe_layer_parts
 from perfmodel.catalog import load_model
 from perfmodel.cli.app import main
-from perfmodel.cli.timings_io import read_moe_layer_timings
+from perfmodel.hardware_db.timings import read_moe_layer_timings
 from perfmodel.hardware_db import load_database
 from perfmodel.machine import build_machine
 from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving
@@ -164,7 +164,7 @@ def test_vllm_mla_module_rows_take_the_cached_tokens_and_the_fastest_kernel(tmp_
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
-    from perfmodel.cli.timings_io import read_mla_module_timings
+    from perfmodel.hardware_db.timings import read_mla_module_timings
 
     rows = [("FLASHMLA", 4, 1, 1023, 16, "fp8", "fp8_block", 0.30), ("FLASH_ATTN_MLA", 4, 1, 1023, 16, "fp8", "fp8_block", 0.20),
             ("FLASHMLA", 4, 1, 1023, 16, "bfloat16", "fp8_block", 0.10), ("FLASHMLA", 4, 1, 1023, 16, "fp8", "bfloat16", 0.10),

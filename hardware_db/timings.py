@@ -5,8 +5,9 @@ Formats:
   measured call a row, ``op`` one of all_reduce, all_gather, reduce_scatter, all_to_all (or NCCL's
   alltoall);
 - GEMMs, CSV with a header ``m,n,k,dtype,seconds``: M x K activations by K x N weights, dtype bf16,
-  fp16 or fp8 (fp8 rows include the kernel that quantizes the activations, as a framework runs it),
-  or w8a16 / w4a16 (int8 or int4 weights dequantized inside a bf16 GEMM);
+  fp16, fp8, int8 (W8A8) or fp4 (NVFP4 W4A4) (their rows include the kernel that quantizes the
+  activations, as a framework runs it), or w8a16 / w4a16 (int8 or int4 weights dequantized inside
+  a bf16 GEMM);
 - attention kernels, CSV with a header ``phase,batch,seq_len,heads,kv_heads,head_dim,dtype,kv_dtype,seconds``:
   phase prefill (a causal prompt of seq_len tokens per sequence) or decode (one new token per
   sequence over seq_len cached tokens); dtype the attention math (bf16 or fp8), kv_dtype the cache's;
