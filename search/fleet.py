@@ -116,8 +116,9 @@ def check(instance: FleetInstance, solution: FleetSolution) -> list[str]:
     """What is wrong with ``solution`` (empty: nothing), re-derived from the instance alone:
     roles, counts, the rate carried (exact rationals), the KV hand-over, and every limit."""
     opts, problems = instance.options, []
-    if not 0 <= solution.front < len(opts):
-        return [f"option {solution.front} does not exist"]
+    absent = [i for i in (solution.front, *(d for d, _ in solution.decode)) if not 0 <= i < len(opts)]
+    if absent:
+        return [f"option {i} does not exist" for i in absent]
     front = opts[solution.front]
     if front["role"] == "decode":
         problems.append("a decode pool cannot stand alone")

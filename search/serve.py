@@ -144,7 +144,10 @@ def search_serving(spec: TransformerSpec, db: Database, systems: list[str], dema
     options_list, machines, counter = pools.options, pools.machines, pools.counter
     configurations, feasible_configs = pools.configurations, pools.feasible
     if options.objective == "latency":
-        return _fastest(spec, demand, pools, options, started)
+        fastest = _fastest(spec, demand, pools, options, started)
+        if progress is not None:
+            progress(len(systems) + 1)
+        return fastest
     instance, pairs_checked = fleet_instance(spec, demand, options_list, machines, slo, options)
     evidence = ServeEvidence(
         configurations=configurations, feasible_configurations=feasible_configs, pool_options=len(options_list),
@@ -168,6 +171,8 @@ def search_serving(spec: TransformerSpec, db: Database, systems: list[str], dema
     sums = [fleet.totals(instance, s) for s in singles]
     best, evidence.status, evidence.gap = _checked_best(instance, best, singles, sums)
     evidence.seconds = time.perf_counter() - started
+    if progress is not None:
+        progress(len(systems) + 1)
     if best is None:
         return ServeSearchResult(None, [], [], evidence, closest=_binding_limits(instance) or
                                  _closest(counter, pools.fastest, demand, options.max_devices))

@@ -343,9 +343,6 @@ def test_serve_progress_counts_rise_within_the_total(db):
     assert done == sorted(set(done)) and 1 <= done[0] and done[-1] <= 4
 
 
-@pytest.mark.xfail(strict=True, reason="search_serving reports the systems evaluated (up to len(systems)) but not "
-                                       "the fleet solved, so plan_serve's progress stops one step short of the "
-                                       "total it announces (len(systems) + 1)")
 def test_serve_progress_ends_at_the_total(db):
     """The docstring: each system evaluated, then the fleet solved; the last report is (total, total)."""
     calls = []

@@ -80,6 +80,7 @@ def test_totals_are_the_sums_of_the_options_and_owned_devices_save_exactly_their
 
 @pytest.mark.parametrize("solution, limits, expected", [
     (FleetSolution(9), {}, "option 9 does not exist"),
+    (FleetSolution(2, ((12, 1),)), {}, "option 12 does not exist"),          # a decode index too
     (FleetSolution(4), {}, "a decode pool cannot stand alone"),
     (FleetSolution(0, ((4, 3),)), {}, "a colocated pool takes no decode pool"),
     (FleetSolution(2, ((1, 6),)), {}, "option 1 is not a decode pool"),
