@@ -20,9 +20,19 @@ SERVE_BASELINES = {
 BASELINES = tuple(dict.fromkeys((*TRAIN_BASELINES, *SERVE_BASELINES)))
 
 
+def _known(name: str, family: dict, what: str) -> None:
+    """A one-line error for a heuristic ``family`` does not name (the requests check first; a caller
+    of these functions gets the same answer)."""
+    if name not in family:
+        from perfmodel.hardware_db.errors import UnknownNameError
+
+        raise UnknownNameError(f"{what} baseline", name, tuple(family))
+
+
 def train_options(name: str, options, per_node: int):
     """``options`` (SearchOptions) restricted to the heuristic ``name`` on a system of ``per_node``
     devices a node."""
+    _known(name, TRAIN_BASELINES, "training")
     space = options.space
     if name == "tp-node":
         space = replace(space, tps=(per_node,), max_cp=1, zero_stages=(1,), recomputes=("selective",),
@@ -34,11 +44,13 @@ def train_options(name: str, options, per_node: int):
 
 def serve_layout_ok(name: str, per_node: int, tp: int, pp: int, dp_attention: int, ep: int) -> bool:
     """Whether an instance layout belongs to the serving heuristic ``name``."""
+    _known(name, SERVE_BASELINES, "serving")
     return name != "tp-node" or (tp == per_node and pp == 1 and dp_attention == 1 and ep == 1)
 
 
 def serve_options(name: str, options, native: str):
     """``options`` (ServeSearchOptions) restricted to the serving heuristic ``name``."""
+    _known(name, SERVE_BASELINES, "serving")
     activation = "a8" if native in ("fp8", "int8") else "a16"
     return replace(options, baseline=name, modes=("colocated",), weight_precisions=(native,),
                    activation_precisions=(activation,), kv_precisions=("bf16",), kv_offload=False,

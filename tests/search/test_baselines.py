@@ -206,3 +206,14 @@ def test_unknown_heuristics_are_one_line_errors(db, capsys):
     assert main(["plan", "train", "--model", "llama-3.1-8b", "--devices", "8", "--baseline", "megatron"]) == 2
     err = capsys.readouterr().err
     assert "unknown --baseline value 'megatron'" in err and err.count("\n") == 1
+
+
+def test_the_heuristic_functions_refuse_a_name_they_do_not_hold():
+    """Called directly (not through a request), a misspelt or wrong-kind heuristic is the same one-line
+    error, never a silent unrestricted search."""
+    with pytest.raises(UnknownNameError, match="unknown training baseline 'tp-nodes'; did you mean tp-node"):
+        train_options("tp-nodes", SearchOptions(), 8)
+    with pytest.raises(UnknownNameError, match="unknown serving baseline 'fsdp'"):
+        serve_options("fsdp", ServeSearchOptions(), "bf16")
+    with pytest.raises(UnknownNameError, match="unknown serving baseline 'fsdp'"):
+        serve_layout_ok("fsdp", 8, 8, 1, 1, 1)
