@@ -110,7 +110,7 @@ def plan_train(request: PlanTrainRequest | None = None, /, *, db=None,
         from .baselines import train_options
 
         where = (result.best["system"], result.best["devices"])
-        restricted = train_options(request.baseline, options, db.system(where[0]).devices_per_node)
+        restricted = train_options(request.baseline, options, db.system(where[0]).devices_per_launch_host)
         baseline = search_training(spec, db, [where], work, restricted)
     return TrainPlanning(request, spec, pairs, work, options, result, baseline)
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 TRAIN_BASELINES = {
-    "tp-node": "tensor parallel over one node's devices (within NVLink), pipeline stages as needed, data "
+    "tp-node": "tensor parallel over one node's devices (a host's: within NVLink), pipeline stages as needed, data "
                "parallel across nodes, ZeRO-1, selective recompute, micro-batch 1, no offload (Megatron-LM's "
                "usual starting point; Narayanan et al. 2021, Sec. 3.3 takeaway #1)",
     "fsdp": "ZeRO-3 / FSDP over every device with no tensor or pipeline parallelism (PyTorch FSDP's default)",
 }
 SERVE_BASELINES = {
-    "tp-node": "colocated instances of one node each, tensor parallel over its devices, the model's own "
+    "tp-node": "colocated instances of one node (a host) each, tensor parallel over its devices, the model's own "
                "weight and KV formats (vLLM's and SGLang's defaults: --tensor-parallel-size = GPUs per node)",
 }
 BASELINES = tuple(dict.fromkeys((*TRAIN_BASELINES, *SERVE_BASELINES)))
@@ -31,7 +31,7 @@ def _known(name: str, family: dict, what: str) -> None:
 
 def train_options(name: str, options, per_node: int):
     """``options`` (SearchOptions) restricted to the heuristic ``name`` on a system of ``per_node``
-    devices a node."""
+    devices a node (a host's devices where a scale-up domain spans several hosts, as on GB200 NVL72)."""
     _known(name, TRAIN_BASELINES, "training")
     space = options.space
     if name == "tp-node":

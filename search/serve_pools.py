@@ -39,9 +39,10 @@ def _layouts(spec: TransformerSpec, machine: Machine, max_devices: int, framewor
     if baseline is not None:
         from .baselines import serve_layout_ok
 
-        per_node = machine.system.devices_per_node
+        # One host's devices (a GB200 NVL72 tray's 4, a DGX's 8): what the engines' default TP spans.
+        per_host = machine.system.devices_per_launch_host
         return [lay for lay in _layouts(spec, machine, max_devices, framework)
-                if serve_layout_ok(baseline, per_node, *lay)]
+                if serve_layout_ok(baseline, per_host, *lay)]
     if framework is not None:
         from perfmodel.exports.serving import layout_problem
 

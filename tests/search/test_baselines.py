@@ -217,3 +217,12 @@ def test_the_heuristic_functions_refuse_a_name_they_do_not_hold():
         serve_options("fsdp", ServeSearchOptions(), "bf16")
     with pytest.raises(UnknownNameError, match="unknown serving baseline 'fsdp'"):
         serve_layout_ok("fsdp", 8, 8, 1, 1, 1)
+
+
+def test_tp_node_spans_a_host_where_the_scale_up_domain_spans_several(db):
+    """On GB200 NVL72 the NVLink domain is 72 GPUs but a host (a compute tray) holds 4: the engines'
+    default tensor parallelism is the host's, so tp-node instances are TP4 (TP72 divides no model's
+    heads, which left the heuristic with no plan)."""
+    planning = plan_serve(db=db, model="llama-3.1-70b", system=("gb200-nvl72",), rate=10.0, baseline="tp-node")
+    pools = [p for d in [planning.baseline.best, *planning.baseline.top] for p in d.pools]
+    assert pools and {p.config["tp"] for p in pools} == {db.system("gb200-nvl72").devices_per_launch_host} == {4}
