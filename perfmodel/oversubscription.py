@@ -80,10 +80,10 @@ def copies_held(deployment: Sequence[tuple[InstancePower, int]], budget_w: float
     if not 0 < risk < 1:
         raise SpecError(f"the capping risk needs a probability between 0 and 1, has {risk:g}")
     mean = sum(p.mean_w * n for p, n in deployment)
-    variance = sum((float(np.dot(np.square(p.watts), p.shares)) - p.mean_w ** 2) * n for p, n in deployment)
+    variance = max(sum((float(np.dot(np.square(p.watts), p.shares)) - p.mean_w ** 2) * n for p, n in deployment), 0.0)
     if mean <= 0:
         raise SpecError("a deployment drawing no power has no power budget to share")
-    z, sd = NormalDist().inv_cdf(1.0 - risk), math.sqrt(max(variance, 0.0))
+    z, sd = NormalDist().inv_cdf(1.0 - risk), math.sqrt(variance)
     # m mean + z sqrt(m) sd = budget, solved for sqrt(m).
     root = (-z * sd + math.sqrt(z * z * variance + 4.0 * mean * budget_w)) / (2.0 * mean)
     copies = max(int(root * root), 0)
