@@ -106,19 +106,20 @@ def erlang_c_bound(servers, load):
     return np.where(stable, np.minimum(np.nan_to_num(bound, nan=1.0, posinf=1.0), 1.0), 1.0)
 
 
-def wait_quantile(servers, service_s, rate, q):
+def wait_quantile(servers, service_s, rate, q, exact: bool = True):
     """The q-quantile of the wait in an M/M/c queue: max(0, ln(C / (1 - q)) / (c mu - lambda)).
     ``q`` may be a tuple of quantiles: then a dict by quantile, Erlang C evaluated once for all.
     The wait is 0 wherever C <= 1 - q, so Erlang C is evaluated exactly only where its bound
-    (erlang_c_bound) exceeds 1 - q; elsewhere the bound, itself <= 1 - q, gives the same 0."""
+    (erlang_c_bound) exceeds 1 - q; elsewhere the bound, itself <= 1 - q, gives the same 0.
+    Without ``exact`` the bound stands in everywhere: an upper bound on the wait, never below it."""
     servers = np.asarray(servers, dtype=float)
     mu = 1.0 / np.asarray(service_s, dtype=float)
     slack = servers * mu - rate
     quantiles = q if isinstance(q, tuple) else (q,)
     servers, load = np.broadcast_arrays(servers, rate / mu)
     bound = erlang_c_bound(servers, load)
-    needed = bound > 1.0 - max(quantiles)
-    c = np.where(needed, _erlang_c_where(servers, load, needed), bound)
+    needed = (bound > 1.0 - max(quantiles)) & exact
+    c = np.where(needed, _erlang_c_where(servers, load, needed), bound) if exact else bound
     waits = {}
     for p in quantiles:
         t = np.log(np.maximum(c / (1.0 - p), 1e-300)) / np.where(slack > 0, slack, 1.0)
@@ -144,12 +145,14 @@ def pool_shares(role: str, instances, rate: float, output_mean: float, batch, se
 
 
 def pool_latencies(role: str, instances, rate: float, output_mean: float, batch, servers_per_instance,
-                   prefill_s50, prefill_s90, tpot50, tpot90, quantiles=(0.5, 0.9), mixed50=0.0, mixed90=0.0):
+                   prefill_s50, prefill_s90, tpot50, tpot90, quantiles=(0.5, 0.9), mixed50=0.0, mixed90=0.0,
+                   exact: bool = True):
     """(TTFT by quantile, TPOT p50, TPOT p90, utilization, sequences in flight per instance) of
     ``instances`` instances in ``role`` ("prefill", "decode" or "colocated") carrying ``rate``
     requests/s. Vectorized over configurations and counts. ``mixed50``/``mixed90`` (> 0 where a
     colocated configuration mixes prompt chunks into its decode steps): the mixed step per token
-    emitted at the p50 and p90 contexts; ``prefill_s50``/``prefill_s90`` are then a prompt's chunks."""
+    emitted at the p50 and p90 contexts; ``prefill_s50``/``prefill_s90`` are then a prompt's chunks.
+    Without ``exact`` the TTFTs are upper bounds (wait_quantile), the rest exact."""
     n = np.asarray(instances, dtype=float)
     per_instance = rate / n
     decode_share, prefill_share = pool_shares(role, n, rate, output_mean, batch, servers_per_instance, prefill_s50,
@@ -170,7 +173,7 @@ def pool_latencies(role: str, instances, rate: float, output_mean: float, batch,
                                                                                                   else 0.5])
                for q in quantiles}
     if role != "decode":
-        waits = wait_quantile(servers, prefill_s50 * stretch_prefill, rate, tuple(quantiles))
+        waits = wait_quantile(servers, prefill_s50 * stretch_prefill, rate, tuple(quantiles), exact)
         ttft = {q: service[q] + waits[q] for q in quantiles}
     else:
         ttft = {q: np.zeros_like(np.asarray(prefill_s50, dtype=float)) for q in quantiles}

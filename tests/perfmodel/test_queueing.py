@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perfmodel.queueing import erlang_c, pool_latencies, wait_quantile
 
@@ -129,3 +131,15 @@ def test_erlang_c_bound_is_an_upper_bound_and_waits_use_it_only_below_one_minus_
         slack = servers - loads
         exact = np.where(slack > 0, np.maximum(np.log(np.maximum(c / (1 - q), 1e-300)) / slack, 0.0), np.inf)
         assert np.array_equal(wait_quantile(servers, service, loads, q), exact)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 5000), st.floats(0.01, 0.999), st.floats(1e-3, 10.0))
+def test_the_bounded_wait_is_never_below_the_exact_one(servers, utilization, service_s):
+    """wait_quantile without ``exact`` (Erlang C's cheap bound, what the serving search sizes pools
+    with first) never reports a shorter wait than the exact one, at every quantile."""
+    rate = utilization * servers / service_s
+    exact = wait_quantile(servers, service_s, rate, (0.5, 0.9, 0.99))
+    bound = wait_quantile(servers, service_s, rate, (0.5, 0.9, 0.99), exact=False)
+    for q in exact:
+        assert float(bound[q]) >= float(exact[q]) * (1 - 1e-12)
