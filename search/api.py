@@ -223,9 +223,12 @@ def plan_serve(request: PlanServeRequest | None = None, /, *, db=None,
                      if free.best is not None else None}
         if free.best is not None:
             # POLCA's question: the facility's budget at TDP, shared by copies of the uncapped optimum,
-            # capped only when their total exceeds it (perfmodel.oversubscription).
-            machine = machines[free.best.pools[0].system]
-            budget = request.facility_devices * (machine.tdp_w + machine.overhead_w_per_device)
+            # capped only when their total exceeds it (perfmodel.oversubscription). A device is
+            # provisioned at its TDP and node share, averaged over the deployment's devices (its pools
+            # may run on several systems).
+            provisioned = sum(p.devices * (machines[p.system].tdp_w + machines[p.system].overhead_w_per_device)
+                              for p in free.best.pools) / free.best.devices
+            budget = request.facility_devices * provisioned
             fleet = deployment_power(spec, machines, free.best, demand, options)
             copies = copies_held(fleet, budget, request.capping_risk)
             held = copies * free.best.devices
@@ -236,7 +239,7 @@ def plan_serve(request: PlanServeRequest | None = None, /, *, db=None,
                 "devices_held_vs_provisioned": held / request.facility_devices,
                 "capping_probability": exceed_probability([(p, n * copies) for p, n in fleet], budget),
                 "mean_w_per_device": per_copy_w / free.best.devices,
-                "tdp_w_per_device": machine.tdp_w + machine.overhead_w_per_device}
+                "tdp_w_per_device": provisioned}
     planning = ServePlanning(request, spec, systems, demand, options, result, machines, baseline, power_cap)
     from perfmodel.exports import SERVING
 
