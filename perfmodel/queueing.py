@@ -118,8 +118,10 @@ def wait_quantile(servers, service_s, rate, q, exact: bool = True):
     quantiles = q if isinstance(q, tuple) else (q,)
     servers, load = np.broadcast_arrays(servers, rate / mu)
     bound = erlang_c_bound(servers, load)
-    needed = (bound > 1.0 - max(quantiles)) & exact
-    c = np.where(needed, _erlang_c_where(servers, load, needed), bound) if exact else bound
+    c = bound
+    if exact:
+        needed = bound > 1.0 - max(quantiles)
+        c = np.where(needed, _erlang_c_where(servers, load, needed), bound)
     waits = {}
     for p in quantiles:
         t = np.log(np.maximum(c / (1.0 - p), 1e-300)) / np.where(slack > 0, slack, 1.0)

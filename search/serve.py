@@ -560,7 +560,8 @@ def deployment_power(spec, machines: dict, deployment: Deployment, demand: Deman
                       "idle": machine.idle_w + machine.overhead_w_per_device}
         if mixed > 0:          # decode steps run beside the prompt lane: decode's own share, linearized
             per_device["prefill"] = max(per_device["prefill"], per_device["decode"])
-            decode = demand.rate / pool.instances * demand.output_len.mean * tpot / c["batch"]
+            decode = float(pool_shares("decode", pool.instances, demand.rate, demand.output_len.mean, c["batch"],
+                                       c["dp_attention"], service["50"], tpot)[0])
         busy = {"prefill": min(prefill, 1.0), "decode": min(decode, max(1.0 - prefill, 0.0))}
         shares = (busy["prefill"], busy["decode"], max(1.0 - busy["prefill"] - busy["decode"], 0.0))
         watts = tuple(per_device[s] * pool.devices_per_instance for s in ("prefill", "decode", "idle"))
