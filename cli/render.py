@@ -325,7 +325,7 @@ def price_flags(options) -> tuple[str, ...]:
 
 def cost_bases(machines) -> dict[str, str]:
     """One cost-basis line per system (machines of one system at several sizes give one line)."""
-    from perfmodel.power import cost_basis
+    from perfmodel.economics import cost_basis
 
     return {m.system.name: cost_basis(m) for m in machines}
 

@@ -175,7 +175,7 @@ def _answer_table(rows: list[tuple[str, dict]], work, db) -> Table:
 def _per_system_table(rows: list[dict], machines: dict, db) -> Table:
     """Each candidate system's best plan, best first: its step, the price per device-hour it pays and
     whether its kernels are measured (what its number rests on)."""
-    from perfmodel.power import run_cost
+    from perfmodel.economics import run_cost
 
     table = Table(title="best plan per system", title_justify="left")
     for col in ("system", "plan", "step", "$/device-h", "cost", "kernels"):

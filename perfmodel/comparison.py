@@ -124,7 +124,7 @@ def device_hour_prices(db: Database, system_name: str) -> dict[str, float | None
     the cloud rent, and the owned total cost with the device drawing its TDP (and node share). None
     where the database has no price."""
     from perfmodel.machine import build_machine
-    from perfmodel.power import run_cost
+    from perfmodel.economics import run_cost
 
     out = {}
     for basis in ("cloud", "owned"):

@@ -36,6 +36,7 @@ loads (a typical draw, not a random one).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -342,19 +343,12 @@ ORDERS = 16    # expert orders averaged for the busiest device with no balancing
 
 
 # Busiest over mean device under the default routing, per (experts, top_k, ep, alpha, share, balance) and
-# routed tokens: each distinct pair is placed once per process (searches ask for the same batches of
-# many layouts), and the tokens missing from a call are placed together (the placement is vectorized
-# over them, and each row's ratio does not depend on the others).
-_DEFAULT_RATIOS: dict[tuple, dict[float, float]] = {}
-
-
+# distinct routed tokens: a pure function, cached, since searches ask for the same batches of many
+# layouts; the placement is vectorized over the tokens (each row's ratio does not depend on the others).
+@lru_cache(maxsize=1024)
 def _default_rows(experts: int, top_k: int, ep: int, alpha: float, share: float, balance: str,
                   tokens: tuple) -> tuple:
-    known = _DEFAULT_RATIOS.setdefault((experts, top_k, ep, alpha, share, balance), {})
-    missing = [t for t in dict.fromkeys(tokens) if t not in known]
-    if missing:
-        known.update(zip(missing, _default_ratios(experts, top_k, ep, alpha, share, balance, missing)))
-    return tuple(known[t] for t in tokens)
+    return tuple(_default_ratios(experts, top_k, ep, alpha, share, balance, list(tokens)))
 
 
 def _default_ratios(experts: int, top_k: int, ep: int, alpha: float, share: float, balance: str,

@@ -13,7 +13,7 @@ import numpy as np
 from perfmodel.hardware_db.errors import InfeasibleError
 
 from .machine import BACKEND_NAMES, Machine
-from .power import cost_basis
+from .economics import cost_basis
 from .plan import PLACES
 from .training import TrainResult
 from .training_memory import GRADS_WITH_OPTIMIZER

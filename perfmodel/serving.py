@@ -24,14 +24,16 @@ import numpy as np
 
 from perfmodel.hardware_db.schema import BYTES_PER_ELEMENT
 
+from .economics import energy_per_token_j, run_cost, usd_per_million_tokens
 from .feasibility import FirstBroken
 from .layout import Layout
 from .machine import Machine
 from .memory import kv_cache_bytes_per_device
 from .model import TransformerSpec
 from .plan import QuantScheme
-from .power import PhaseWork, capped_phase, phase_power_w, run_cost
+from .power import PhaseWork, capped_phase, phase_power_w
 from .roofline import OpTimes, layer_ops, lm_head_ops, merge, ops_time
+from .transformer_pass import stage_handoff_s, tp_all_reduces_s
 
 
 @dataclass(frozen=True)
@@ -356,7 +358,7 @@ def _pass(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local,
                     with_backward=False).scaled(1.0 / lay.pp)
     ops = merge(layers, head)
     act = tokens_all * h * 2.0
-    tp = inst.layers * 2.0 * topo.all_reduce(act, lay.tp_group.stride, lay.tp_group.size)
+    tp = tp_all_reduces_s(topo, lay, inst.layers, act, 2.0)
     ep = 0.0
     if spec.moe:
         rows, g = lay.expert_rows(tokens_all, 1) * inst.imbalance, lay.ep_group
@@ -380,7 +382,7 @@ def _pass(spec: TransformerSpec, machine: Machine, inst: Instance, tokens_local,
         # EP ranks that already hold their tokens (inside one TP group) exchange nothing: their
         # combine is the TP all-reduce counted in ``tp`` (Layout.ep_holds_tokens).
         ep = inst.layers * inst.moe_frac * np.where(lay.ep_holds_tokens, 0.0, exchange)
-    pp = (lay.pp - 1) / lay.pp * topo.p2p(act / lay.tp, lay.pp_neighbour_stride) * (lay.pp > 1)
+    pp = (lay.pp - 1) / lay.pp * stage_handoff_s(topo, lay, act)
     return ops, tp, ep, pp
 
 
@@ -576,8 +578,8 @@ def _placed(spec: TransformerSpec, machine: Machine, work: ServeWorkload, phased
     decode_tps = over(inst.batch, tpot) / devices
     power = phase_power_w(machine, works["decode"], dec_clock, step_time / pp) + machine.overhead_w_per_device
     prefill_power = phase_power_w(machine, works["prefill"], pre_clock, ttft / pp) + machine.overhead_w_per_device
-    energy = over(power * machine.constants.pue, decode_tps)
-    cost = over(run_cost(machine, power) / 3600.0, decode_tps) * 1e6
+    energy = energy_per_token_j(power, decode_tps, machine.constants.pue)
+    cost = usd_per_million_tokens(run_cost(machine, power), decode_tps)
     return ServeResult(
         ttft_s=ttft, tpot_s=tpot, ep_per_token_s=pp * decode.ep / per_step, expert_imbalance=f.skew,
         prefill_components={"compute": pp * prefill.ops.total, "tp communication": pp * prefill.tp,

@@ -41,13 +41,14 @@ import numpy as np
 
 from perfmodel.hardware_db.schema import PRECISIONS
 
+from .economics import energy_per_token_j, run_cost, usd_per_million_tokens
 from .kernels import distinct_rows, on_distinct
 from .layout import Layout
 from .machine import Machine
 from .memory import dualpipe_rank_layers, split_layers
 from .model import TransformerSpec
 from .plan import CpComm, Recompute, Schedule
-from .power import device_power_w, run_cost
+from .power import device_power_w
 from .roofline import OpTimes, layer_ops, lm_head_ops, merge, mtp_ops, ops_time
 from .sharding import Sharding
 from .training_comm import _communication, _overlap, _step_tail
@@ -470,9 +471,9 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     hfu = comp.executed_flops / (step * machine.devices * peak)
     busy = np.clip((sh.num_micro * comp.per_micro_s + tail.optimizer * tail.optimizer_on_device) / step, 0.0, 1.0)
     power = device_power_w(machine, busy) + machine.overhead_w_per_device
-    energy_per_token = power * machine.devices * machine.constants.pue / tokens_per_s
+    energy_per_token = energy_per_token_j(power * machine.devices, tokens_per_s, machine.constants.pue)
     cost_hour = run_cost(machine, power) * machine.devices
-    cost_mtok = cost_hour / 3600.0 / tokens_per_s * 1e6
+    cost_mtok = usd_per_million_tokens(cost_hour, tokens_per_s)
     run_time = work.tokens / tokens_per_s if work.tokens else np.zeros_like(step)
     m = sh.num_micro
     idle = np.where(c["schedule"] == Schedule.DUALPIPE, bubble, (lay.pp - 1) / v * comp.per_micro_s)

@@ -18,6 +18,7 @@ from .plan import CpComm, Overlap, Place, Recompute
 from .sharding import QGZ_BYTES, Sharding
 from .training_memory import _tier_bandwidth
 from .training_terms import Communication, Compute, Exposure, Shape, StepTail
+from .transformer_pass import stage_handoff_s, tp_all_reduces_s
 
 
 def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, comp: Compute,
@@ -29,7 +30,7 @@ def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, 
     full = c["recompute"] == Recompute.FULL
     act = sh.tokens * h * 2.0                    # one layer's activation, bf16, per TP group
     passes = 4.0 + 2.0 * full                    # 2 forward + 2 backward (+2 in the recomputed forward)
-    tp = comp.layers * passes * topo.all_reduce(act, lay.tp_group.stride, lay.tp_group.size)
+    tp = tp_all_reduces_s(topo, lay, comp.layers, act, passes)
     ep = 0.0
     if spec.moe:
         # Each device dispatches the rows it holds (tokens x etp / tp) to top-k experts, busiest load.
@@ -41,7 +42,7 @@ def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, 
                                                                     lay.ep_group.stride, lay.ep_group.size)
     cp = comp.layers * _cp_exchange(spec, topo, c["cp_comm"], sh.tokens, lay) * (lay.cp > 1)
     # Scatter-gather: each TP rank sends 1/t, then an all-gather (Narayanan et al. Sec. 4.1).
-    pp = 2.0 * np.maximum(c["interleave"], 1) * topo.p2p(act / lay.tp, lay.pp_neighbour_stride) * (lay.pp > 1)
+    pp = 2.0 * np.maximum(c["interleave"], 1) * stage_handoff_s(topo, lay, act)
 
     dense, expert = stage_params
     zero3 = c["zero"] >= 3

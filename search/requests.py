@@ -373,7 +373,7 @@ class PlanServeRequest:
         if objective is None:
             import numpy as np
 
-            from perfmodel.power import run_cost
+            from perfmodel.economics import run_cost
 
             priced = [s for s in systems
                       if np.isfinite(run_cost(build_machine(db, s, None, self.pricing, prices), 0.0))]

@@ -159,7 +159,7 @@ def search_serving(spec: TransformerSpec, db: Database, systems: list[str], dema
         return ServeSearchResult(None, [], [], evidence,
                                  closest=_closest(counter, pools.fastest, demand, options.max_devices))
     if not any(np.isfinite(instance.per_instance(i)) for i in range(len(options_list))):
-        from perfmodel.power import cost_basis
+        from perfmodel.economics import cost_basis
 
         raise SpecError("no candidate system has a price on this basis, so no cost can be minimized ("
                         + "; ".join(cost_basis(m) for m in machines.values())
@@ -313,7 +313,7 @@ def owned_savings(machines: dict, options: ServeSearchOptions) -> tuple[tuple[st
     """(system, count, USD per device-hour saved) of each owned system: its price on the search's
     basis (cloud rent, or a new device's cost of ownership) less what owning one still costs
     (perfmodel.power.owned_device_usd_per_hour), both at its provisioned power (TDP and node share)."""
-    from perfmodel.power import owned_device_usd_per_hour, run_cost
+    from perfmodel.economics import owned_device_usd_per_hour, run_cost
 
     out = []
     for name, count, value in options.owned:

@@ -379,7 +379,7 @@ def pool_options(spec: TransformerSpec, db: Database, systems: list[str], demand
 
 
 def _device_hour_usd(machine: Machine, power_w):
-    from perfmodel.power import run_cost
+    from perfmodel.economics import run_cost
 
     cost = run_cost(machine, power_w)
     return None if np.all(np.isnan(cost)) else cost

@@ -27,7 +27,7 @@ PRICED = {"cloud": ["dgx-a100", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72
 @pytest.mark.parametrize("pricing", ["cloud", "owned"])
 def test_every_system_is_priced_or_says_why(db, pricing):
     from perfmodel.machine import build_machine
-    from perfmodel.power import cost_basis, run_cost
+    from perfmodel.economics import cost_basis, run_cost
 
     for system in db.systems:
         machine = build_machine(db, system, None, pricing)
@@ -43,7 +43,7 @@ def test_every_system_is_priced_or_says_why(db, pricing):
 
 def test_owned_cost_adds_network_facility_and_energy(db):
     from perfmodel.machine import build_machine
-    from perfmodel.power import HOURS_PER_YEAR, run_cost
+    from perfmodel.economics import HOURS_PER_YEAR, run_cost
 
     m = build_machine(db, "dgx-h100", 8, "owned")
     k = m.constants

@@ -16,7 +16,8 @@ from perfmodel.collectives import (Topology, all_gather_time, reduce_scatter_tim
 from perfmodel.machine import build_machine
 from perfmodel.memory import (activation_bytes_per_layer, kv_cache_bytes_per_device, layers_on_stage, model_state_bytes,
                               split_layers)
-from perfmodel.power import device_power_w, run_cost
+from perfmodel.economics import run_cost
+from perfmodel.power import device_power_w
 from perfmodel.roofline import roofline
 from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving
 from perfmodel.training import TrainPlan, TrainWorkload, estimate_training
