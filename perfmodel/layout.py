@@ -144,7 +144,7 @@ class Layout:
         Optimizer leaves ``*lm_head*``, ``*router*`` and ``*mlp.gate.*`` unquantized in every recipe:
         ``_default_disabled_quantizer_cfg``, modelopt/torch/quantization/config.py; DeepSeek-V3's fp8
         checkpoint keeps its gate and head in bf16)."""
-        moe_frac = spec.moe_layers / spec.num_layers if spec.moe else 0.0
+        moe_frac = spec.moe_fraction
         routers = layers * moe_frac * spec.router_params if spec.moe else 0.0
         return (self._end_params(spec, first, last) + routers) / self.tp
 
@@ -184,7 +184,7 @@ class Layout:
         also holds the multi-token-prediction depths and, with several stages, its own copy of the
         embedding they read.
         """
-        moe_frac = spec.moe_layers / spec.num_layers if spec.moe else 0.0
+        moe_frac = spec.moe_fraction
         norm = spec.hidden_size * (2 if spec.norm == "layernorm" else 1)
         per_layer_common = spec.attention_params + 2 * norm
         dense_layer = per_layer_common + (1 - moe_frac) * spec.dense_mlp_params + moe_frac * (

@@ -256,6 +256,12 @@ class Machine:
         """The 16-bit format this device computes in: bf16, or fp16 where it has no bf16 (Volta)."""
         return "fp16" if not self.supports("bf16") and self.supports("fp16") else "bf16"
 
+    @property
+    def hbm_reserve_bytes(self) -> float:
+        """HBM a plan may not use (bytes): the runtime's context, allocator fragmentation and
+        framework buffers, the constant ``hbm-reserve-fraction`` of the device's HBM."""
+        return self.constants.hbm_reserve_fraction * self.hbm_bytes
+
     def decode_attention_flops(self, precision: str) -> float:
         """Achievable FLOP/s of a roofline decode attention core (a device without decode attention
         fits): the measured decode kernel's share of the peak where the calibration gives one

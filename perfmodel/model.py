@@ -144,6 +144,11 @@ class TransformerSpec(_Frozen):
         return self.num_layers - self.moe.first_dense_layers if self.moe else 0
 
     @property
+    def moe_fraction(self) -> float:
+        """Share of the layers with routed experts (0 for a dense model)."""
+        return self.moe_layers / self.num_layers if self.moe else 0.0
+
+    @property
     def dense_layers(self) -> int:
         return self.num_layers - self.moe_layers
 

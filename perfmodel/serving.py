@@ -190,7 +190,7 @@ def _instance(spec: TransformerSpec, machine: Machine, plan: ServePlan) -> Insta
         kernel=machine.serving_kernel(quant, block=spec.native_precision == "fp8"), batch=batch,
         # Each attention DP rank serves batch / dp_attention sequences; experts see every rank's tokens.
         local_batch=batch / dpa, layers=np.ceil(spec.num_layers / pp),
-        moe_frac=spec.moe_layers / spec.num_layers if spec.moe else 0.0,
+        moe_frac=spec.moe_fraction,
         imbalance=given if spec.moe else 1.0, balance=str(plan.expert_balance),
         mtp_drafts=np.asarray(plan.mtp_draft_tokens, dtype=float),
         # A checkpoint released in fp8 is block-scaled (DeepSeek-V3's 128 x 128 weight blocks; the
@@ -414,7 +414,7 @@ def _memory(spec: TransformerSpec, machine: Machine, inst: Instance, work: Serve
     in_flight = np.minimum(inst.local_batch * s_in,
                            np.maximum(s_in, machine.constants.prefill_tokens_in_flight))
     workspace = in_flight * spec.hidden_size * 2.0 * 4.0 / lay.tp
-    reserve = machine.constants.hbm_reserve_fraction * machine.hbm_bytes
+    reserve = machine.hbm_reserve_bytes
     per_seq_kv = kv / inst.local_batch
     hbm_kv = kv if kv_tier is None else np.zeros_like(kv)
     hbm_weights = weights if weight_tier is None else weights * np.minimum(2.0 / inst.layers, 1.0)

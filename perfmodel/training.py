@@ -234,7 +234,7 @@ def _shape(spec: TransformerSpec, machine: Machine, c: dict, work: TrainWorkload
         layers=last,
         headless_layers=headless,
         ends=ends,
-        moe_frac=spec.moe_layers / spec.num_layers if moe else 0.0,
+        moe_frac=spec.moe_fraction,
         imbalance=np.where(c["moe_imbalance"] > 0, c["moe_imbalance"],
                            machine.constants.moe_load_imbalance) if moe else 1.0,
         gemm_input_bytes=np.where(c["precision"] == PRECISIONS.index("fp8"), 1.0, 2.0),

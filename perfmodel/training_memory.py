@@ -44,7 +44,7 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
     last = lay.pp - 1
     dualpipe = c["schedule"] == Schedule.DUALPIPE
     candidates = _stage_candidates(spec, lay, sh.num_micro, c["interleave"], sh.ends, dualpipe)
-    reserve = machine.constants.hbm_reserve_fraction * machine.hbm_bytes
+    reserve = machine.hbm_reserve_bytes
     # Bytes per parameter of each state (linear in the parameters): dense weights shard over the
     # dp x cp replicas, routed experts over expert data parallelism.
     state_bytes = state_bytes_per_param(c["storage"])
