@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table as _RichTable
 
 from . import units
+from .columns import Column, column as value_column, table_of
 from .units import fleet, joules, size, watts
 
 console = Console(highlight=False, soft_wrap=False, emoji=False)
@@ -106,19 +107,27 @@ def kv_table(title: str, rows: list[tuple[str, str]]) -> Table:
     return table
 
 
+def time_records(components: dict, links: dict | None = None, **fields) -> list[dict]:
+    """A time breakdown's records: each component's name, seconds and (from ``links``) its time on its
+    link, with ``fields`` (a phase, say) on each."""
+    return [{**fields, "component": name, "seconds": value, "link": (links or {}).get(name)}
+            for name, value in components.items()]
+
+
+def time_columns(total: float | None = None, links: bool = False) -> list[Column]:
+    """A time breakdown's columns: the component, its time on the critical path (``exposed`` beside
+    the links), its share of ``total`` and (with ``links``) each transfer's time on its link before
+    overlap, as Calculon prints them side by side; the CSV has the component and its seconds."""
+    return [value_column("component", "component", justify="left"),
+            value_column("exposed" if links else "time", "seconds", lambda v: seconds_text(v or 0.0)),
+            Column("share", lambda r: f"{(r['seconds'] or 0.0) / total:.1%}" if total else "-"),
+            *([Column("on its link", lambda r: seconds_text(r["link"]) if r["link"] else "-")] if links else [])]
+
+
 def times_table(title: str, components: dict, total: float | None, links: dict | None = None) -> Table:
-    """Time on the critical path by component, its share, and (with ``links``) each transfer's time
-    on its link before overlap, as Calculon prints them side by side."""
-    table = Table(title=title, title_justify="left")
-    columns = [("component", "left"), ("exposed" if links else "time", "right"), ("share", "right")]
-    for col, justify in columns + ([("on its link", "right")] if links else []):
-        table.add_column(col, justify=justify)
-    for name, value in components.items():
-        link = (links or {}).get(name)
-        if value or link:
-            row = [name, seconds_text(value or 0.0), f"{(value or 0.0) / total:.1%}" if total else "-"]
-            table.add_row(*row, *([seconds_text(link) if link else "-"] if links else []))
-    return table
+    """Time on the critical path by component (those with a time, or one on their link): ``time_columns``."""
+    shown = [r for r in time_records(components, links) if r["seconds"] or r["link"]]
+    return table_of(time_columns(total, bool(links)), shown, Table(title=title, title_justify="left"))
 
 
 def ops_table(title: str, ops: dict) -> Table:

@@ -11,6 +11,7 @@ from perfmodel.hardware_db.errors import UnknownNameError
 from perfmodel.hardware_db.schema import ENTRY_KINDS, PRECISIONS
 
 from . import units
+from .columns import column, csv_of, csv_only, table_of
 from .deliver import delivered, emit_csv, emit_json, report_files
 from .render import Table, console, fmt
 from .units import count, rate, size, watts
@@ -43,6 +44,13 @@ def _entry_summary(entry) -> str:
 PLANNED_KINDS = ("accelerators", "systems")
 
 
+# ``hardware list``'s columns over (kind, name, entry): the CSV names the kind, the table is one per kind.
+_ENTRY_COLUMNS = [csv_only("kind", value=lambda r, key: r[0]),
+                  column("name", "name", value=lambda r: r[1], justify="left", whole=True, style="bold"),
+                  column("display name", "display_name", value=lambda r: r[2].display_name, justify="left"),
+                  column("summary", "summary", value=lambda r: _entry_summary(r[2]), justify="left")]
+
+
 def hardware_list(db, kind: str | None, json_out: bool, csv_out: bool = False) -> None:
     kinds = list(ENTRY_KINDS)
     if kind is not None and kind not in kinds + ["all"]:
@@ -52,19 +60,12 @@ def hardware_list(db, kind: str | None, json_out: bool, csv_out: bool = False) -
     if json_out:
         emit_json({k: sorted(getattr(db, k)) for k in kinds})
         return
+    records = {k: [(k, name, getattr(db, k)[name]) for name in sorted(getattr(db, k))] for k in kinds}
     if csv_out:
-        emit_csv([{"kind": k, "name": name, "display_name": getattr(db, k)[name].display_name,
-                   "summary": _entry_summary(getattr(db, k)[name])} for k in kinds for name in sorted(getattr(db, k))])
+        emit_csv(csv_of(_ENTRY_COLUMNS, [r for k in kinds for r in records[k]]))
         return
     for k in kinds:
-        table = Table(title=k, title_justify="left")
-        table.add_column("name", style="bold", whole=True)
-        table.add_column("display name")
-        table.add_column("summary")
-        for name in sorted(getattr(db, k)):
-            e = getattr(db, k)[name]
-            table.add_row(name, e.display_name, _entry_summary(e))
-        console.print(table)
+        console.print(table_of(_ENTRY_COLUMNS, records[k], Table(title=k, title_justify="left")))
     if kind is None:
         rest = ", ".join(f"{len(getattr(db, k)):,} {k}" for k in ENTRY_KINDS if k not in PLANNED_KINDS)
         console.print(f"also in the database: {rest}; --kind KIND (or all) lists them", markup=False, style="dim")

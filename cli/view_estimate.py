@@ -2,14 +2,31 @@
 
 from __future__ import annotations
 
+from .columns import csv_of, csv_only
 from .deliver import delivered, report_files
 from .render import (console, constants_text, estimate_train_tables, fmt, header_line, kv_table, memory_table,
-                     ops_table, print_remarks, seconds_text, span_text, times_table, train_doc, train_export, usd_text)
+                     ops_table, print_remarks, seconds_text, span_text, time_columns, time_records, times_table,
+                     train_doc, train_export, usd_text)
 from .units import joules, watts
 
 
 def _components_csv(report) -> list[dict]:
-    return [{"component": k, "seconds": v} for k, v in report["time_components_s"].items()]
+    """``estimate train --csv``: the step time's components (``time_columns``)."""
+    return csv_of(time_columns(), time_records(report["time_components_s"]))
+
+
+def serve_document(spec, machine, plan, work, report) -> dict:
+    """The JSON document of one serving estimate (``estimate serve --json``; charts read it); a
+    training estimate's is ``render.train_doc``, which plan train's charts share."""
+    return {"model": spec.name, "system": machine.system.name, "devices": machine.devices,
+            "plan": vars(plan), "workload": vars(work), "result": report}
+
+
+def _phases_csv(report) -> list[dict]:
+    """``estimate serve --csv``: the prefill's and a decode step's components, each with its phase."""
+    records = [r for phase in ("prefill", "decode")
+               for r in time_records(report[f"{phase}_components_s"], phase=phase)]
+    return csv_of([csv_only("phase")] + time_columns(), records)
 
 
 def estimate_train(spec, machine, plan, work, output=None, model_ref: str | None = None, db=None) -> None:
@@ -55,17 +72,14 @@ def estimate_serve(spec, machine, plan, work, output=None, model_ref: str | None
                               ("prefill", "decode", "mixed") if plan.chunk_tokens else ("prefill", "decode"))
     check_feasible(result, machine)
     report = serve_report(result, machine, spec, plan.backend)
-    doc = {"model": spec.name, "system": machine.system.name, "devices": machine.devices,
-           "plan": vars(plan), "workload": vars(work), "result": report}
+    doc = serve_document(spec, machine, plan, work, report)
 
     def export(framework: str) -> dict[str, str]:
         from perfmodel.exports import instance_pool, serving_files
 
         return serving_files(framework, spec, [instance_pool(spec, machine, plan, work)], model_ref or spec.name)
-    rows = lambda: [{"phase": phase, "component": k, "seconds": v}  # noqa: E731
-                    for phase in ("prefill", "decode") for k, v in report[f"{phase}_components_s"].items()]
-    if delivered(doc, output, rows, dict.fromkeys(("breakdown", "roofline", "memory"), lambda: doc), "breakdown",
-                 export):
+    if delivered(doc, output, lambda: _phases_csv(report), dict.fromkeys(("breakdown", "roofline", "memory"),
+                 lambda: doc), "breakdown", export):
         return
     _estimate_serve_tables(spec, machine, plan, work, report, db)
     report_files(doc)

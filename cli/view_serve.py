@@ -3,6 +3,7 @@ placement and its loads."""
 
 from __future__ import annotations
 
+from .columns import Column, Listed, column, csv_of, csv_only, each_once, listed, rank_column, table_of
 from .deliver import delivered, emit_csv, emit_json, report_files
 from .render import (Progress, Table, console, cost_bases, fleet_named, fleet_of, fmt, gap_text, kv_table, ms_text,
                      price_flags, print_baseline, print_bases, print_command, print_remarks, print_runs_on,
@@ -104,22 +105,39 @@ def _deployment_json(d) -> dict:
     return data
 
 
-def _deployments_table(title: str, deployments: list, ties: list[bool] | None = None, db=None) -> Table:
-    """Deployments: each pool as instances x devices per instance (``decode 2x8``), the fleet, p90 latencies, cost
-    per million output tokens and energy per output token."""
-    table = Table(title=title, title_justify="left", pad_edge=False)   # two cells more for mixed pools
-    for col in ("#", "pools", "fleet", "TTFT p90", "TPOT p90", "latency", "$/M tok", "energy"):
-        table.add_column(col, justify="left" if col in ("pools", "fleet") else "right",
-                         whole=False if col == "#" else None)   # "12 ≈" may wrap its mark
-    for i, d in enumerate(deployments, start=1):
+_DEPLOYMENTS_ORDER = ("#", "pools", "fleet", "TTFT p90", "TPOT p90", "latency", "$/M tok", "energy")
+
+
+def _deployment_columns(db=None) -> list[Column]:
+    """A list of deployments' columns in the CSV's order: rank (the CSV adds the role), mode, each
+    pool as instances x devices per instance (``decode 2x8``; the CSV counts the pools), p50 and p90
+    latencies, the fleet, power, cost per hour and per million output tokens, energy per output token,
+    request latency and what owned devices save; the table shows them in ``_DEPLOYMENTS_ORDER``."""
+    def pools(d) -> str:
         mixed = len({p.system for p in d.pools}) > 1
-        pools = "\n".join(f"{p.role} {p.instances:,}x{p.devices_per_instance}" + (f" {p.system}" if mixed else "")
-                          for p in d.pools)
-        where = _pools_fleet(db, d.pools, two_lines=True) if db else f"{d.devices:,}"
-        mark = " ≈" if ties and ties[i - 1] else ""
-        table.add_row(f"{i}{mark}", pools, where, ms_text(d.ttft_p90_s), ms_text(d.tpot_p90_s), ms_text(d.latency_s),
-                      usd_text(d.usd_per_million_tokens), joules(d.joules_per_token))
-    return table
+        return "\n".join(f"{p.role} {p.instances:,}x{p.devices_per_instance}" + (f" {p.system}" if mixed else "")
+                         for p in d.pools)
+
+    def field(header: str, key: str, text) -> Column:
+        return column(header, key, text, value=lambda item: getattr(item.row, key))
+    scalars = lambda *keys: csv_only(*keys, value=lambda item, key: getattr(item.row, key))  # noqa: E731
+    return [rank_column(whole=False),   # "12 ≈" may wrap its mark
+            scalars("mode"),
+            Column("pools", lambda item: pools(item.row), lambda item: {"pools": len(item.row.pools)}, justify="left"),
+            scalars("ttft_p50_s"), field("TTFT p90", "ttft_p90_s", ms_text),
+            scalars("tpot_p50_s"), field("TPOT p90", "tpot_p90_s", ms_text),
+            Column("fleet", lambda item: _pools_fleet(db, item.row.pools, two_lines=True) if db else
+                   f"{item.row.devices:,}", lambda item: {"devices": item.row.devices}, justify="left"),
+            scalars("power_w", "usd_per_hour"), field("$/M tok", "usd_per_million_tokens", usd_text),
+            field("energy", "joules_per_token", joules), field("latency", "latency_s", ms_text),
+            scalars("owned_saving_usd_per_hour")]
+
+
+def _deployments_table(title: str, deployments: list, ties: list[bool] | None = None, db=None) -> Table:
+    """Deployments, ranked in their list, ties with the optimum marked ≈ (``_deployment_columns``)."""
+    return table_of(_deployment_columns(db), listed(deployments, "top", ties),
+                    Table(title=title, title_justify="left", pad_edge=False),   # two cells more for mixed pools
+                    order=_DEPLOYMENTS_ORDER)
 
 
 def _capacity(result, demand) -> dict | None:
@@ -147,10 +165,18 @@ def _range(value, error) -> str:
     return f" (p90 range {span_text(value * (1 - error), value * (1 + error))})"
 
 
-def _deployments_csv(deployments: list) -> list[dict]:
-    return [{"rank": i, "mode": d.mode, "pools": len(d.pools), **{k: v for k, v in _deployment_json(d).items()
-                                                                 if not isinstance(v, (list, dict))}}
-            for i, d in enumerate(deployments, start=1)]
+def _same_deployment(a, b) -> bool:
+    return a is b or _deployment_json(a) == _deployment_json(b)
+
+
+def _deployments_csv(result, answer, any_plan: bool, pareto: bool) -> list[dict]:
+    """``--csv``: the Pareto front (role ``pareto``, ranked along it), or each deployment once: the answer
+    (``recommended``, or ``optimum`` under --any-plan), the optimum if another deployment (``optimum``),
+    then the top deployments (``top``); ranks are places in the top list."""
+    if pareto:
+        return csv_of(_deployment_columns(), listed(result.pareto, "pareto"))
+    first = [Listed(None, "optimum" if any_plan else "recommended", answer), Listed(None, "optimum", result.best)]
+    return csv_of(_deployment_columns(), each_once(first + listed(result.top, "top"), _same_deployment))
 
 
 def plan_serve(db, request, output) -> None:
@@ -193,7 +219,7 @@ def plan_serve(db, request, output) -> None:
     doc["runs_on"] = planning.runs_on
     export = planning.export
     charts = {"pareto": lambda: {**doc, "pareto": [_deployment_json(d) for d in result.pareto]}}
-    if delivered(doc, output, lambda: _deployments_csv(result.pareto if pareto else [result.best] + result.top),
+    if delivered(doc, output, lambda: _deployments_csv(result, answer, request.any_plan, pareto),
                  charts, "pareto", export):
         return
     slo = ", ".join(f"{k.replace('_', ' ')} {ms_text(getattr(demand, k))}" for k in ("ttft_p50", "ttft_p90", "tpot_p50",

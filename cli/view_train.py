@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from .columns import Column, Listed, csv_of, csv_only, each_once, listed, rank_column, table_of
 from .deliver import delivered, report_files
 from .render import (Table, console, cost_bases, estimate_train_tables, fleet_named, gap_text, kv_table, plan_text,
                      price_flags, print_baseline, print_bases, print_command, print_remarks, print_runs_on,
@@ -12,20 +13,35 @@ from .render import (Table, console, cost_bases, estimate_train_tables, fleet_na
 from .units import count, joules
 
 
-def _plans_table(title: str, plans: list[dict], cost_label: str, db=None) -> Table:
-    """Listed plans: where, plan, step with its range, MFU, the run's cost and time (or the cost per
-    million tokens without --tokens), energy per token."""
-    table = Table(title=title, title_justify="left")
-    for col in ("#", "where", "plan", "step", "MFU", cost_label, "energy"):
-        table.add_column(col, justify="left" if col in ("where", "plan") else "right")
-    for i, p in enumerate(plans, start=1):
-        cost = usd_text(p["run_cost_usd"]) + "\n" + _days(p["run_time_s"]) if p["run_cost_usd"] else \
+def _plan_columns(cost_label: str = "$/M tokens", db=None) -> list[Column]:
+    """A list of plans' columns: rank (the CSV adds the role), where, plan, step with its range, MFU, the
+    run's cost and time (or the cost per million tokens without --tokens), energy per token; the CSV
+    adds the command that reproduces the plan."""
+    def where(p: dict) -> str:
+        return two_lines_text(fleet_named(db, p["system"], p["devices"])) if db else f"{p['devices']:,} x {p['system']}"
+
+    def cost(p: dict) -> str:
+        return usd_text(p["run_cost_usd"]) + "\n" + _days(p["run_time_s"]) if p["run_cost_usd"] else \
             usd_text(p["cost_per_million_tokens_usd"])
-        where = two_lines_text(fleet_named(db, p["system"], p["devices"])) if db else f"{p['devices']:,} x {p['system']}"
-        table.add_row(str(i), where, plan_text(p["plan"]),
-                      f"{seconds_text(p['step_time_s'])}\n{span_text(p['step_time_low_s'], p['step_time_high_s'])}",
-                      f"{p['mfu']:.1%}", cost, joules(p["energy_per_token_j"]))
-    return table
+    metrics = lambda *keys: lambda item: {k: item.row.get(k) for k in keys}  # noqa: E731
+    return [rank_column(),
+            Column("where", lambda item: where(item.row), lambda item: {k: item.row[k] for k in ("system", "devices")},
+                   justify="left"),
+            Column("plan", lambda item: plan_text(item.row["plan"]), lambda item: dict(item.row["plan"]),
+                   justify="left"),
+            Column("step", lambda item: f"{seconds_text(item.row['step_time_s'])}\n"
+                                        f"{span_text(item.row['step_time_low_s'], item.row['step_time_high_s'])}",
+                   metrics("step_time_s", "step_time_low_s", "step_time_high_s")),
+            Column("MFU", lambda item: f"{item.row['mfu']:.1%}", metrics("mfu")),
+            Column(cost_label, lambda item: cost(item.row), metrics("run_cost_usd", "cost_per_million_tokens_usd")),
+            Column("energy", lambda item: joules(item.row["energy_per_token_j"]), metrics("energy_per_token_j")),
+            csv_only("reproduce", value=lambda item, key: item.row.get(key))]
+
+
+def _plans_table(title: str, plans: list[dict], cost_label: str, db=None) -> Table:
+    """Listed plans, ranked in their list (``_plan_columns``)."""
+    return table_of(_plan_columns(cost_label, db), listed(plans, "top"),
+                    Table(title=title, title_justify="left"))
 
 
 def _evidence_json(evidence, timing: bool) -> dict:
@@ -44,11 +60,19 @@ def _train_command(model_ref: str, row: dict, work, options) -> str:
     return command(replace(request, pricing=options.pricing, price=price_flags(options)))
 
 
-def _plan_row_csv(rows: list[dict]) -> list[dict]:
-    return [{"rank": i, "system": r["system"], "devices": r["devices"], **r["plan"],
-             **{k: r.get(k) for k in ("step_time_s", "step_time_low_s", "step_time_high_s", "mfu", "run_cost_usd",
-                                      "cost_per_million_tokens_usd", "energy_per_token_j")},
-             "reproduce": r.get("reproduce")} for i, r in enumerate(rows, start=1)]
+def _same_plan(a: dict, b: dict) -> bool:
+    return (a["system"], a["devices"], a["plan"]) == (b["system"], b["devices"], b["plan"])
+
+
+def _plans_csv(result, answer: dict, objective: str, pareto: bool) -> list[dict]:
+    """``--csv``: the Pareto front (role ``pareto``, ranked along it), or each plan once: the answer
+    (``recommended``, or ``optimum`` under --any-plan), the optimum if another plan (``fastest`` for
+    --objective time), then the top plans (``top``); ranks are places in the top list."""
+    if pareto:
+        return csv_of(_plan_columns(), listed(result.pareto, "pareto"))
+    first = [Listed(None, "recommended" if result.recommended else "optimum", answer),
+             Listed(None, "fastest" if objective == "time" else "optimum", result.best)]
+    return csv_of(_plan_columns(), each_once(first + listed(result.top, "top"), _same_plan))
 
 
 def _train_baseline(name: str, found, best: dict) -> dict:
@@ -101,7 +125,7 @@ def plan_train(db, request, output) -> None:
     estimate = lambda: train_doc(spec, machine, answer_plan, work, breakdown)  # noqa: E731
     charts = {"pareto": lambda: {**doc, "pareto": result.pareto}, "breakdown": estimate, "roofline": estimate,
               "memory": estimate}
-    if delivered(doc, output, lambda: _plan_row_csv(result.pareto if pareto else [answer] + result.top),
+    if delivered(doc, output, lambda: _plans_csv(result, answer, options.objective, pareto),
                  charts, "pareto" if pareto else "breakdown",
                  train_export(spec, machine, answer_plan, work, request.model)):
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from . import units
+from .columns import Column, column, csv_of, csv_only, table_of, texts
 from .deliver import emit_csv, emit_json
 from .render import (Progress, Table, console, fmt)
 from .units import size
@@ -26,31 +27,62 @@ def _metric_value(metric: str, value: float | None) -> str:
     return f"{value:.1%}" if metric == "mfu" else fmt(value)
 
 
-def _validation_table(cells: list[tuple[str, ...]]) -> Table | None:
+def _error_text(r: dict) -> str:
+    """A case's error for people: signed percentage (with the constraint the model finds binding), or
+    why it has none (skipped, or its status)."""
+    if r["status"].startswith("skipped: "):
+        return "skipped"
+    if r["status"] != "ok":
+        return r["status"]
+    err = "-" if r["error"] is None else f"{r['error']:+.1%}"
+    return err + (f" (model: {r['infeasible_in_model']} binds)" if r["infeasible_in_model"] else "")
+
+
+def _measured(key: str) -> Column:
+    """The published or predicted value: the raw number in the CSV, in the metric's unit in the table."""
+    return Column(key, lambda r: _metric_value(r["metric"], r[key]), lambda r: {key: r[key]}, whole=True)
+
+
+# The cases' columns: the CSV has every field of a case, the table its name (* for a calibration
+# case), system, metric, published and predicted values and error.
+_CASE_COLUMNS = [Column("case", lambda r: r["id"] + (" *" if r["calibration"] else ""), lambda r: {"id": r["id"]},
+                        justify="left", whole=False),
+                 csv_only("kind", "calibration"),
+                 column("system", "system", justify="left", whole=True),
+                 column("metric", "metric", _metric_label, justify="left", whole=False),
+                 _measured("published"), _measured("predicted"),
+                 Column("error", _error_text, lambda r: {"error": r["error"]}, whole=False),
+                 csv_only("status", "source", "command", "infeasible_in_model")]
+
+
+def _validation_table(rows: list[dict]) -> Table | None:
     """Cases with their system, metric, published and predicted values and error, as a table; None
     on a terminal too narrow for it (``_print_validation_list`` then prints the cases as lines)."""
-    table = Table(title="validation: predicted vs published (*: calibration case)", title_justify="left")
-    for col, justify in (("case", "left"), ("system", "left"), ("metric", "left"), ("published", "right"),
-                         ("predicted", "right"), ("error", "right")):
-        table.add_column(col, justify=justify, whole=col in ("system", "published", "predicted"))
-    for name, calibration, system, *rest in cells:
-        table.add_row(name + (" *" if calibration else ""), system, *rest)
+    table = table_of(_CASE_COLUMNS, rows, Table(title="validation: predicted vs published (*: calibration case)",
+                                                 title_justify="left"))
     return table if _fits(table) else None
 
 
-def _print_validation_list(cells: list[tuple[str, ...]]) -> None:
+def _print_validation_list(rows: list[dict]) -> None:
     """The validation cases for a narrow terminal: each case's name whole on one line, then its
-    metric, published and predicted values and error."""
+    metric, published and predicted values and error (the table's texts)."""
     console.print("validation: predicted vs published", style="bold")
-    for name, calibration, system, metric, published, predicted, error in cells:
-        console.print(f"{name} on {system}{', calibration case' if calibration else ''}", markup=False)
-        console.print(f"    {metric}: published {published}, predicted {predicted}, {error}", markup=False,
-                      style="dim")
+    for r in rows:
+        cell = texts(_CASE_COLUMNS, r)
+        console.print(f"{r['id']} on {r['system']}{', calibration case' if r['calibration'] else ''}", markup=False)
+        console.print(f"    {cell['metric']}: published {cell['published']}, predicted {cell['predicted']}, "
+                      f"{cell['error']}", markup=False, style="dim")
 
 
 def _fits(table: Table) -> bool:
     """Whether ``table`` fits the terminal without wrapping any cell."""
     return console.measure(table, options=console.options.update_width(100_000)).maximum <= console.width
+
+
+def document(rows: list[dict], summary: dict, fitted: dict | None) -> dict:
+    """The JSON document of ``validate``: the cases (as the CSV has them), the summary per family and,
+    with --calibrate, the refit."""
+    return {"cases": rows, "summary": summary, **({"calibration_fit": fitted} if fitted else {})}
 
 
 def validate(db, calibrate: bool, json_out: bool, csv_out: bool = False) -> None:
@@ -70,28 +102,19 @@ def validate(db, calibrate: bool, json_out: bool, csv_out: bool = False) -> None
             for o in outcomes]
     fitted = fit(db) if calibrate else None
     if json_out:
-        emit_json({"cases": rows, "summary": summary, **({"calibration_fit": fitted} if fitted else {})})
+        emit_json(document(rows, summary, fitted))
         return
     if csv_out:
-        emit_csv(rows)
+        emit_csv(csv_of(_CASE_COLUMNS, rows))
         return
     skipped: dict[str, int] = {}
-    cells = []
     for r in rows:
-        err = "-" if r["error"] is None else f"{r['error']:+.1%}"
-        if r["infeasible_in_model"]:
-            err += f" (model: {r['infeasible_in_model']} binds)"
         if r["status"].startswith("skipped: "):
             reason = r["status"].removeprefix("skipped: ")
             skipped[reason] = skipped.get(reason, 0) + 1
-            err = "skipped"
-        elif r["status"] != "ok":
-            err = r["status"]
-        cells.append((r["id"], r["calibration"], r["system"], _metric_label(r["metric"]), _metric_value(r["metric"], r["published"]),
-                      _metric_value(r["metric"], r["predicted"]), err))
-    table = _validation_table(cells)
+    table = _validation_table(rows)
     if table is None:
-        _print_validation_list(cells)
+        _print_validation_list(rows)
     else:
         console.print(table)
     for group in ("calibration", "held_out", "exact"):
