@@ -58,12 +58,12 @@ def brute_force_fleet(instance) -> float:
     for p, d, _ in instance.handover:
         compatible.setdefault(p, []).append(d)
     for i, o in enumerate(opts):
-        if o["role"] == "colocated":
+        if o.role == "colocated":
             candidates = [FleetSolution(i)]
-        elif o["role"] == "prefill":
+        elif o.role == "prefill":
             usable = compatible.get(i, [])
             candidates = (FleetSolution(i, tuple((d, n) for d, n in zip(usable, counts) if n))
-                          for counts in itertools.product(*[range(opts[d]["instances"] + 1) for d in usable]))
+                          for counts in itertools.product(*[range(opts[d].instances + 1) for d in usable]))
         else:
             continue
         for s in candidates:

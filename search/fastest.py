@@ -21,11 +21,13 @@ slowest pool's TPOT, only free devices for prefill, and that is not searched (st
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from perfmodel.queueing import pool_latencies
+
+from .pool_option import PoolOption
 
 SOLVER = ("exhaustive enumeration of the non-dominated pool options at the counts the fleet allows (colocated: "
           "the most instances; disaggregated: the fewest decode instances, every other device to prefill); one "
@@ -35,11 +37,11 @@ LATENCY = "TTFT p90 + mean output tokens x TPOT p90"
 
 @dataclass(frozen=True)
 class FastestInstance:
-    """Pool options (each with its ``queue`` columns: unloaded prefill and step times, batch and
-    attention ranks), the demand's rate, output length and targets, the fleet's limits, and the KV
+    """Pool options (each with its ``queue``: unloaded prefill and step times, batch and attention
+    ranks), the demand's rate, output length and targets, the fleet's limits, and the KV
     hand-over seconds of every prefill / decode pair in the same KV format."""
 
-    options: tuple[dict, ...]
+    options: tuple[PoolOption, ...]
     rate: float
     output_mean: float
     slo: dict
@@ -62,29 +64,30 @@ class FastestSolution:
     latency_s: float = math.inf
 
 
-def latencies(option: dict, count, rate: float):
+def latencies(option: PoolOption, count, rate: float):
     """(TTFT p50, TTFT p90, TPOT p50, TPOT p90, in flight per instance) of ``count`` instances of a
     pool option carrying ``rate`` (perfmodel.queueing.pool_latencies); vectorized over counts."""
-    q = option["queue"]
-    ttft, t50, t90, load, in_flight = pool_latencies(option["role"], np.asarray(count, dtype=float), rate, q["output"],
-                                                     q["batch"], q["dpa"], q["prefill_s50"], q["prefill_s90"],
-                                                     q["tpot50"], q["tpot90"], mixed50=q.get("mixed50", 0.0),
-                                                     mixed90=q.get("mixed90", 0.0))
+    q = option.queue
+    ttft, t50, t90, load, in_flight = pool_latencies(option.role, np.asarray(count, dtype=float), rate,
+                                                     q.output_tokens_mean, q.batch, q.dp_attention, q.prefill_p50_s,
+                                                     q.prefill_p90_s, q.tpot_p50_s, q.tpot_p90_s,
+                                                     mixed50=q.mixed_step_p50_s, mixed90=q.mixed_step_p90_s)
     ttft50, ttft90 = (np.where(load < 1.0, ttft[k], np.inf) for k in (0.5, 0.9))
     return ttft50, ttft90, t50, t90, in_flight
 
 
-def _per_instance(option: dict, key: str) -> float:
-    return (option[key] or 0.0) / option["instances"]
+def _per_instance(pool_value: float | None, option: PoolOption) -> float:
+    """One instance's share of a pool total of ``option`` (its power or price; no price counts 0)."""
+    return (pool_value or 0.0) / option.instances
 
 
-def _largest(option: dict, devices: float, power_w: float, usd: float) -> int:
+def _largest(option: PoolOption, devices: float, power_w: float, usd: float) -> int:
     """The most instances of ``option`` that ``devices``, ``power_w`` and ``usd`` per hour leave room for."""
-    n = devices // option["devices_per_instance"]
+    n = devices // option.devices_per_instance
     if math.isfinite(power_w):
-        n = min(n, math.floor(power_w / _per_instance(option, "power_w") * (1 + 1e-12)))
+        n = min(n, math.floor(power_w / _per_instance(option.power_w, option) * (1 + 1e-12)))
     if math.isfinite(usd):
-        n = min(n, math.floor(usd / max(_per_instance(option, "usd_per_hour"), 1e-300) * (1 + 1e-12)))
+        n = min(n, math.floor(usd / max(_per_instance(option.usd_per_hour, option), 1e-300) * (1 + 1e-12)))
     return int(max(n, 0))
 
 
@@ -104,10 +107,10 @@ def solve(instance: FastestInstance) -> list[FastestSolution]:
     usd = instance.budget_usd_per_hour if instance.budget_usd_per_hour is not None else math.inf
     found = []
     for i, o in enumerate(opts):
-        if o["role"] != "colocated" or (math.isfinite(usd) and o["usd_per_hour"] is None):
+        if o.role != "colocated" or (math.isfinite(usd) and o.usd_per_hour is None):
             continue
         n = _largest(o, instance.max_devices, power, usd)
-        if n < o["instances"]:
+        if n < o.instances:
             continue
         t50, t90, p50, p90, _ = latencies(o, n, instance.rate)
         found.append(FastestSolution(i, n, latency_s=float(t90 + instance.output_mean * p90)))
@@ -116,15 +119,15 @@ def solve(instance: FastestInstance) -> list[FastestSolution]:
         pairs.setdefault(p, []).append((d, kv))
     for p, decodes in pairs.items():
         o = opts[p]
-        if math.isfinite(usd) and o["usd_per_hour"] is None:
+        if math.isfinite(usd) and o.usd_per_hour is None:
             continue
         counts, kept = [], []
         for d, kv in decodes:
             od = opts[d]
-            if math.isfinite(usd) and od["usd_per_hour"] is None:
+            if math.isfinite(usd) and od.usd_per_hour is None:
                 continue
-            n = _largest(o, instance.max_devices - od["devices"], power - od["power_w"], usd - (od["usd_per_hour"] or 0))
-            if n >= o["instances"]:
+            n = _largest(o, instance.max_devices - od.devices, power - od.power_w, usd - (od.usd_per_hour or 0))
+            if n >= o.instances:
                 counts.append(n)
                 kept.append((d, kv))
         if not kept:
@@ -132,10 +135,10 @@ def solve(instance: FastestInstance) -> list[FastestSolution]:
         t50, t90, _, _, _ = latencies(o, np.array(counts), instance.rate)
         kv = np.array([k for _, k in kept])
         ok = _meets(instance.slo, t50 + kv, t90 + kv)
-        total = t90 + kv + instance.output_mean * np.array([opts[d]["tpot90"] for d, _ in kept])
+        total = t90 + kv + instance.output_mean * np.array([opts[d].tpot_p90_s for d, _ in kept])
         for j in np.flatnonzero(ok):
             d = kept[j][0]
-            found.append(FastestSolution(p, counts[j], d, opts[d]["instances"], float(kv[j]), float(total[j])))
+            found.append(FastestSolution(p, counts[j], d, opts[d].instances, float(kv[j]), float(total[j])))
     return sorted(found, key=lambda s: (s.latency_s, s.front, s.decode or -1))
 
 
@@ -146,36 +149,36 @@ def check(instance: FastestInstance, solution: FastestSolution) -> list[str]:
     opts, problems = instance.options, []
     front = opts[solution.front]
     parts = [(front, solution.front_count)]
-    if front["role"] == "colocated" and solution.decode is not None:
+    if front.role == "colocated" and solution.decode is not None:
         problems.append("a colocated pool takes no decode pool")
-    if front["role"] == "prefill":
-        if solution.decode is None or opts[solution.decode]["role"] != "decode":
+    if front.role == "prefill":
+        if solution.decode is None or opts[solution.decode].role != "decode":
             return problems + ["a prefill pool needs a decode pool"]
         kv = dict(((p, d), s) for p, d, s in instance.handover).get((solution.front, solution.decode))
         if kv is None or kv != solution.kv_s:
             problems.append("the KV hand-over of this pair is not the instance's")
         parts.append((opts[solution.decode], solution.decode_count))
-    if front["role"] == "decode":
+    if front.role == "decode":
         problems.append("a decode pool cannot stand alone")
-    devices = sum(o["devices_per_instance"] * n for o, n in parts)
-    power_w = sum(_per_instance(o, "power_w") * n for o, n in parts)
+    devices = sum(o.devices_per_instance * n for o, n in parts)
+    power_w = sum(_per_instance(o.power_w, o) * n for o, n in parts)
     if devices > instance.max_devices:
         problems.append(f"{devices:,} devices, the fleet has {instance.max_devices:,}")
     if instance.power_cap_w is not None and power_w > instance.power_cap_w * (1 + 1e-9):
         problems.append(f"{power_w:,.0f} W, the cap is {instance.power_cap_w:,.0f} W")
     if instance.budget_usd_per_hour is not None:
-        if any(o["usd_per_hour"] is None for o, _ in parts):
+        if any(o.usd_per_hour is None for o, _ in parts):
             problems.append("no price")
-        elif sum(_per_instance(o, "usd_per_hour") * n for o, n in parts) > instance.budget_usd_per_hour * (1 + 1e-9):
+        elif sum(_per_instance(o.usd_per_hour, o) * n for o, n in parts) > instance.budget_usd_per_hour * (1 + 1e-9):
             problems.append("over the budget")
     ttft50 = ttft90 = tpot50 = tpot90 = 0.0
     for o, n in parts:
         t50, t90, p50, p90, in_flight = (float(x) for x in latencies(o, n, instance.rate))
-        if o["role"] != "prefill" and in_flight > o["queue"]["batch"] * (1 + 1e-12):
-            problems.append(f"{in_flight:,.1f} sequences in flight per {o['role']} instance, {o['queue']['batch']} slots")
-        if o["role"] != "decode":
+        if o.role != "prefill" and in_flight > o.queue.batch * (1 + 1e-12):
+            problems.append(f"{in_flight:,.1f} sequences in flight per {o.role} instance, {o.queue.batch} slots")
+        if o.role != "decode":
             ttft50, ttft90 = t50 + solution.kv_s, t90 + solution.kv_s
-        if o["role"] != "prefill":
+        if o.role != "prefill":
             tpot50, tpot90 = p50, p90
     if not _meets(instance.slo, ttft50, ttft90, tpot50, tpot90):
         problems.append(f"a latency target is missed (TTFT p90 {ttft90:.4g} s, TPOT p90 {tpot90:.4g} s)")
@@ -185,7 +188,7 @@ def check(instance: FastestInstance, solution: FastestSolution) -> list[str]:
     return problems
 
 
-def sized(instance: FastestInstance, solution: FastestSolution) -> tuple[tuple[dict, ...], tuple]:
+def sized(instance: FastestInstance, solution: FastestSolution) -> tuple[tuple[PoolOption, ...], tuple]:
     """The solution's pools as options sized to its counts (the form ``serve._deployment`` reads):
     (options, handover)."""
     out = []
@@ -194,9 +197,10 @@ def sized(instance: FastestInstance, solution: FastestSolution) -> tuple[tuple[d
             continue
         o = instance.options[i]
         t50, t90, p50, p90, _ = (float(x) for x in latencies(o, n, instance.rate))
-        scale = n / o["instances"]
-        out.append({**o, "instances": n, "devices": n * o["devices_per_instance"], "power_w": o["power_w"] * scale,
-                    "usd_per_hour": None if o["usd_per_hour"] is None else o["usd_per_hour"] * scale,
-                    "ttft50": t50, "ttft90": t90, "tpot50": p50, "tpot90": p90})
+        scale = n / o.instances
+        # requests_per_s_per_instance stays the option's: the rate over its fewest instances.
+        out.append(replace(o, instances=n, power_w=o.power_w * scale,
+                           usd_per_hour=None if o.usd_per_hour is None else o.usd_per_hour * scale,
+                           ttft_p50_s=t50, ttft_p90_s=t90, tpot_p50_s=p50, tpot_p90_s=p90))
     handover = ((0, 1, solution.kv_s),) if len(out) == 2 else ()
     return tuple(out), handover

@@ -20,7 +20,7 @@ from fractions import Fraction
 
 import numpy as np
 
-
+from .pool_option import PoolOption
 
 # The fewest-devices objective breaks ties by power: this weight keeps power from ever outweighing
 # one device (a fleet draws far less than 10^9 W).
@@ -35,7 +35,7 @@ class FleetInstance:
     """Everything the fleet program and its checker need: pool options sized to the rate, the
     limits, and the KV hand-over time of every prefill / decode pair that meets the TTFT SLOs."""
 
-    options: tuple[dict, ...]
+    options: tuple[PoolOption, ...]
     objective: str
     max_devices: int | None = None
     power_cap_w: float | None = None
@@ -50,10 +50,10 @@ class FleetInstance:
         """Objective of one instance of option ``i`` (inf when a cost has no price)."""
         o = self.options[i]
         if self.objective == "cost":
-            return np.inf if o["usd_per_hour"] is None else o["usd_per_hour"] / o["instances"]
+            return np.inf if o.usd_per_hour is None else o.usd_per_hour / o.instances
         if self.objective == "energy":
-            return o["power_w"] / o["instances"]
-        return o["devices_per_instance"] + o["power_w"] / o["instances"] * DEVICE_TIE_BREAK
+            return o.power_w / o.instances
+        return o.devices_per_instance + o.power_w / o.instances * DEVICE_TIE_BREAK
 
     @cached_property
     def kv_seconds(self) -> dict[tuple[int, int], float]:
@@ -72,7 +72,7 @@ class FleetSolution:
     method: str = PROGRAM
 
     def counts(self, instance: FleetInstance) -> list[tuple[int, int]]:
-        return [(self.front, instance.options[self.front]["instances"])] + list(self.decode)
+        return [(self.front, instance.options[self.front].instances)] + list(self.decode)
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def devices_by_system(instance: FleetInstance, solution: FleetSolution) -> dict[
     by: dict[str, int] = {}
     for i, n in solution.counts(instance):
         o = instance.options[i]
-        by[o["system"]] = by.get(o["system"], 0) + o["devices_per_instance"] * n
+        by[o.system] = by.get(o.system, 0) + o.devices_per_instance * n
     return by
 
 
@@ -102,12 +102,12 @@ def totals(instance: FleetInstance, solution: FleetSolution) -> FleetTotals:
     devices at what owning them still costs)."""
     parts = solution.counts(instance)
     opts = instance.options
-    devices = sum(opts[i]["devices_per_instance"] * n for i, n in parts)
-    power = sum(opts[i]["power_w"] / opts[i]["instances"] * n for i, n in parts)
-    priced = all(opts[i]["usd_per_hour"] is not None for i, _ in parts)
+    devices = sum(opts[i].devices_per_instance * n for i, n in parts)
+    power = sum(opts[i].power_w / opts[i].instances * n for i, n in parts)
+    priced = all(opts[i].usd_per_hour is not None for i, _ in parts)
     used = owned_used(instance, solution)
     saved = sum(used[name] * saving for name, _, saving in instance.owned)
-    usd = sum(opts[i]["usd_per_hour"] / opts[i]["instances"] * n for i, n in parts) - saved if priced else None
+    usd = sum(opts[i].usd_per_hour / opts[i].instances * n for i, n in parts) - saved if priced else None
     objective = sum(instance.per_instance(i) * n for i, n in parts) - (saved if instance.objective == "cost" else 0.0)
     return FleetTotals(devices, power, usd, objective)
 
@@ -120,22 +120,22 @@ def check(instance: FleetInstance, solution: FleetSolution) -> list[str]:
     if absent:
         return [f"option {i} does not exist" for i in absent]
     front = opts[solution.front]
-    if front["role"] == "decode":
+    if front.role == "decode":
         problems.append("a decode pool cannot stand alone")
-    if front["role"] == "colocated" and solution.decode:
+    if front.role == "colocated" and solution.decode:
         problems.append("a colocated pool takes no decode pool")
-    if front["role"] == "prefill":
+    if front.role == "prefill":
         carried = Fraction(0)
         kv = instance.kv_seconds
         for d, n in solution.decode:
-            if opts[d]["role"] != "decode":
+            if opts[d].role != "decode":
                 problems.append(f"option {d} is not a decode pool")
-            if not 1 <= n <= opts[d]["instances"]:
-                problems.append(f"decode option {d} has {n} instances, allowed 1 to {opts[d]['instances']}")
+            if not 1 <= n <= opts[d].instances:
+                problems.append(f"decode option {d} has {n} instances, allowed 1 to {opts[d].instances}")
             if (solution.front, d) not in kv:
                 problems.append(f"prefill option {solution.front} cannot hand its KV cache to decode option {d} "
                                 "within the TTFT targets")
-            carried += Fraction(n, opts[d]["instances"])
+            carried += Fraction(n, opts[d].instances)
         if carried < 1:
             problems.append(f"the decode pools carry {float(carried):.6g} of the rate")
     t = totals(instance, solution)
@@ -179,7 +179,7 @@ def solve(instance: FleetInstance, max_deterministic_time: float = 20.0) -> Flee
     if not (instance.max_devices is not None or instance.power_cap_w is not None
             or instance.budget_usd_per_hour is not None or instance.limits or instance.owned):
         try:
-            _, whole = _rate_weights([o["instances"] for o in instance.options if o["role"] == "decode"] or [1])
+            _, whole = _rate_weights([o.instances for o in instance.options if o.role == "decode"] or [1])
         except OverflowError:
             whole = COVER_UNITS + 1
         if whole <= COVER_UNITS:
@@ -198,8 +198,8 @@ def solve_by_covering(instance: FleetInstance) -> FleetSolution | None:
     opts = instance.options
     value = [instance.per_instance(i) for i in range(len(opts))]
     usable = [i for i, v in enumerate(value) if np.isfinite(v)]
-    dec = [i for i in usable if opts[i]["role"] == "decode"]
-    weights, whole = _rate_weights([opts[d]["instances"] for d in dec] or [1])
+    dec = [i for i in usable if opts[i].role == "decode"]
+    weights, whole = _rate_weights([opts[d].instances for d in dec] or [1])
     weight = dict(zip(dec, weights))
     takes: dict[int, list[int]] = {}
     for p, d, _ in instance.handover:
@@ -215,7 +215,7 @@ def solve_by_covering(instance: FleetInstance) -> FleetSolution | None:
         picks = []
         for d in options:
             best, count = cost.copy(), np.zeros(whole + 1, dtype=np.int64)
-            for k in range(1, opts[d]["instances"] + 1):
+            for k in range(1, opts[d].instances + 1):
                 tried = cost[np.maximum(units - k * weight[d], 0)] + k * value[d]
                 better = tried < best
                 best, count = np.where(better, tried, best), np.where(better, k, count)
@@ -233,10 +233,10 @@ def solve_by_covering(instance: FleetInstance) -> FleetSolution | None:
 
     best, pick = np.inf, None
     for i in usable:
-        role = opts[i]["role"]
+        role = opts[i].role
         if role == "decode":
             continue
-        front = value[i] * opts[i]["instances"]
+        front = value[i] * opts[i].instances
         decode: tuple = ()
         if role == "prefill":
             options = tuple(sorted(set(takes.get(i, ()))))
@@ -264,12 +264,12 @@ def solve_program(instance: FleetInstance, max_deterministic_time: float = 20.0)
     usable = [i for i, v in enumerate(value) if np.isfinite(v)]
     if not usable:
         return None
-    colo = [i for i in usable if opts[i]["role"] == "colocated"]
-    pre = [i for i in usable if opts[i]["role"] == "prefill"]
-    dec = [i for i in usable if opts[i]["role"] == "decode"]
+    colo = [i for i in usable if opts[i].role == "colocated"]
+    pre = [i for i in usable if opts[i].role == "prefill"]
+    dec = [i for i in usable if opts[i].role == "decode"]
     model = cp_model.CpModel()
     x = {i: model.NewBoolVar(f"front{i}") for i in colo + pre}
-    n = {i: model.NewIntVar(0, opts[i]["instances"], f"dec{i}") for i in dec}
+    n = {i: model.NewIntVar(0, opts[i].instances, f"dec{i}") for i in dec}
     model.AddExactlyOne(x.values())
     any_pre = sum(x[i] for i in pre)
     compatible: dict[int, set[int]] = {}
@@ -280,28 +280,28 @@ def solve_program(instance: FleetInstance, max_deterministic_time: float = 20.0)
         model.Add(n[d] == 0).OnlyEnforceIf([x[p].Not() for p in compatible.get(d, set()) if p in x])
     exact = True
     try:
-        weights, whole = _rate_weights([opts[d]["instances"] for d in dec] or [1])
+        weights, whole = _rate_weights([opts[d].instances for d in dec] or [1])
     except OverflowError:
         exact, whole = False, 10 ** 9
-        weights = [-(-whole // opts[d]["instances"]) for d in dec]
+        weights = [-(-whole // opts[d].instances) for d in dec]
     model.Add(sum(w * n[d] for w, d in zip(weights, dec)) >= whole * any_pre)
 
     def total(front_value, per_instance_value):
         return sum(front_value(i) * x[i] for i in x) + sum(per_instance_value(i) * n[i] for i in dec)
 
     if instance.max_devices is not None:
-        model.Add(total(lambda i: opts[i]["devices"], lambda i: opts[i]["devices_per_instance"]) <= instance.max_devices)
+        model.Add(total(lambda i: opts[i].devices, lambda i: opts[i].devices_per_instance) <= instance.max_devices)
     # Power and money limits in integer milliwatts and millidollars, rounded against the fleet:
     # the checker re-tests them exactly.
     if instance.power_cap_w is not None:
-        model.Add(total(lambda i: math.ceil(opts[i]["power_w"] * 1e3),
-                        lambda i: math.ceil(opts[i]["power_w"] / opts[i]["instances"] * 1e3))
+        model.Add(total(lambda i: math.ceil(opts[i].power_w * 1e3),
+                        lambda i: math.ceil(opts[i].power_w / opts[i].instances * 1e3))
                   <= math.floor(instance.power_cap_w * 1e3))
     # Devices per system (per-kind limits; owned devices, each one used saving its market price less
     # what owning it costs: the solver takes min(owned, devices) of them, as the checker counts).
     def on(name):
-        return total(lambda i: opts[i]["devices"] * (opts[i]["system"] == name),
-                     lambda i: opts[i]["devices_per_instance"] * (opts[i]["system"] == name))
+        return total(lambda i: opts[i].devices * (opts[i].system == name),
+                     lambda i: opts[i].devices_per_instance * (opts[i].system == name))
 
     for name, most in instance.limits:
         model.Add(on(name) <= most)
@@ -311,17 +311,17 @@ def solve_program(instance: FleetInstance, max_deterministic_time: float = 20.0)
         model.Add(used <= on(name))
         owned.append((used, saving))
     if instance.budget_usd_per_hour is not None:
-        priced = lambda i: opts[i]["usd_per_hour"] is not None  # noqa: E731
+        priced = lambda i: opts[i].usd_per_hour is not None  # noqa: E731
         for i in list(x) + dec:
             if not priced(i):
                 model.Add((x[i] if i in x else n[i]) == 0)
-        model.Add(total(lambda i: math.ceil((opts[i]["usd_per_hour"] or 0.0) * 1e3),
-                        lambda i: math.ceil((opts[i]["usd_per_hour"] or 0.0) / opts[i]["instances"] * 1e3))
+        model.Add(total(lambda i: math.ceil((opts[i].usd_per_hour or 0.0) * 1e3),
+                        lambda i: math.ceil((opts[i].usd_per_hour or 0.0) / opts[i].instances * 1e3))
                   - sum(math.floor(saving * 1e3) * used for used, saving in owned)
                   <= math.floor(instance.budget_usd_per_hour * 1e3))
-    scale = 1e9 / max(max(value[i] * (opts[i]["instances"] if i in x else 1) for i in usable), 1e-300)
+    scale = 1e9 / max(max(value[i] * (opts[i].instances if i in x else 1) for i in usable), 1e-300)
     savings = sum(round(saving * scale) * used for used, saving in owned) if instance.objective == "cost" else 0
-    model.Minimize(total(lambda i: round(value[i] * opts[i]["instances"] * scale),
+    model.Minimize(total(lambda i: round(value[i] * opts[i].instances * scale),
                          lambda i: round(value[i] * scale)) - savings)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
@@ -331,11 +331,11 @@ def solve_program(instance: FleetInstance, max_deterministic_time: float = 20.0)
         return None
     front = next(i for i in x if solver.Value(x[i]))
     decode = tuple((d, int(solver.Value(n[d]))) for d in dec if solver.Value(n[d]) > 0) \
-        if opts[front]["role"] == "prefill" else ()
+        if opts[front].role == "prefill" else ()
     solution = FleetSolution(front, decode)
     objective = totals(instance, solution).objective
     # Rounding hides at most half a unit per instance of the solution and of the true optimum.
-    units = sum(c for _, c in solution.counts(instance)) + 1 + sum(opts[d]["instances"] for d in dec) \
+    units = sum(c for _, c in solution.counts(instance)) + 1 + sum(opts[d].instances for d in dec) \
         + sum(count for _, count, _ in instance.owned)
     rounding = 0.5 * units / scale / max(objective, 1e-300)
     gap = rounding if status == cp_model.OPTIMAL else rounding + abs(
@@ -350,7 +350,7 @@ def single_pool_solutions(instance: FleetInstance) -> list[FleetSolution]:
     out = []
     opts = instance.options
     for i, o in enumerate(opts):
-        if o["role"] == "colocated":
+        if o.role == "colocated":
             out.append(FleetSolution(i))
-    out += [FleetSolution(p, ((d, opts[d]["instances"]),)) for p, d, _ in instance.handover]
+    out += [FleetSolution(p, ((d, opts[d].instances),)) for p, d, _ in instance.handover]
     return [s for s in out if not check(instance, s)]

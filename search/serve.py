@@ -33,6 +33,7 @@ from . import fleet
 from .fleet import FleetInstance, FleetSolution, single_pool_solutions
 from .options import Demand, ServeSearchOptions
 from .pareto import pareto_front
+from .pool_option import PoolOption
 from .serve_pools import PoolOptions, expert_skew, pool_options, slo_of
 from .vocabulary import SERVE_MODES as MODES
 from .vocabulary import SERVE_OBJECTIVES as OBJECTIVES
@@ -243,13 +244,13 @@ def _fastest(spec, demand: Demand, pools: PoolOptions, options: ServeSearchOptio
     from . import fastest
 
     opts, slo = pools.options, slo_of(demand)
-    prefill = [i for i, o in enumerate(opts) if o["role"] == "prefill"]
-    decode = [i for i, o in enumerate(opts) if o["role"] == "decode"]
+    prefill = [i for i, o in enumerate(opts) if o.role == "prefill"]
+    decode = [i for i, o in enumerate(opts) if o.role == "decode"]
     handover, times = [], {}
     for p, d in itertools.product(prefill, decode):
-        if opts[p]["kvp"] == opts[d]["kvp"]:
+        if opts[p].kv_precision == opts[d].kv_precision:
             handover.append((p, d, _kv_ok(spec, demand, opts[p], opts[d], pools.machines, slo, times)[1]))
-    instance = fastest.FastestInstance(tuple(opts), demand.rate, demand.output_len.mean, slo, options.max_devices,
+    instance = fastest.FastestInstance(opts, demand.rate, demand.output_len.mean, slo, options.max_devices,
                                        options.power_cap_w, options.budget_usd_per_hour, tuple(handover))
     found = fastest.solve(instance)
     evidence = ServeEvidence(configurations=pools.configurations, feasible_configurations=pools.feasible,
@@ -262,7 +263,7 @@ def _fastest(spec, demand: Demand, pools: PoolOptions, options: ServeSearchOptio
         fi = FleetInstance(options=sized, objective="devices", max_devices=options.max_devices,
                            power_cap_w=options.power_cap_w, budget_usd_per_hour=options.budget_usd_per_hour,
                            handover=kv)
-        fs = FleetSolution(0, ((1, sized[1]["instances"]),) if len(sized) == 2 else ())
+        fs = FleetSolution(0, ((1, sized[1].instances),) if len(sized) == 2 else ())
         if fastest.check(instance, solution) or fleet.check(fi, fs):
             return None
         return _deployment(fi, fs, demand)
@@ -284,8 +285,8 @@ def _fastest(spec, demand: Demand, pools: PoolOptions, options: ServeSearchOptio
     keys = []
     for s in found:
         parts = [(opts[s.front], s.front_count)] + ([(opts[s.decode], s.decode_count)] if s.decode is not None else [])
-        usd = [None if o["usd_per_hour"] is None else o["usd_per_hour"] / o["instances"] * n for o, n in parts]
-        power = sum(o["power_w"] / o["instances"] * n for o, n in parts)
+        usd = [None if o.usd_per_hour is None else o.usd_per_hour / o.instances * n for o, n in parts]
+        power = sum(o.power_w / o.instances * n for o, n in parts)
         keys.append([np.inf if None in usd else sum(usd) / tokens_per_hour * 1e6, s.latency_s,
                      power * 3600.0 / tokens_per_hour])
     front = pareto_front(np.array(keys)) if keys else np.zeros(0, dtype=int)
@@ -293,11 +294,12 @@ def _fastest(spec, demand: Demand, pools: PoolOptions, options: ServeSearchOptio
     return ServeSearchResult(best=best, top=top, pareto=pareto, evidence=evidence)
 
 
-def fleet_instance(spec, demand: Demand, options_list: list[dict], machines, slo, options: ServeSearchOptions
+def fleet_instance(spec, demand: Demand, options_list: tuple[PoolOption, ...], machines, slo,
+                   options: ServeSearchOptions
                    ) -> tuple[FleetInstance, int]:
     """The fleet program's instance (and the prefill / decode pairs examined for the KV hand-over)."""
-    prefill = [i for i, o in enumerate(options_list) if o["role"] == "prefill"]
-    decode = [i for i, o in enumerate(options_list) if o["role"] == "decode"]
+    prefill = [i for i, o in enumerate(options_list) if o.role == "prefill"]
+    decode = [i for i, o in enumerate(options_list) if o.role == "decode"]
     handover, times = [], {}
     for p, d in itertools.product(prefill, decode):
         ok, kv = _kv_ok(spec, demand, options_list[p], options_list[d], machines, slo, times)
@@ -361,8 +363,8 @@ def _listed(instance: FleetInstance, singles: list[FleetSolution], sums: list[fl
     kv = instance.kv_seconds
 
     def latency(s):
-        ttft = opts[s.front]["ttft90"] + (kv[s.front, s.decode[0][0]] if s.decode else 0.0)
-        tpot = opts[s.decode[0][0]]["tpot90"] if s.decode else opts[s.front]["tpot90"]
+        ttft = opts[s.front].ttft_p90_s + (kv[s.front, s.decode[0][0]] if s.decode else 0.0)
+        tpot = opts[s.decode[0][0]].tpot_p90_s if s.decode else opts[s.front].tpot_p90_s
         return ttft + demand.output_len.mean * tpot
 
     keys = np.array([[np.inf if t.usd_per_hour is None else t.usd_per_hour / tokens_per_hour * 1e6, latency(s),
@@ -381,22 +383,23 @@ def _deployment(instance: FleetInstance, solution: FleetSolution, demand: Demand
     pools = []
     for i, n in solution.counts(instance):
         o = opts[i]
-        scale = n / o["instances"]
-        pools.append(Pool(role=o["role"], system=o["system"], accelerator=o["accelerator"], instances=int(n),
-                          devices_per_instance=o["devices_per_instance"], config=o["config"],
-                          ttft_p50_s=(o["ttft50"] + kv) if o["role"] != "decode" else None,
-                          ttft_p90_s=(o["ttft90"] + kv) if o["role"] != "decode" else None,
-                          tpot_p50_s=o["tpot50"] if o["role"] != "prefill" else None,
-                          tpot_p90_s=o["tpot90"] if o["role"] != "prefill" else None,
-                          requests_per_s=o["capacity"] * n, hbm_used_bytes=o["hbm"], power_w=o["power_w"] * scale,
-                          usd_per_hour=None if o["usd_per_hour"] is None else o["usd_per_hour"] * scale,
-                          ttft_error=o.get("ttft_error", 0.0), tpot_error=o.get("tpot_error", 0.0),
-                          prefill_p90_s=o.get("service90", 0.0), step_p90_s=o.get("step90", 0.0)))
+        scale = n / o.instances
+        pools.append(Pool(role=o.role, system=o.system, accelerator=o.accelerator, instances=int(n),
+                          devices_per_instance=o.devices_per_instance, config=o.config.as_dict(),
+                          ttft_p50_s=(o.ttft_p50_s + kv) if o.role != "decode" else None,
+                          ttft_p90_s=(o.ttft_p90_s + kv) if o.role != "decode" else None,
+                          tpot_p50_s=o.tpot_p50_s if o.role != "prefill" else None,
+                          tpot_p90_s=o.tpot_p90_s if o.role != "prefill" else None,
+                          requests_per_s=o.requests_per_s_per_instance * n, hbm_used_bytes=o.hbm_used_bytes,
+                          power_w=o.power_w * scale,
+                          usd_per_hour=None if o.usd_per_hour is None else o.usd_per_hour * scale,
+                          ttft_error=o.ttft_error, tpot_error=o.tpot_error,
+                          prefill_p90_s=o.prefill_p90_s, step_p90_s=o.step_p90_s))
     front = [p for p in pools if p.ttft_p90_s is not None]
     back = [p for p in pools if p.tpot_p90_s is not None]
     t = fleet.totals(instance, solution)
     tokens_per_hour = demand.rate * demand.output_len.mean * 3600.0
-    return Deployment(mode="colocated" if opts[solution.front]["role"] == "colocated" else "disaggregated",
+    return Deployment(mode="colocated" if opts[solution.front].role == "colocated" else "disaggregated",
                       pools=pools, ttft_p50_s=max(p.ttft_p50_s for p in front),
                       ttft_p90_s=max(p.ttft_p90_s for p in front), tpot_p50_s=max(p.tpot_p50_s for p in back),
                       tpot_p90_s=max(p.tpot_p90_s for p in back), devices=t.devices, power_w=t.power_w,
@@ -409,19 +412,19 @@ def _deployment(instance: FleetInstance, solution: FleetSolution, demand: Demand
                                                     for name, _, saving in instance.owned))
 
 
-def _kv_ok(spec, demand, p, d, machines, slo, times: dict) -> tuple[bool, float]:
+def _kv_ok(spec, demand, p: PoolOption, d: PoolOption, machines, slo, times: dict) -> tuple[bool, float]:
     """Whether prefill option ``p`` can hand its KV cache to decode option ``d`` within the TTFT SLOs.
     ``times`` memoizes the transfer times of one search (the pairs share few system and instance sizes)."""
-    if p["kvp"] != d["kvp"]:
+    if p.kv_precision != d.kv_precision:
         return False, np.inf  # the KV cache moves in the format decode reads
-    key = (d["kvp"], p["system"], d["system"], p["devices_per_instance"], d["devices_per_instance"])
+    key = (d.kv_precision, p.system, d.system, p.devices_per_instance, d.devices_per_instance)
     if key not in times:
-        times[key] = kv_transfer_time(spec, demand.input_len.p90, d["kvp"], machines[p["system"]],
-                                      machines[d["system"]], p["system"] == d["system"],
-                                      p["devices_per_instance"], d["devices_per_instance"])
+        times[key] = kv_transfer_time(spec, demand.input_len.p90, d.kv_precision, machines[p.system],
+                                      machines[d.system], p.system == d.system,
+                                      p.devices_per_instance, d.devices_per_instance)
     kv = times[key]
-    ok = (slo["ttft_p90"] is None or p["ttft90"] + kv <= slo["ttft_p90"]) and \
-        (slo["ttft_p50"] is None or p["ttft50"] + kv <= slo["ttft_p50"])
+    ok = (slo["ttft_p90"] is None or p.ttft_p90_s + kv <= slo["ttft_p90"]) and \
+        (slo["ttft_p50"] is None or p.ttft_p50_s + kv <= slo["ttft_p50"])
     return ok, kv
 
 

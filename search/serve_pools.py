@@ -21,6 +21,7 @@ from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving_placed,
 from .options import Demand, ServeSearchOptions
 from .pareto import pareto_front
 from .placement import imbalance_table
+from .pool_option import InstanceConfig, PoolOption, QueueInputs
 
 
 MAX_INSTANCES = 1 << 20
@@ -322,16 +323,16 @@ def slo_of(demand: Demand) -> dict:
             "tpot_p90": demand.tpot_p90}
 
 
-@dataclass
+@dataclass(frozen=True)
 class PoolOptions:
     """Every non-dominated pool option of every candidate system, sized to its SLOs."""
 
-    options: list[dict]
+    options: tuple[PoolOption, ...]
     machines: dict[str, Machine]
-    counter: dict[str, int]
+    counter: dict[str, int]       # instance configurations failing, by what fails
     configurations: int
     feasible: int
-    fastest: dict = None          # the best TPOT p90 and prefill p90 any instance that fits reaches
+    fastest: dict | None = None   # the best TPOT p90 and prefill p90 any instance that fits reaches
 
 
 def pool_options(spec: TransformerSpec, db: Database, systems: list[str], demand: Demand,
@@ -340,7 +341,7 @@ def pool_options(spec: TransformerSpec, db: Database, systems: list[str], demand
     ``progress`` is called with the number of systems evaluated."""
     slo = slo_of(demand)
     counter: dict[str, int] = {}
-    options_list: list[dict] = []
+    options_list: list[PoolOption] = []
     configurations = feasible_configs = 0
     machines = {}
     fastest: dict = {}
@@ -366,16 +367,14 @@ def pool_options(spec: TransformerSpec, db: Database, systems: list[str], demand
         price = _device_hour_usd(machine, cols["power_w"])
         for role in (("colocated",) if "colocated" in options.modes else ()) + \
                 (("prefill", "decode") if "disaggregated" in options.modes else ()):
-            added, n_fit, n_unfit = _pool_options(role, name, cols, price, demand, slo, options, max_devices)
+            added, n_fit, n_unfit = _pool_options(role, name, machine.accelerator.name, cols, price, demand, slo,
+                                                  options, max_devices)
             options_list += added
             feasible_configs += n_fit
             if n_unfit:
                 key = f"{role}: SLO or rate not met by any instance count"
                 counter[key] = counter.get(key, 0) + n_unfit
-    for o in options_list:
-        o["accelerator"] = machines[o["system"]].accelerator.name
-        o["capacity"] = demand.rate / o["instances"]   # requests/s one instance carries within its SLOs
-    return PoolOptions(options_list, machines, counter, configurations, feasible_configs, fastest)
+    return PoolOptions(tuple(options_list), machines, counter, configurations, feasible_configs, fastest)
 
 
 def _device_hour_usd(machine: Machine, power_w):
@@ -385,7 +384,8 @@ def _device_hour_usd(machine: Machine, power_w):
     return None if np.all(np.isnan(cost)) else cost
 
 
-def _pool_options(role, system, cols, price, demand, slo, options, max_devices):
+def _pool_options(role, system, accelerator, cols, price, demand, slo, options, max_devices
+                  ) -> tuple[list[PoolOption], int, int]:
     """Pool options of one role on one system: every configuration sized to its fewest instances,
     then pruned to those no option of the same group (instance size, KV precision) beats on what
     matters: objective and TTFT for prefill and colocated pools (the TTFT leaves the KV hand-over
@@ -431,25 +431,26 @@ def _pool_options(role, system, cols, price, demand, slo, options, max_devices):
     out = []
     for j in kept:
         k = idx[j]
-        out.append({
-            "role": role, "system": system, "instances": int(n[j]), "devices": int(devices[j]),
-            "devices_per_instance": int(sub["devices"][j]),
-            "usd_per_hour": float(usd[j]) if np.isfinite(usd[j]) else None, "power_w": float(power[j]),
-            "ttft50": float(t50[j]), "ttft90": float(t90[j]), "tpot50": float(p50[j]), "tpot90": float(p90[j]),
-            "ttft_error": float(cols["ttft_error"][k]), "tpot_error": float(cols["tpot_error"][k]),
+        out.append(PoolOption(
+            role=role, system=system, accelerator=accelerator, instances=int(n[j]),
+            devices_per_instance=int(sub["devices"][j]), power_w=float(power[j]),
+            usd_per_hour=float(usd[j]) if np.isfinite(usd[j]) else None,
+            ttft_p50_s=float(t50[j]), ttft_p90_s=float(t90[j]), tpot_p50_s=float(p50[j]), tpot_p90_s=float(p90[j]),
+            ttft_error=float(cols["ttft_error"][k]), tpot_error=float(cols["tpot_error"][k]),
             # What ``perfmodel estimate serve`` prints for this configuration: the prefill of one p90
             # prompt per attention rank, and the decode step at full batch and the p90 context.
-            "service90": float(sub["prefill_s90"][j]), "step90": float(sub["tpot90"][j]),
-            "kvp": str(cols["kvp"][k]), "hbm": float(cols["hbm"][k]),
+            prefill_p90_s=float(sub["prefill_s90"][j]), step_p90_s=float(sub["tpot90"][j]),
+            hbm_used_bytes=float(cols["hbm"][k]), requests_per_s_per_instance=demand.rate / int(n[j]),
             # The unloaded times the queueing model starts from (search.fastest re-sizes pools with them).
-            "queue": {"output": demand.output_len.mean, "batch": int(sub["batch"][j]), "dpa": int(sub["dpa"][j]),
-                      **{key: float(sub[key][j]) for key in ("prefill_s50", "prefill_s90", "tpot50", "tpot90",
-                                                             "mixed50", "mixed90")}},
-            "config": {"tp": int(cols["tp"][k]), "pp": int(cols["pp"][k]), "ep": int(cols["ep"][k]),
-                       "dp_attention": int(cols["dpa"][k]), "batch": int(cols["batch"][k]),
-                       "weight_precision": str(cols["wp"][k]), "activation_precision": str(cols["ap"][k]),
-                       "kv_precision": str(cols["kvp"][k]), "kv_place": str(cols["kv_place"][k]),
-                       "weight_place": str(cols["w_place"][k]), "chunk_tokens": int(cols["chunk"][k])}})
+            queue=QueueInputs(demand.output_len.mean, int(sub["batch"][j]), int(sub["dpa"][j]),
+                              *(float(sub[key][j]) for key in ("prefill_s50", "prefill_s90", "tpot50", "tpot90",
+                                                                "mixed50", "mixed90"))),
+            config=InstanceConfig(
+                tp=int(cols["tp"][k]), pp=int(cols["pp"][k]), ep=int(cols["ep"][k]), dp_attention=int(cols["dpa"][k]),
+                batch=int(cols["batch"][k]), weight_precision=str(cols["wp"][k]),
+                activation_precision=str(cols["ap"][k]), kv_precision=str(cols["kvp"][k]),
+                kv_place=str(cols["kv_place"][k]), weight_place=str(cols["w_place"][k]),
+                chunk_tokens=int(cols["chunk"][k]))))
     return out, int(fits.sum()), int((~fits).sum())
 
 

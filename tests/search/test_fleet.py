@@ -17,13 +17,21 @@ from hypothesis import strategies as st
 from perfmodel.search import fleet
 from perfmodel.search.brute import brute_force_fleet
 from perfmodel.search.fleet import FleetInstance, FleetSolution
+from perfmodel.search.pool_option import InstanceConfig, PoolOption, QueueInputs
+
+# What the fleet program does not read (latencies, queue, configuration): the same for every option.
+UNREAD = PoolOption(role="colocated", system="s", accelerator="a", instances=1, devices_per_instance=1, power_w=0.0,
+                    usd_per_hour=None, ttft_p50_s=0.0, ttft_p90_s=0.0, tpot_p50_s=0.0, tpot_p90_s=0.0,
+                    ttft_error=0.0, tpot_error=0.0, prefill_p90_s=0.0, step_p90_s=0.0, hbm_used_bytes=0.0,
+                    requests_per_s_per_instance=1.0, queue=QueueInputs(1.0, 1, 1, 0.0, 0.0, 0.0, 0.0),
+                    config=InstanceConfig(1, 1, 1, 1, 1, "bf16", "a16", "bf16", "hbm", "hbm", 0))
 
 
 def _opt(role, system, instances, devices_per_instance, watts_each, usd_each):
     """A pool option sized to carry the whole rate with ``instances`` instances, given per instance."""
-    return {"role": role, "system": system, "instances": instances, "devices_per_instance": devices_per_instance,
-            "devices": instances * devices_per_instance, "power_w": float(watts_each * instances),
-            "usd_per_hour": None if usd_each is None else usd_each * instances}
+    return replace(UNREAD, role=role, system=system, instances=instances, devices_per_instance=devices_per_instance,
+                   power_w=float(watts_each * instances),
+                   usd_per_hour=None if usd_each is None else usd_each * instances)
 
 
 # Two colocated options, two prefill options and three decode options on two systems; prefill 3
@@ -225,8 +233,8 @@ def tiny_instances(draw):
                          draw(st.sampled_from([1, 2, 4, 8])), draw(st.integers(1, 40)) * 100,
                          0.25 * draw(st.integers(1, 40)) if priced else None))
     opts = tuple(opts)
-    pairs = [(p, d) for p, o in enumerate(opts) if o["role"] == "prefill"
-             for d, q in enumerate(opts) if q["role"] == "decode"]
+    pairs = [(p, d) for p, o in enumerate(opts) if o.role == "prefill"
+             for d, q in enumerate(opts) if q.role == "decode"]
     handover = tuple((p, d, 0.0) for p, d in pairs if draw(st.integers(0, 3)))
     instance = FleetInstance(options=opts, objective=draw(st.sampled_from(["cost", "energy", "devices"])),
                              handover=handover)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,6 +13,7 @@ from perfmodel.catalog import find_model
 from perfmodel.search.brute import brute_force_fleet
 from perfmodel.search import fleet
 from perfmodel.search.options import Demand, Lengths, ServeSearchOptions
+from perfmodel.search.pool_option import InstanceConfig, PoolOption, QueueInputs
 from perfmodel.search.serve import fleet_instance, search_serving
 from perfmodel.search.serve_pools import pool_options, slo_of
 
@@ -32,10 +35,10 @@ def test_fleet_program_matches_brute_force(db, rate, objective, tpot_ms, max_dev
     options = ServeSearchOptions(**{**vars(SMALL), "objective": objective, "max_devices": max_devices,
                                     "budget_usd_per_hour": budget})
     pools = pool_options(spec, db, ["dgx-h100", "mi300x-8x"], demand, options)
-    decode = [o for o in pools.options if o["role"] == "decode"]
+    decode = [o for o in pools.options if o.role == "decode"]
     if len(decode) > 5:  # keep the oracle's product small: the program sees the same options
-        keep = sorted(decode, key=lambda o: o["power_w"])[:5]
-        pools.options = [o for o in pools.options if o["role"] != "decode"] + keep
+        keep = sorted(decode, key=lambda o: o.power_w)[:5]
+        pools = replace(pools, options=tuple(o for o in pools.options if o.role != "decode") + tuple(keep))
     instance, _ = fleet_instance(spec, demand, pools.options, pools.machines, slo_of(demand), options)
     expected = brute_force_fleet(instance)
     # Both exact solvers: the integer program always, the covering program where it applies.
@@ -52,9 +55,17 @@ def test_fleet_program_matches_brute_force(db, rate, objective, tpot_ms, max_dev
         if np.isfinite(expected) else True
 
 
+# What the fleet program does not read (latencies, queue, configuration): the same for every option.
+UNREAD = PoolOption(role="colocated", system="s", accelerator="a", instances=1, devices_per_instance=1, power_w=0.0,
+                    usd_per_hour=None, ttft_p50_s=0.0, ttft_p90_s=0.0, tpot_p50_s=0.0, tpot_p90_s=0.0,
+                    ttft_error=0.0, tpot_error=0.0, prefill_p90_s=0.0, step_p90_s=0.0, hbm_used_bytes=0.0,
+                    requests_per_s_per_instance=1.0, queue=QueueInputs(1.0, 1, 1, 0.0, 0.0, 0.0, 0.0),
+                    config=InstanceConfig(1, 1, 1, 1, 1, "bf16", "a16", "bf16", "hbm", "hbm", 0))
+
+
 def _option(role, instances, devices_per_instance, power_w, usd):
-    return {"role": role, "system": "s", "instances": instances, "devices_per_instance": devices_per_instance,
-            "devices": instances * devices_per_instance, "power_w": power_w, "usd_per_hour": usd}
+    return replace(UNREAD, role=role, instances=instances, devices_per_instance=devices_per_instance,
+                   power_w=power_w, usd_per_hour=usd)
 
 
 def test_capacity_is_exact_not_rounded_down():
@@ -136,18 +147,18 @@ def _brute_fastest(instance) -> float:
 
     opts, best = instance.options, np.inf
     for i, o in enumerate(opts):
-        if o["role"] != "colocated":
+        if o.role != "colocated":
             continue
-        for n in range(o["instances"], instance.max_devices // o["devices_per_instance"] + 1):
+        for n in range(o.instances, instance.max_devices // o.devices_per_instance + 1):
             t50, t90, p50, p90, _ = fastest.latencies(o, n, instance.rate)
             solution = fastest.FastestSolution(i, n, latency_s=float(t90 + instance.output_mean * p90))
             if not fastest.check(instance, solution):
                 best = min(best, solution.latency_s)
     for p, d, kv in instance.handover:
         op, od = opts[p], opts[d]
-        for nd in range(od["instances"], instance.max_devices // od["devices_per_instance"] + 1):
-            room = instance.max_devices - nd * od["devices_per_instance"]
-            for n in range(op["instances"], room // op["devices_per_instance"] + 1):
+        for nd in range(od.instances, instance.max_devices // od.devices_per_instance + 1):
+            room = instance.max_devices - nd * od.devices_per_instance
+            for n in range(op.instances, room // op.devices_per_instance + 1):
                 t90 = float(fastest.latencies(op, n, instance.rate)[1])
                 p90 = float(fastest.latencies(od, nd, instance.rate)[3])
                 solution = fastest.FastestSolution(p, n, d, nd, kv, t90 + kv + instance.output_mean * p90)
@@ -170,7 +181,7 @@ def test_fastest_deployment_matches_brute_force(db, rate, max_devices):
     opts = pools.options
     handover = tuple((p, d, _kv_ok(spec, demand, opts[p], opts[d], pools.machines, slo_of(demand))[1])
                      for p, op in enumerate(opts) for d, od in enumerate(opts)
-                     if op["role"] == "prefill" and od["role"] == "decode" and op["kvp"] == od["kvp"])
+                     if op.role == "prefill" and od.role == "decode" and op.kv_precision == od.kv_precision)
     instance = fastest.FastestInstance(tuple(opts), rate, 256.0, slo_of(demand), max_devices, handover=handover)
     found = fastest.solve(instance)
     assert found and fastest.check(instance, found[0]) == []
@@ -280,11 +291,11 @@ def test_owned_devices_and_kind_limits_match_brute_force(db, owned, limits):
     options = ServeSearchOptions(**{**vars(SMALL), "owned": owned, "limits": limits})
     systems = ["dgx-h100", "dgx-a100"]
     pools = pool_options(spec, db, systems, demand, options)
-    decode = [o for o in pools.options if o["role"] == "decode"]
+    decode = [o for o in pools.options if o.role == "decode"]
     if len(decode) > 5:
-        keep = sorted(decode, key=lambda o: (o["system"], o["usd_per_hour"] or 0))[:3] + \
-            sorted(decode, key=lambda o: (o["system"] != "dgx-a100", o["usd_per_hour"] or 0))[:2]
-        pools.options = [o for o in pools.options if o["role"] != "decode"] + keep
+        keep = sorted(decode, key=lambda o: (o.system, o.usd_per_hour or 0))[:3] + \
+            sorted(decode, key=lambda o: (o.system != "dgx-a100", o.usd_per_hour or 0))[:2]
+        pools = replace(pools, options=tuple(o for o in pools.options if o.role != "decode") + tuple(keep))
     instance, _ = fleet_instance(spec, demand, pools.options, pools.machines, slo_of(demand), options)
     best = fleet.solve(instance)
     expected = brute_force_fleet(instance)
@@ -324,8 +335,8 @@ def test_stability_bound_never_exceeds_the_fewest_count(db):
     pools = pool_options(spec, db, ["dgx-h100"], demand, SMALL)
     assert pools.options
     for o in pools.options:
-        q = o["queue"]
+        q = o.queue.as_dict()
         cols = {k: np.array([float(v)]) for k, v in q.items() if k != "output"}
-        n = _sizes(cols, demand, o["role"], slo_of(demand), MAX_INSTANCES)[0]
-        assert n[0] == o["instances"]
-        assert _stability_bound(cols, demand.rate, demand.output_len.mean, o["role"])[0] <= n[0]
+        n = _sizes(cols, demand, o.role, slo_of(demand), MAX_INSTANCES)[0]
+        assert n[0] == o.instances
+        assert _stability_bound(cols, demand.rate, demand.output_len.mean, o.role)[0] <= n[0]
