@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from perfmodel.economics import energy_per_token_j, usd_per_million_tokens
 from perfmodel.hardware_db.errors import InfeasibleError, SpecError, UnknownNameError
 from perfmodel.hardware_db.loader import Database
 from perfmodel.model import TransformerSpec
@@ -177,8 +178,9 @@ def search_serving(spec: TransformerSpec, db: Database, systems: list[str], dema
     if best is None:
         return ServeSearchResult(None, [], [], evidence, closest=_binding_limits(instance) or
                                  _closest(counter, pools.fastest, demand, options.max_devices))
-    listed = _listed(instance, singles, sums, demand, options.top)
-    to_deployment = lambda s: _deployment(instance, s, demand)  # noqa: E731
+    pue = _pue(machines)
+    listed = _listed(instance, singles, sums, demand, options.top, pue)
+    to_deployment = lambda s: _deployment(instance, s, demand, pue)  # noqa: E731
     return ServeSearchResult(best=to_deployment(best), top=[to_deployment(s) for s in listed["top"]],
                              pareto=[to_deployment(s) for s in listed["pareto"]], evidence=evidence)
 
@@ -243,7 +245,7 @@ def _fastest(spec, demand: Demand, pools: PoolOptions, options: ServeSearchOptio
     (search.fastest), every listed one checked independently."""
     from . import fastest
 
-    opts, slo = pools.options, slo_of(demand)
+    opts, slo, pue = pools.options, slo_of(demand), _pue(pools.machines)
     prefill = [i for i, o in enumerate(opts) if o.role == "prefill"]
     decode = [i for i, o in enumerate(opts) if o.role == "decode"]
     handover, times = [], {}
@@ -266,7 +268,7 @@ def _fastest(spec, demand: Demand, pools: PoolOptions, options: ServeSearchOptio
         fs = FleetSolution(0, ((1, sized[1].instances),) if len(sized) == 2 else ())
         if fastest.check(instance, solution) or fleet.check(fi, fs):
             return None
-        return _deployment(fi, fs, demand)
+        return _deployment(fi, fs, demand, pue)
 
     best = deployment(found[0]) if found else None
     evidence.status = "OPTIMAL" if best is not None else "FEASIBLE"
@@ -281,14 +283,13 @@ def _fastest(spec, demand: Demand, pools: PoolOptions, options: ServeSearchOptio
         evidence.status = "INFEASIBLE"
         return ServeSearchResult(None, [], [], evidence, closest=closest)
     top = [d for d in map(deployment, found[:options.top]) if d is not None]
-    tokens_per_hour = demand.rate * demand.output_len.mean * 3600.0
     keys = []
     for s in found:
         parts = [(opts[s.front], s.front_count)] + ([(opts[s.decode], s.decode_count)] if s.decode is not None else [])
         usd = [None if o.usd_per_hour is None else o.usd_per_hour / o.instances * n for o, n in parts]
-        power = sum(o.power_w / o.instances * n for o, n in parts)
-        keys.append([np.inf if None in usd else sum(usd) / tokens_per_hour * 1e6, s.latency_s,
-                     power * 3600.0 / tokens_per_hour])
+        usd_per_million, joules = _per_token(None if None in usd else sum(usd),
+                                             sum(o.power_w / o.instances * n for o, n in parts), demand, pue)
+        keys.append([np.inf if usd_per_million is None else usd_per_million, s.latency_s, joules])
     front = pareto_front(np.array(keys)) if keys else np.zeros(0, dtype=int)
     pareto = [d for d in (deployment(found[i]) for i in sorted(front, key=lambda i: keys[i][1])) if d is not None]
     return ServeSearchResult(best=best, top=top, pareto=pareto, evidence=evidence)
@@ -351,7 +352,7 @@ def _checked_best(instance: FleetInstance, best: FleetSolution | None, listed: l
 
 
 def _listed(instance: FleetInstance, singles: list[FleetSolution], sums: list[fleet.FleetTotals], demand: Demand,
-            top: int) -> dict:
+            top: int, pue: float) -> dict:
     """The single-configuration fleets a user sees (``sums``: their totals): the best ``top`` by the
     objective and the Pareto front over cost per million tokens, end-to-end latency and energy per token."""
     if not singles:
@@ -359,7 +360,6 @@ def _listed(instance: FleetInstance, singles: list[FleetSolution], sums: list[fl
     opts = instance.options
     objective = np.array([t.objective for t in sums])
     order = np.argsort(objective, kind="stable")[:top]
-    tokens_per_hour = demand.rate * demand.output_len.mean * 3600.0
     kv = instance.kv_seconds
 
     def latency(s):
@@ -367,8 +367,9 @@ def _listed(instance: FleetInstance, singles: list[FleetSolution], sums: list[fl
         tpot = opts[s.decode[0][0]].tpot_p90_s if s.decode else opts[s.front].tpot_p90_s
         return ttft + demand.output_len.mean * tpot
 
-    keys = np.array([[np.inf if t.usd_per_hour is None else t.usd_per_hour / tokens_per_hour * 1e6, latency(s),
-                      t.power_w * 3600.0 / tokens_per_hour] for s, t in zip(singles, sums)])
+    per_token = [_per_token(t.usd_per_hour, t.power_w, demand, pue) for t in sums]
+    keys = np.array([[np.inf if usd is None else usd, latency(s), joules]
+                     for s, (usd, joules) in zip(singles, per_token)])
     priced = np.flatnonzero(np.isfinite(keys[:, 0]))
     idx = priced if len(priced) else np.arange(len(singles))
     front = idx[pareto_front(keys[idx])]
@@ -376,7 +377,21 @@ def _listed(instance: FleetInstance, singles: list[FleetSolution], sums: list[fl
     return {"top": [singles[i] for i in order], "pareto": [singles[i] for i in front]}
 
 
-def _deployment(instance: FleetInstance, solution: FleetSolution, demand: Demand) -> Deployment:
+def _pue(machines: dict[str, Machine]) -> float:
+    """The facility's PUE (one database constant, the same for every candidate system)."""
+    return next(iter(machines.values())).constants.pue
+
+
+def _per_token(usd_per_hour: float | None, power_w: float, demand: Demand, pue: float) -> tuple[float | None, float]:
+    """(US dollars per million output tokens, joules per output token at the facility) of a fleet
+    costing ``usd_per_hour`` and drawing ``power_w`` (IT) while it serves ``demand``'s output tokens
+    (perfmodel.economics, as every estimate reports them; None where unpriced)."""
+    tokens_per_s = demand.rate * demand.output_len.mean
+    usd = None if usd_per_hour is None else float(usd_per_million_tokens(usd_per_hour, tokens_per_s))
+    return usd, float(energy_per_token_j(power_w, tokens_per_s, pue))
+
+
+def _deployment(instance: FleetInstance, solution: FleetSolution, demand: Demand, pue: float) -> Deployment:
     """The deployment a checked fleet describes: its pools at their counts, with their latencies."""
     opts = instance.options
     kv = max((instance.kv_seconds[solution.front, d] for d, _ in solution.decode), default=0.0)
@@ -398,14 +413,13 @@ def _deployment(instance: FleetInstance, solution: FleetSolution, demand: Demand
     front = [p for p in pools if p.ttft_p90_s is not None]
     back = [p for p in pools if p.tpot_p90_s is not None]
     t = fleet.totals(instance, solution)
-    tokens_per_hour = demand.rate * demand.output_len.mean * 3600.0
+    usd_per_million, joules = _per_token(t.usd_per_hour, t.power_w, demand, pue)
     return Deployment(mode="colocated" if opts[solution.front].role == "colocated" else "disaggregated",
                       pools=pools, ttft_p50_s=max(p.ttft_p50_s for p in front),
                       ttft_p90_s=max(p.ttft_p90_s for p in front), tpot_p50_s=max(p.tpot_p50_s for p in back),
                       tpot_p90_s=max(p.tpot_p90_s for p in back), devices=t.devices, power_w=t.power_w,
                       usd_per_hour=t.usd_per_hour,
-                      usd_per_million_tokens=None if t.usd_per_hour is None else t.usd_per_hour / tokens_per_hour * 1e6,
-                      joules_per_token=t.power_w * 3600.0 / tokens_per_hour,
+                      usd_per_million_tokens=usd_per_million, joules_per_token=joules,
                       latency_s=max(p.ttft_p90_s for p in front) + demand.output_len.mean * max(p.tpot_p90_s for p in back),
                       owned_used={k: v for k, v in fleet.owned_used(instance, solution).items() if v},
                       owned_saving_usd_per_hour=sum(fleet.owned_used(instance, solution)[name] * saving

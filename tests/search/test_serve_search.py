@@ -125,6 +125,13 @@ def test_deployment_meets_its_targets(db):
                                d.joules_per_token])
     for a in result.pareto:
         assert not any(np.all(keys(b) <= keys(a)) and np.any(keys(b) < keys(a)) for b in result.pareto)
+    # Per output token, as every estimate reports it: the fleet's IT power (its pools' sum) times the
+    # facility's PUE, and its hourly cost, over the output tokens it serves (the mean output length).
+    pue, tokens_per_s = db.constant("pue"), 5.0 * 256
+    for d in [best, *result.top, *result.pareto]:
+        assert d.power_w == pytest.approx(sum(p.power_w for p in d.pools), rel=1e-12)
+        assert d.joules_per_token == pytest.approx(d.power_w * pue / tokens_per_s, rel=1e-12)
+        assert d.usd_per_million_tokens == pytest.approx(d.usd_per_hour / 3600.0 / tokens_per_s * 1e6, rel=1e-12)
 
 
 def test_impossible_targets_exit_as_infeasible(db):
