@@ -99,9 +99,12 @@ def _config_text(c: dict) -> str:
         f", prompts in chunks: {c['chunk_tokens']:,} tokens per step" if c.get("chunk_tokens") else "")
 
 
-def _deployment_json(d) -> dict:
-    data = {k: v for k, v in vars(d).items() if k != "pools"}
-    data["pools"] = [{**vars(p), "devices": p.devices} for p in d.pools]
+def _deployment_json(d, commands: dict | None = None) -> dict:
+    """A deployment's JSON: its data, each pool with the ``estimate serve`` command of its unloaded
+    numbers where ``commands`` (id of the pool -> command) holds them."""
+    data = d.as_dict()
+    if commands:
+        data["pools"] = [{**p, "reproduce": commands[id(pool)]} for p, pool in zip(data["pools"], d.pools)]
     return data
 
 
@@ -190,9 +193,8 @@ def plan_serve(db, request, output) -> None:
     pareto, timing = output.pareto, output.timing
     bases = cost_bases(planning.machines.values())
     answer = planning.recommended
-    for d in [answer, result.best] + result.top + result.pareto:
-        for pool in d.pools:
-            pool.reproduce = _serve_command(request.model, pool, demand, options)
+    commands = {id(pool): _serve_command(request.model, pool, demand, options)
+                for d in [answer, result.best] + result.top + result.pareto for pool in d.pools}
     evidence = dict(vars(result.evidence))
     if not timing:
         evidence.pop("seconds")
@@ -202,11 +204,11 @@ def plan_serve(db, request, output) -> None:
     doc = {"model": spec.name, "systems": systems, "objective": options.objective,
            "demand": {"rate": demand.rate, "input_len": vars(demand.input_len), "output_len": vars(demand.output_len),
                       "slo_s": {k: getattr(demand, k) for k in ("ttft_p50", "ttft_p90", "tpot_p50", "tpot_p90")}},
-           "recommended": _deployment_json(answer),
+           "recommended": _deployment_json(answer, commands),
            "recommendation": SERVE_RECOMMENDATION if not request.any_plan else "the optimum (--any-plan)",
-           "best": _deployment_json(result.best), "top": [_deployment_json(d) for d in result.top],
+           "best": _deployment_json(result.best, commands), "top": [_deployment_json(d, commands) for d in result.top],
            "top_ties": [i for i, t in enumerate(serving_ties(result.best, result.top, options.objective)) if t],
-           **({"pareto": [_deployment_json(d) for d in result.pareto]} if pareto else {}),
+           **({"pareto": [_deployment_json(d, commands) for d in result.pareto]} if pareto else {}),
            "pricing": options.pricing, "cost_basis": bases, "quantization": remark, "evidence": evidence}
     capacity = _capacity(result, demand)
     if capacity:
@@ -218,7 +220,7 @@ def plan_serve(db, request, output) -> None:
         doc["power_cap"] = planning.power_cap
     doc["runs_on"] = planning.runs_on
     export = planning.export
-    charts = {"pareto": lambda: {**doc, "pareto": [_deployment_json(d) for d in result.pareto]}}
+    charts = {"pareto": lambda: {**doc, "pareto": [_deployment_json(d, commands) for d in result.pareto]}}
     if delivered(doc, output, lambda: _deployments_csv(result, answer, request.any_plan, pareto),
                  charts, "pareto", export):
         return
@@ -253,7 +255,7 @@ def plan_serve(db, request, output) -> None:
              ("power", watts(p.power_w)), ("cost", usd_text(p.usd_per_hour) + (" per hour" if p.usd_per_hour else "")),
              (("prefill p90, unloaded" if p.role == "prefill" else "decode step p90, full batch, unloaded"),
               ms_text(p.prefill_p90_s if p.role == "prefill" else p.step_p90_s))]))
-        print_command("  reproduce (unloaded):", p.reproduce)
+        print_command("  reproduce (unloaded):", commands[id(p)])
     console.print(kv_table("fleet", [("devices", _pools_fleet(db, best.pools)),
                                       ("request latency (TTFT p90 + mean output x TPOT p90)",
                                        ms_text(best.latency_s)),
@@ -274,7 +276,7 @@ def plan_serve(db, request, output) -> None:
                                          ties, db))
         for i, d in enumerate(result.top, start=1):
             for pool in d.pools:
-                print_command(f"  #{i} {pool.role}:", pool.reproduce)
+                print_command(f"  #{i} {pool.role}:", commands[id(pool)])
     if any(ties):
         console.print(f"{sum(ties)} of the top {len(result.top)} deployments tie with the optimum (their "
                       f"{options.objective} within its prediction error, +-{deployment_error(result.best):.0%})"

@@ -40,7 +40,7 @@ from .vocabulary import SERVE_MODES as MODES
 from .vocabulary import SERVE_OBJECTIVES as OBJECTIVES
 
 
-@dataclass
+@dataclass(frozen=True)
 class Pool:
     """One pool of identical instances."""
 
@@ -62,17 +62,20 @@ class Pool:
     tpot_error: float = 0.0
     prefill_p90_s: float = 0.0   # unloaded: one p90 prompt per attention rank (no queueing, no KV hand-over)
     step_p90_s: float = 0.0      # unloaded: the decode step at full batch and the p90 context
-    reproduce: str = ""          # the ``perfmodel estimate serve`` command of its unloaded numbers (CLI)
 
     @property
     def devices(self) -> int:
         return self.instances * self.devices_per_instance
 
+    def as_dict(self) -> dict:
+        """The pool as data (its fields and its device count), as JSON documents carry it."""
+        return {**{f: getattr(self, f) for f in self.__dataclass_fields__}, "devices": self.devices}
 
-@dataclass
+
+@dataclass(frozen=True)
 class Deployment:
     mode: str
-    pools: list[Pool]
+    pools: tuple[Pool, ...]
     ttft_p50_s: float | None
     ttft_p90_s: float | None
     tpot_p50_s: float | None
@@ -86,8 +89,13 @@ class Deployment:
     owned_used: dict = field(default_factory=dict)   # system -> owned devices the fleet runs on
     owned_saving_usd_per_hour: float = 0.0           # what they save against the market price (in usd_per_hour)
 
+    def as_dict(self) -> dict:
+        """The deployment as data, each pool by ``Pool.as_dict``."""
+        return {**{f: getattr(self, f) for f in self.__dataclass_fields__ if f != "pools"},
+                "pools": [p.as_dict() for p in self.pools]}
 
-@dataclass
+
+@dataclass(frozen=True)
 class ServeEvidence:
     configurations: int
     feasible_configurations: int
@@ -103,7 +111,7 @@ class ServeEvidence:
                      "in mixed decode steps (Sarathi-Serve)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServeSearchResult:
     best: Deployment | None
     top: list[Deployment]
@@ -157,7 +165,7 @@ def search_serving(spec: TransformerSpec, db: Database, systems: list[str], dema
         solver=_solver_text(fleet.PROGRAM),
         status="INFEASIBLE", gap=0.0, seconds=0.0)
     if not options_list:
-        evidence.seconds = time.perf_counter() - started
+        evidence = replace(evidence, seconds=time.perf_counter() - started)
         return ServeSearchResult(None, [], [], evidence,
                                  closest=_closest(counter, pools.fastest, demand, options.max_devices))
     if not any(np.isfinite(instance.per_instance(i)) for i in range(len(options_list))):
@@ -168,11 +176,10 @@ def search_serving(spec: TransformerSpec, db: Database, systems: list[str], dema
                         + "); or use --pricing owned, or --objective energy or devices")
     singles = single_pool_solutions(instance)
     best = fleet.solve(instance)
-    if best is not None:
-        evidence.solver = _solver_text(best.method)
+    solver = evidence.solver if best is None else _solver_text(best.method)
     sums = [fleet.totals(instance, s) for s in singles]
-    best, evidence.status, evidence.gap = _checked_best(instance, best, singles, sums)
-    evidence.seconds = time.perf_counter() - started
+    best, status, gap = _checked_best(instance, best, singles, sums)
+    evidence = replace(evidence, solver=solver, status=status, gap=gap, seconds=time.perf_counter() - started)
     if progress is not None:
         progress(len(systems) + 1)
     if best is None:
@@ -234,9 +241,9 @@ def _capacity(spec, db: Database, systems: list[str], demand: Demand, options: S
             low, found = middle, result
         else:
             high = middle
-    found.evidence.solver = (f"bisection over the request rate ({searches} serving searches): {low:.4g} requests/s "
-                             f"carried, {high:.4g} not; at the carried rate, {found.evidence.solver}")
-    return replace(found, capacity=(low, high))
+    solver = (f"bisection over the request rate ({searches} serving searches): {low:.4g} requests/s carried, "
+              f"{high:.4g} not; at the carried rate, {found.evidence.solver}")
+    return replace(found, evidence=replace(found.evidence, solver=solver), capacity=(low, high))
 
 
 def _fastest(spec, demand: Demand, pools: PoolOptions, options: ServeSearchOptions, started: float
@@ -271,16 +278,16 @@ def _fastest(spec, demand: Demand, pools: PoolOptions, options: ServeSearchOptio
         return _deployment(fi, fs, demand, pue)
 
     best = deployment(found[0]) if found else None
-    evidence.status = "OPTIMAL" if best is not None else "FEASIBLE"
+    status = "OPTIMAL" if best is not None else "FEASIBLE"
     if best is None:   # the fastest failed its check: the fastest checked one, merely FEASIBLE
         best = next((d for d in map(deployment, found[1:50]) if d is not None), None)
-    evidence.seconds = time.perf_counter() - started
+    evidence = replace(evidence, status=status if best is not None else "INFEASIBLE",
+                       seconds=time.perf_counter() - started)
     if best is None:
         closest = (f"no deployment meets the targets on {options.max_devices:,} devices"
                    + (" within the power cap and budget" if options.power_cap_w or options.budget_usd_per_hour else "")
                    + "; " + _closest(pools.counter, pools.fastest, demand, options.max_devices)) if opts else \
             _closest(pools.counter, pools.fastest, demand, options.max_devices)
-        evidence.status = "INFEASIBLE"
         return ServeSearchResult(None, [], [], evidence, closest=closest)
     top = [d for d in map(deployment, found[:options.top]) if d is not None]
     keys = []
@@ -415,7 +422,7 @@ def _deployment(instance: FleetInstance, solution: FleetSolution, demand: Demand
     t = fleet.totals(instance, solution)
     usd_per_million, joules = _per_token(t.usd_per_hour, t.power_w, demand, pue)
     return Deployment(mode="colocated" if opts[solution.front].role == "colocated" else "disaggregated",
-                      pools=pools, ttft_p50_s=max(p.ttft_p50_s for p in front),
+                      pools=tuple(pools), ttft_p50_s=max(p.ttft_p50_s for p in front),
                       ttft_p90_s=max(p.ttft_p90_s for p in front), tpot_p50_s=max(p.tpot_p50_s for p in back),
                       tpot_p90_s=max(p.tpot_p90_s for p in back), devices=t.devices, power_w=t.power_w,
                       usd_per_hour=t.usd_per_hour,

@@ -17,6 +17,7 @@ from perfmodel.cli.app import main
 from perfmodel.cli.columns import Column, Listed, column, csv_of, csv_only, each_once, listed, table_of, texts
 from perfmodel.cli.render import Table, plan_text, seconds_text, time_columns, time_records, times_table, usd_text
 from perfmodel.cli.units import joules
+from perfmodel.search.serve import Deployment, Pool
 
 
 def cells(table) -> list[list[str]]:
@@ -95,13 +96,15 @@ def test_plan_train_csv_lists_each_plan_once_with_its_role_and_rank(answer_at, r
     assert [(r["rank"], r["role"]) for r in front] == [(1, "pareto"), (2, "pareto")]
 
 
-def _deployment(devices: int, tpot: float) -> SimpleNamespace:
-    pool = SimpleNamespace(role="colocated", system="dgx-h100", instances=devices, devices_per_instance=1)
-    pool.devices = devices
-    return SimpleNamespace(mode="colocated", pools=[pool], ttft_p50_s=0.05, ttft_p90_s=0.08, tpot_p50_s=tpot,
-                           tpot_p90_s=tpot, devices=devices, power_w=800.0 * devices, usd_per_hour=4.0 * devices,
-                           usd_per_million_tokens=0.4 * devices, joules_per_token=0.3 * devices,
-                           latency_s=100 * tpot, owned_used={}, owned_saving_usd_per_hour=0.0)
+def _deployment(devices: int, tpot: float) -> Deployment:
+    pool = Pool(role="colocated", system="dgx-h100", accelerator="h100-sxm", instances=devices,
+                devices_per_instance=1, config={}, ttft_p50_s=0.05, ttft_p90_s=0.08, tpot_p50_s=tpot,
+                tpot_p90_s=tpot, requests_per_s=1.0, hbm_used_bytes=60e9, power_w=800.0 * devices,
+                usd_per_hour=4.0 * devices)
+    return Deployment(mode="colocated", pools=(pool,), ttft_p50_s=0.05, ttft_p90_s=0.08, tpot_p50_s=tpot,
+                      tpot_p90_s=tpot, devices=devices, power_w=800.0 * devices, usd_per_hour=4.0 * devices,
+                      usd_per_million_tokens=0.4 * devices, joules_per_token=0.3 * devices,
+                      latency_s=100 * tpot, owned_used={}, owned_saving_usd_per_hour=0.0)
 
 
 def test_plan_serve_table_and_csv_agree_cell_by_cell():
