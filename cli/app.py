@@ -365,9 +365,9 @@ def calibrate_all(
     aiconfigurator measured for the device (--from aiconfigurator); print the held-out error of each."""
     if ctx.invoked_subcommand is not None:
         return
-    from . import calibration
+    from . import view_calibrate
 
-    calibration.calibrate_all(database(ctx), device, source, out, seed, json_out)
+    view_calibrate.calibrate_all(database(ctx), device, source, out, seed, json_out)
 
 
 @calibrate_app.command("gemm")
@@ -388,9 +388,9 @@ def calibrate_gemm(
 ) -> None:
     """Fit GEMM kernel costs (compute and memory fractions, launch, tiles) per precision to measured
     timings; print the held-out error; write a calibration entry."""
-    from . import calibration
+    from . import view_calibrate
 
-    calibration.calibrate_gemm(database(ctx), device, table, source, out, seed, json_out, backend)
+    view_calibrate.calibrate_gemm(database(ctx), device, table, source, out, seed, json_out, backend)
 
 
 @calibrate_app.command("attention")
@@ -408,9 +408,9 @@ def calibrate_attention(
 ) -> None:
     """Fit attention kernel costs (prefill per precision, decode per KV precision) to measured
     timings; print the held-out error; write a calibration entry."""
-    from . import calibration
+    from . import view_calibrate
 
-    calibration.calibrate_attention(database(ctx), device, table, source, out, seed, json_out, backend)
+    view_calibrate.calibrate_attention(database(ctx), device, table, source, out, seed, json_out, backend)
 
 
 @calibrate_app.command("dispatch")
@@ -434,9 +434,9 @@ def calibrate_dispatch(
     """Fit the MoE expert dispatch and combine (DeepEP's low-latency kernels of decode, or with
     --kernels normal those of prefill: launch, link shares and the latency of leaving the node) to
     measured timings; print the held-out error; write a calibration entry."""
-    from . import calibration
+    from . import view_calibrate
 
-    calibration.calibrate_dispatch(database(ctx), device, table, source, system, out, seed, json_out, kernels)
+    view_calibrate.calibrate_dispatch(database(ctx), device, table, source, system, out, seed, json_out, kernels)
 
 
 @calibrate_app.command("moe")
@@ -455,9 +455,9 @@ def calibrate_moe(
     """Fit the routed experts' grouped GEMMs (the GEMM kernel's terms, a cost per expert group and
     the passes over their inputs) per precision to measured MoE layers; print the error on the MoE
     shapes held out; write a calibration entry."""
-    from . import calibration
+    from . import view_calibrate
 
-    calibration.calibrate_moe(database(ctx), device, table, source, out, seed, json_out, backend)
+    view_calibrate.calibrate_moe(database(ctx), device, table, source, out, seed, json_out, backend)
 
 
 @calibrate_app.command("collectives")
@@ -474,6 +474,6 @@ def calibrate_collectives(
 ) -> None:
     """Fit collective costs (launch, hop, bandwidth per protocol) inside the scale-up domain to measured
     timings; print the held-out error per op; write a calibration entry."""
-    from . import calibration
+    from . import view_calibrate
 
-    calibration.calibrate_collectives(database(ctx), device, table, source, out, seed, json_out)
+    view_calibrate.calibrate_collectives(database(ctx), device, table, source, out, seed, json_out)

@@ -47,6 +47,7 @@ def quantity(lo: float, hi: float, unit: str, scale: float, slip: str = "") -> A
             raise ValueError(f"needs {lo:g} to {hi:g} {unit}, has {value:g}{hint}")
         return value * scale
 
+    check.scale = scale   # how hardware_db.writer converts an SI value back to the key's unit
     return AfterValidator(check)
 
 
@@ -107,6 +108,7 @@ def _check_dense_peaks(peaks: dict[str, float]) -> dict[str, float]:
     return {p: v * TERA for p, v in peaks.items()}
 
 
+_check_dense_peaks.scale = TERA   # as quantity's: hardware_db.writer's way back to TFLOP/s
 DensePeaks = Annotated[dict[Precision, float], AfterValidator(_check_dense_peaks)]
 
 

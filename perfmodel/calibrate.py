@@ -25,7 +25,8 @@ MoE expert exchanges (DeepEP's low-latency kernels of decode, ``collectives.expe
 and its normal kernels of prefill, ``collectives.normal_exchange_time``): per op a launch and the
 shares of the scale-up and scale-out links, and one latency of leaving the domain, fitted by the
 GEMMs' robust least squares on a seeded share; held-out error per op and by the number of scale-up
-domains the group spans. Pure functions of arrays: file reading lives in the CLI.
+domains the group spans. Pure functions of arrays: the tables are read by hardware_db.timings, and
+perfmodel.calibration_workflow picks their rows and runs these fits.
 """
 
 from __future__ import annotations
@@ -151,6 +152,17 @@ class KernelCalibration:
     held_out_p90: float
     train_rows: int
     test_rows: int
+
+
+@dataclass(frozen=True)
+class FamilyFit:
+    """One kernel family fitted for a calibration entry: its fits (by precision, by (phase,
+    precision), by phase, or one calibration of all ops), the measurements' provenance and the
+    entry's source line for them."""
+
+    fits: object
+    provenance: str
+    note: str
 
 
 def _fit_held_out(unpack, predict, seconds, x0, seed: int, held_out: float) -> tuple:

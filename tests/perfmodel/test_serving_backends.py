@@ -13,7 +13,7 @@ import pytest
 
 from perfmodel.catalog import load_model
 from perfmodel.cli.app import main
-from perfmodel.cli.calibration import HOST_BOUND_FLOOR, kernel_timed
+from perfmodel.calibration_engines import HOST_BOUND_FLOOR, kernel_timed
 from perfmodel.hardware_db.timings import fastest_kernels
 from perfmodel.hardware_db import load_database
 from perfmodel.machine import build_machine
