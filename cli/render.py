@@ -6,6 +6,7 @@ Each command family has its view (``view_catalog``, ``view_estimate``, ``view_va
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from dataclasses import replace
@@ -19,7 +20,8 @@ from .columns import Column, column as value_column, table_of
 from .units import fleet, joules, size, watts
 
 console = Console(highlight=False, soft_wrap=False, emoji=False)
-SQUEEZED: list[str] = []   # tables printed with a word cut (Table._calculate_column_widths)
+# Tables printed with a word cut are logged here at DEBUG (the 80-column readability test reads it).
+SQUEEZED = logging.getLogger(__name__ + ".squeezed")
 
 
 class Table(_RichTable):
@@ -45,14 +47,14 @@ class Table(_RichTable):
         """rich's widths, unless they cut a word where the terminal has room for every column's
         longest word: then each column gets its longest word and the rest of the width is shared in
         proportion to what each column still wants. Tables that cannot keep their words whole on the
-        terminal are named in SQUEEZED (the 80-column readability test reads it)."""
+        terminal are logged to SQUEEZED (the 80-column readability test reads it)."""
         widths = super()._calculate_column_widths(console, options)
         floors = [self._longest_word(console, column) + self._get_padding_width(column._index)
                   for column in self.columns]
         if all(w >= f for w, f in zip(widths, floors)):
             return widths
         if sum(floors) > options.max_width:
-            SQUEEZED.append(str(self.title or [str(c.header) for c in self.columns]))
+            SQUEEZED.debug("%s", self.title or [str(c.header) for c in self.columns])
             return widths
         wants = [max(self._measure_column(console, options, c).maximum - f, 0) for c, f in zip(self.columns, floors)]
         spare = options.max_width - sum(floors)
