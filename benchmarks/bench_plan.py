@@ -41,17 +41,17 @@ def main() -> None:
     search_training(spec, db, [("hgx-h200", 8)], work, SearchOptions(space=space))  # warm up (imports, caches)
     result, search_s = timed(lambda: search_training(spec, db, [("hgx-h200", 8)], work, SearchOptions(space=space)))
     (brute, evaluated), brute_s = timed(lambda: brute_force_training(spec, machine, work, space))
-    same = np.isclose(result.best["step_time_s"], brute, rtol=1e-6)
+    same = np.isclose(result.best.step_time_s, brute, rtol=1e-6)
     print(f"70B on 8 x H200 (offload needed): search {search_s:.2f} s ({result.evidence.evaluated:,} lattice plans, "
           f"{result.evidence.cpsat_models} CP-SAT models) vs brute force {brute_s:.2f} s ({evaluated:,} plans): "
           f"{brute_s / search_s:.1f}x faster; same optimum: {'yes' if same else 'NO'} "
-          f"({result.best['step_time_s']:.4f} s vs {brute:.4f} s)")
+          f"({result.best.step_time_s:.4f} s vs {brute:.4f} s)")
     # The same comparison on a large lattice: Llama-3.1-405B on 16,384 H100s.
     spec, work = find_model("llama-3.1-405b"), TrainWorkload(2048, 8192, 1e12)
     machine = build_machine(db, "dgx-h100", 16384)
     result, search_s = timed(lambda: search_training(spec, db, [("dgx-h100", 16384)], work))
     (brute, evaluated), brute_s = timed(lambda: brute_force_training(spec, machine, work))
-    same = np.isclose(result.best["step_time_s"], brute, rtol=1e-6)
+    same = np.isclose(result.best.step_time_s, brute, rtol=1e-6)
     print(f"405B on 16,384 x H100: search {search_s:.2f} s vs brute force {brute_s:.2f} s ({evaluated:,} plans): "
           f"{brute_s / search_s:.0f}x faster; same optimum: {'yes' if same else 'NO'}")
     # 2. The two planning targets over the full space.
@@ -59,12 +59,12 @@ def main() -> None:
                                                       ("megatron-1t", "dgx-a100", 3072, 3072, 2048, 0.3)):
         spec = find_model(name)
         r, seconds = timed(lambda: search_training(spec, db, [(system, devices)], TrainWorkload(batch, seq, 1e12)))
-        p = r.best["plan"]
+        p = r.best.plan_dict()
         print(f"{name} on {devices:,} x {system}: {seconds:.2f} s over a declared space of "
               f"{r.evidence.declared_space:,} ({r.evidence.evaluated:,} valid lattice plans, "
               f"{r.evidence.feasible:,} feasible), {r.evidence.status}: tp {p['tp']} pp {p['pp']}x{p['interleave']} "
               f"dp {p['dp']} cp {p['cp']} mb {p['micro_batch']} zero {p['zero']} {p['recompute']} {p['precision']}, "
-              f"step {r.best['step_time_s']:.2f} s, MFU {r.best['mfu']:.1%}; target < {target:g} s: "
+              f"step {r.best.step_time_s:.2f} s, MFU {r.best.mfu:.1%}; target < {target:g} s: "
               f"{'met' if seconds < target else 'NOT met'}")
     # 3. Megatron's 1T restricted to what Megatron-LM had in 2021 (no CP, SP, selective recompute,
     #    FlashAttention or TP overlap, fp16/bf16 only, ZeRO 0; tests/data/practiced_training.yaml's
@@ -74,9 +74,9 @@ def main() -> None:
     spec = find_model("megatron-1t")
     r = search_training(spec, db, [("dgx-a100", 3072)], TrainWorkload(3072, 2048, 1e12),
                         SearchOptions(space=old, offload=False))
-    p = r.best["plan"]
+    p = r.best.plan_dict()
     print(f"megatron-1t on 3,072 x dgx-a100, 2021 options only: tp {p['tp']} pp {p['pp']}x{p['interleave']} "
-          f"dp {p['dp']} mb {p['micro_batch']}, step {r.best['step_time_s']:.2f} s "
+          f"dp {p['dp']} mb {p['micro_batch']}, step {r.best.step_time_s:.2f} s "
           f"(published: tp 8, pp 64, dp 6, 163 TFLOP/s per GPU)")
 
 

@@ -86,24 +86,25 @@ def main(only: list[str]) -> None:
         step = float(published.step_time_s)
         fits = "" if str(published.binding) == "" else f" ({published.binding}!)"
         pick = same.best
-        ratio = step / pick["step_time_s"] if pick else float("nan")
-        ratio_any = step / anyp.best["step_time_s"] if anyp.best else float("nan")
-        ratio_advice = step / advice["step_time_s"] if advice else float("nan")
+        ratio = step / pick.step_time_s if pick else float("nan")
+        ratio_any = step / anyp.best.step_time_s if anyp.best else float("nan")
+        ratio_advice = step / advice.step_time_s if advice else float("nan")
         print(f"{config['id']:34s} {_label(as_run) + fits:46s} {step:10.3f} "
-              f"{_label(pick['plan']) if pick else '-':46s} {pick['step_time_s'] if pick else float('nan'):8.3f} "
+              f"{_label(pick.plan_dict()) if pick else '-':46s} {pick.step_time_s if pick else float('nan'):8.3f} "
               f"{ratio:6.2f} {ratio_any:13.2f} {ratio_advice:11.2f} {seconds:5.1f}")
         if advice:
-            print(f"{'':34s} recommended {_label(advice['plan'])} (runs on {', '.join(advice['runs_on']) or 'none'})")
+            print(f"{'':34s} recommended {_label(advice.plan_dict())} (runs on {', '.join(advice.runs_on) or 'none'})")
         if anyp.best:
-            best = estimate_training(spec, machine, TrainPlan(**anyp.best["plan"]), work)
-            print(f"{'':34s} any-precision pick {_label(anyp.best['plan'])}; separating terms (s, published - pick): "
+            best = estimate_training(spec, machine, anyp.best.plan, work)
+            print(f"{'':34s} any-precision pick {_label(anyp.best.plan_dict())}; separating terms "
+                  "(s, published - pick): "
                   f"{_separating(published, best)}")
         if had.best and pick and anyp.best:
-            layout = step / had.best["step_time_s"]
-            within = estimate_training(spec, machine, TrainPlan(**had.best["plan"]), work)
-            print(f"{'':34s} = layout {layout:.2f} x software {had.best['step_time_s'] / pick['step_time_s']:.2f}"
-                  f" x precision {pick['step_time_s'] / anyp.best['step_time_s']:.2f}; layout pick "
-                  f"({config.get('software', 'current software')}) {_label(had.best['plan'])}, separating terms: "
+            layout = step / had.best.step_time_s
+            within = estimate_training(spec, machine, had.best.plan, work)
+            print(f"{'':34s} = layout {layout:.2f} x software {had.best.step_time_s / pick.step_time_s:.2f}"
+                  f" x precision {pick.step_time_s / anyp.best.step_time_s:.2f}; layout pick "
+                  f"({config.get('software', 'current software')}) {_label(had.best.plan_dict())}, separating terms: "
                   f"{_separating(published, within)}")
             layouts.append(layout)
         ratios.append(ratio_any)

@@ -72,13 +72,14 @@ def format_validation_error(err: ValidationError, where: str) -> str:
     return f"{where}:" + "; ".join(problems[:10]) + tail
 
 
-def _validate_all(entries: Iterable[tuple[Any, dict, str]]) -> list:
-    """Each (model, entry, where) validated; every failing entry's problems raised together as one
-    SpecError line (a file's mistakes all at once, not one per run)."""
+def _validate_all(entries: Iterable[tuple[Any, dict, str]], context: dict | None = None) -> list:
+    """Each (model, entry, where) validated (under the schema's validation ``context``); every
+    failing entry's problems raised together as one SpecError line (a file's mistakes all at once,
+    not one per run)."""
     out, problems = [], []
     for model, entry, where in entries:
         try:
-            out.append(model.model_validate(entry))
+            out.append(model.model_validate(entry, context=context))
         except ValidationError as exc:
             problems.append(format_validation_error(exc, where))
     if problems:

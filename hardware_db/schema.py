@@ -11,6 +11,10 @@ Modal, "Why does an NVIDIA H100 80GB card offer 85.52 GB?", thundergolfer.com/bl
 
 Every entry lists its ``sources``. A figure that has none is not data; it belongs with the named
 calibration constants.
+
+Validated with the context ``SI`` (``Model.model_validate(data, context=SI)``), values are taken as
+already converted (an entry's ``model_dump(by_alias=True)``, changed by a what-if of
+``hardware_db.overrides``): each is range-checked in its YAML unit and kept exactly as given.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 from .errors import SpecError, UnsupportedPrecisionError
 
@@ -33,19 +37,27 @@ BYTES_PER_ELEMENT: dict[str, float] = {
 }
 
 GIGA, TERA, GIBI = 1e9, 1e12, 2.0 ** 30
+SI = {"si": True}   # validation context: the values are in SI units already (see the module docstring)
+
+
+def _in_si(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get("si"))
 
 
 def quantity(lo: float, hi: float, unit: str, scale: float, slip: str = "") -> AfterValidator:
-    """Check a YAML value lies in the plausible range [lo, hi] of its unit, then scale it to SI.
+    """Check a YAML value lies in the plausible range [lo, hi] of its unit, then scale it to SI
+    (under the context ``SI``: check the SI value's range in the YAML unit, and keep it).
 
     ``slip`` names the likely mistake when the value is out of range (shown as the hint).
     """
 
-    def check(value: float) -> float:
-        if not math.isfinite(value) or not lo <= value <= hi:
-            hint = f"; {slip}" if slip and math.isfinite(value) else ""
-            raise ValueError(f"needs {lo:g} to {hi:g} {unit}, has {value:g}{hint}")
-        return value * scale
+    def check(value: float, info: ValidationInfo) -> float:
+        si = _in_si(info)
+        shown = value / scale if si else value
+        if not math.isfinite(value) or not lo <= shown <= hi:
+            hint = f"; {slip}" if slip and math.isfinite(value) and not si else ""
+            raise ValueError(f"needs {lo:g} to {hi:g} {unit}, has {shown:g}{hint}")
+        return value if si else value * scale
 
     check.scale = scale   # how hardware_db.writer converts an SI value back to the key's unit
     return AfterValidator(check)
@@ -84,16 +96,22 @@ class Entry(BaseModel):
     notes: str = ""
 
 
-def _check_dense_peaks(peaks: dict[str, float]) -> dict[str, float]:
+def _check_dense_peaks(peaks: dict[str, float], info: ValidationInfo) -> dict[str, float]:
     """Validate dense peak TFLOP/s by precision and convert to FLOP/s.
 
     Halving the operand width at most doubles the tensor-core rate on every device we know
     (NVIDIA Hopper/Blackwell, AMD CDNA2/3, Ascend DaVinci), so a value more than 2x the next wider
     precision is almost surely the 2:4-sparse figure that datasheets print in their headlines.
+    Under the context ``SI`` (a what-if's peaks, FLOP/s, hypothetical by design, not a datasheet's
+    transcription) only the range is checked, and the peaks are kept.
     """
+    si = _in_si(info)
     for precision, value in peaks.items():
-        if not math.isfinite(value) or not 0.01 <= value <= 40_000:
-            raise ValueError(f"dense_tflops.{precision} needs 0.01 to 40000 TFLOP/s, has {value:g}")
+        shown = value / TERA if si else value
+        if not math.isfinite(value) or not 0.01 <= shown <= 40_000:
+            raise ValueError(f"dense_tflops.{precision} needs 0.01 to 40000 TFLOP/s, has {shown:g}")
+    if si:
+        return dict(peaks)
     narrower = {"fp8": ("bf16", "fp16"), "int8": ("bf16", "fp16"), "fp4": ("fp8", "int8"),
                 "int4": ("int8", "fp8"), "bf16": ("tf32",), "fp16": ("tf32",)}
     for precision, wider in narrower.items():

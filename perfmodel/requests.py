@@ -228,21 +228,21 @@ class TrainRequest:
         return ["estimate", "train"] + _flags(self, keep=("model", "system", "devices", "tp", "pp", "dp"))
 
     @staticmethod
-    def of_plan(model: str, system: str, devices: int, plan: dict, work) -> "TrainRequest":
-        """The request that evaluates a searched plan (``search.train`` row) on its own."""
+    def of_plan(model: str, system: str, devices: int, plan, work) -> "TrainRequest":
+        """The request that evaluates a searched plan (a ``TrainPlan`` of scalars, as a
+        ``search.rows.TrainRow`` holds it) on its own."""
         return TrainRequest(
-            model=model, system=system, devices=devices, tp=plan["tp"], pp=plan["pp"], dp=plan["dp"], cp=plan["cp"],
-            cp_comm=plan.get("cp_comm", "p2p"), ep=plan["ep"], etp=plan["etp"] or None, interleave=plan["interleave"],
-            ends_as_layers=bool(plan.get("ends_as_layers", False)), micro_batch=plan["micro_batch"],
-            zero=plan["zero"], recompute=plan["recompute"], sp=plan["sp"] or plan["tp"] == 1,
-            tp_overlap=bool(plan.get("tp_overlap", False)), ep_overlap=bool(plan.get("ep_overlap", False)),
-            schedule=plan.get("schedule", "1f1b"), storage=plan.get("storage", "mixed"),
-            precision=plan["precision"],
-            offload_optimizer=plan["optimizer_place"], offload_grads=plan["grad_place"],
-            offload_params=plan["param_place"], moe_imbalance=plan["moe_imbalance"],
-            shard=plan.get("shard") or None, shard_grads=plan.get("shard_grads") or None,
-            shard_weights=plan.get("shard_weights") or None, hpz=plan.get("hpz") or None,
-            qwz=bool(plan.get("qwz", False)), qgz=bool(plan.get("qgz", False)),
+            model=model, system=system, devices=devices, tp=plan.tp, pp=plan.pp, dp=plan.dp, cp=plan.cp,
+            cp_comm=plan.cp_comm, ep=plan.ep, etp=plan.etp or None, interleave=plan.interleave,
+            ends_as_layers=bool(plan.ends_as_layers), micro_batch=plan.micro_batch,
+            zero=plan.zero, recompute=plan.recompute, sp=plan.sp or plan.tp == 1,
+            tp_overlap=bool(plan.tp_overlap), ep_overlap=bool(plan.ep_overlap),
+            schedule=plan.schedule, storage=plan.storage, precision=plan.precision,
+            offload_optimizer=plan.optimizer_place, offload_grads=plan.grad_place,
+            offload_params=plan.param_place, moe_imbalance=plan.moe_imbalance,
+            shard=plan.shard or None, shard_grads=plan.shard_grads or None,
+            shard_weights=plan.shard_weights or None, hpz=plan.hpz or None,
+            qwz=bool(plan.qwz), qgz=bool(plan.qgz),
             global_batch=work.global_batch, seq_len=work.seq_len, tokens=float(work.tokens))
 
 

@@ -6,7 +6,7 @@ a request no plan can meet raises ``InfeasibleError`` naming the binding constra
 
     >>> import perfmodel
     >>> result = perfmodel.plan_train(model="llama-3.1-8b", devices=(8,), global_batch=64)
-    >>> result.best["plan"]["tp"], result.evidence.status
+    >>> result.best.plan.tp, result.evidence.status
 """
 
 from __future__ import annotations
@@ -46,13 +46,13 @@ class TrainPlanning:
     baseline: object = None            # SearchResult of the named heuristic (request.baseline), on the best's system
 
     @property
-    def best(self) -> dict:
-        """The optimal plan's row: system, devices, plan degrees, step time, MFU, cost, energy."""
+    def best(self):
+        """The optimal plan's TrainRow: system, devices, plan, step time, MFU, cost, energy."""
         return self.result.best
 
     @property
-    def recommended(self) -> dict:
-        """The plan recommended by ``search.train.RECOMMENDATION`` among those within the optimum's
+    def recommended(self):
+        """The TrainRow recommended by ``search.train.RECOMMENDATION`` among those within the optimum's
         range, with the frameworks that run it (``runs_on``); the optimum under ``any_plan``."""
         return self.result.recommended or self.result.best
 
@@ -60,33 +60,31 @@ class TrainPlanning:
     def evidence(self):
         return self.result.evidence
 
-    def machine_of(self, row: dict):
-        """The Machine a listed plan runs on."""
-        return self.result.machines[(row["system"], row["devices"])]
+    def machine_of(self, row):
+        """The Machine a listed plan (a TrainRow) runs on."""
+        return self.result.machines[(row.system, row.devices)]
 
     @property
     def machine(self):
         """The Machine the optimal plan runs on."""
         return self.machine_of(self.best)
 
-    def estimate(self, row: dict | None = None):
-        """A listed plan (default: the optimum) evaluated on its own (``perfmodel estimate train``):
-        a TrainResult."""
-        from perfmodel.training import TrainPlan, estimate_training
+    def estimate(self, row=None):
+        """A listed plan (a TrainRow; default: the optimum) evaluated on its own (``perfmodel estimate
+        train``): a TrainResult."""
+        from perfmodel.training import estimate_training
 
         row = row or self.best
-        return estimate_training(self.spec, self.machine_of(row), TrainPlan(**row["plan"]), self.work)
+        return estimate_training(self.spec, self.machine_of(row), row.plan, self.work)
 
     def export(self, framework: str) -> dict[str, str]:
         """The recommended plan as ``framework``'s launch files (name -> text), as ``--export`` writes
         them; ``ExportError`` when the framework cannot run it (search with ``framework=`` to get the
         best plan it can)."""
         from perfmodel.exports import training_files
-        from perfmodel.training import TrainPlan
 
         row = self.recommended
-        return training_files(framework, self.spec, self.machine_of(row), TrainPlan(**row["plan"]), self.work,
-                              self.request.model)
+        return training_files(framework, self.spec, self.machine_of(row), row.plan, self.work, self.request.model)
 
 
 def plan_train(request: PlanTrainRequest | None = None, /, *, db=None,
@@ -109,7 +107,7 @@ def plan_train(request: PlanTrainRequest | None = None, /, *, db=None,
     if request.baseline:
         from .baselines import train_options
 
-        where = (result.best["system"], result.best["devices"])
+        where = (result.best.system, result.best.devices)
         restricted = train_options(request.baseline, options, db.system(where[0]).devices_per_launch_host)
         baseline = search_training(spec, db, [where], work, restricted)
     return TrainPlanning(request, spec, pairs, work, options, result, baseline)

@@ -18,7 +18,7 @@ import functools
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from perfmodel.hardware_db.errors import SpecError
@@ -291,7 +291,10 @@ def apply_point(db, base: str, values: dict[str, float]):
     """(database, system name): the base system with the point's values, under the same names (so
     the device keeps its measured kernel fits, which scale with its peaks and bandwidth). Measured
     collective and expert-exchange fits are dropped when the scale-up domain changes: they belong
-    to the measured links."""
+    to the measured links. The changed entries are validated as a hardware file's are
+    (``hardware_db.overrides``): a point the schema refuses raises its one-line SpecError."""
+    from perfmodel.hardware_db.overrides import with_overrides
+
     system = db.system(base)
     acc = db.accelerator(system.accelerator)
     a: dict[str, Any] = {}
@@ -341,32 +344,22 @@ def apply_point(db, base: str, values: dict[str, float]):
                                                "gb_per_s_per_direction": None})
         a["nic_bytes_per_s"] = values["scale_out_gbit_per_s"] * GIGA / 8
     s: dict[str, Any] = {"tiers": tuple(tiers)}
-    memory, links = dict(db.memory), dict(db.links)
+    changes: dict[str, dict[str, dict[str, Any]]] = {"accelerators": {acc.name: a}, "systems": {system.name: s}}
     if "pool_gb" in values:
-        from perfmodel.hardware_db.schema import Link, Memory, MemoryAttachment
-
-        memory["sweep-pool"] = Memory.model_construct(
-            name="sweep-pool", display_name="swept pooled memory", aliases=(), sources=("perfmodel sweep point",),
-            notes=None, kind="pooled", capacity_bytes=values["pool_gb"] * GIGA,
-            read_bytes_per_s=values["pool_tb_per_s"] * TERA, write_bytes_per_s=values["pool_tb_per_s"] * TERA,
-            latency_s=1e-6, interface=None, price_usd=None)
-        links["sweep-pool-path"] = Link.model_construct(
-            name="sweep-pool-path", display_name="swept pool path", aliases=(), sources=("perfmodel sweep point",),
-            notes=None, kind="host", latency_s=1e-6, gb_per_s_per_direction=values["pool_tb_per_s"] * TERA,
-            gbit_per_s_per_direction=None)
-        attach = MemoryAttachment.model_construct(memory="sweep-pool", count_per_node=system.devices_per_node,
-                                                  shared_by=1, path="sweep-pool-path")
+        pool = {"display_name": "swept pooled memory", "sources": ("perfmodel sweep point",), "kind": "pooled",
+                "capacity_bytes": values["pool_gb"] * GIGA, "read_bytes_per_s": values["pool_tb_per_s"] * TERA,
+                "write_bytes_per_s": values["pool_tb_per_s"] * TERA, "latency_s": 1e-6}
+        path = {"display_name": "swept pool path", "sources": ("perfmodel sweep point",), "kind": "host",
+                "latency_s": 1e-6, "gb_per_s_per_direction": values["pool_tb_per_s"] * TERA}
+        changes.update(memory={"sweep-pool": pool}, links={"sweep-pool-path": path})
+        attach = {"memory": "sweep-pool", "count_per_node": system.devices_per_node, "shared_by": 1,
+                  "path": "sweep-pool-path"}
         s["memory_tiers"] = tuple(m for m in system.memory_tiers
-                                  if memory.get(m.memory) is None or memory[m.memory].kind != "pooled") + (attach,)
-    calibrations = dict(db.calibrations)
+                                  if m.memory not in db.memory or db.memory[m.memory].kind != "pooled") + (attach,)
     if "scale_up_domain" in values or "scale_up_gb_per_s" in values:
-        for key, cal in calibrations.items():
-            if cal.device == acc.name:
-                calibrations[key] = cal.model_copy(update={"collectives": None, "dispatch": None})
-    accelerators = {**db.accelerators, acc.name: acc.model_copy(update=a)}
-    systems = {**db.systems, system.name: system.model_copy(update=s)}
-    return replace(db, accelerators=accelerators, systems=systems, memory=memory, links=links,
-                   calibrations=calibrations), system.name
+        changes["calibrations"] = {key: {"collectives": None, "dispatch": None}
+                                   for key, cal in db.calibrations.items() if cal.device == acc.name}
+    return with_overrides(db, changes), system.name
 
 
 TRAIN_METRICS = ("step_time_s", "tokens_per_s", "mfu", "cost_per_million_tokens_usd", "energy_per_token_j",
@@ -410,9 +403,9 @@ def _train_row(w: Workload, db, system: str, threads: int | None) -> dict:
 
     planning = plan_train(db=db, threads=threads, **{**w.fields, "system": (system,)})
     best = planning.best
-    row = {"status": planning.evidence.status, "devices": best["devices"],
-           **{k: best.get(k) for k in TRAIN_METRICS},
-           **{f"plan_{k}": best["plan"].get(k) for k in PLAN_COLUMNS},
+    row = {"status": planning.evidence.status, "devices": best.devices,
+           **{k: getattr(best, k) for k in TRAIN_METRICS},
+           **{f"plan_{k}": getattr(best.plan, k) for k in PLAN_COLUMNS},
            "space_size": planning.evidence.declared_space}
     row["tokens_per_usd"] = _tokens_per_usd(row["cost_per_million_tokens_usd"])
     return row

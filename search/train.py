@@ -22,7 +22,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -35,6 +35,7 @@ from perfmodel.plan import CP_COMMS, INTERLEAVED, PLACES, RECOMPUTE
 from perfmodel.training import TrainPlan, TrainWorkload, estimate_training, screen_training
 
 from .pareto import pareto_front
+from .rows import METRICS, TrainRow
 from .offload import PARTS, offload_branch_and_bound, rows_of
 from .options import SearchOptions
 from .space import LEFT_OUT, PLAN_FIELDS, RULES, build_space, declared_size
@@ -86,17 +87,17 @@ class PlanTable:
 
 @dataclass
 class SearchResult:
-    best: dict | None
-    top: list[dict]
-    pareto: list[dict]
+    best: TrainRow | None
+    top: list[TrainRow]
+    pareto: list[TrainRow]
     evidence: Evidence
     closest: dict | None = None         # when nothing is feasible: the plan that misses by least
     machines: dict[tuple[str, int], Machine] = field(default_factory=dict)
-    ties: list[dict] = field(default_factory=list)   # plans whose predicted range overlaps the best's
+    ties: list[TrainRow] = field(default_factory=list)   # plans whose predicted range overlaps the best's
     tie_count: int = 0
     limits: dict | None = None          # when plans fit but the budget or power cap excludes all
-    recommended: dict | None = None     # the plan RECOMMENDATION picks near the optimum, with ``runs_on``
-    per_system: list[dict] = field(default_factory=list)   # each candidate system's best plan, best first
+    recommended: TrainRow | None = None   # the plan RECOMMENDATION picks near the optimum, with ``runs_on``
+    per_system: list[TrainRow] = field(default_factory=list)   # each candidate system's best plan, best first
     near_count: int = 0                 # plans whose prediction lies within the optimum's range (the optimum too)
 
 
@@ -316,28 +317,28 @@ def check_plans(spec: TransformerSpec, result: "SearchResult", work: TrainWorklo
     feasible, within the limits, give the same step time, and no listed plan may beat the best on
     the objective. Returns what is wrong."""
     problems = []
-    value = {"time": lambda p: p["step_time_s"], "cost": lambda p: p["run_cost_usd"] or np.inf,
-             "energy": lambda p: p["energy_per_token_j"],
-             "devices": lambda p: p["devices"] + p["step_time_s"] * 1e-9}[options.objective]
-    listed = {repr(sorted((k, v) for k, v in p.items() if k not in ("reproduce", "runs_on"))): p  # each row once
-              for p in [result.best] + result.top + result.pareto + result.ties
-              + ([result.recommended] if result.recommended else [])}
-    by_machine: dict[tuple[str, int], list[dict]] = {}
-    for p in listed.values():
-        by_machine.setdefault((p["system"], p["devices"]), []).append(p)
+    value = {"time": lambda p: p.step_time_s, "cost": lambda p: p.run_cost_usd or np.inf,
+             "energy": lambda p: p.energy_per_token_j,
+             "devices": lambda p: p.devices + p.step_time_s * 1e-9}[options.objective]
+    listed = dict.fromkeys(replace(p, runs_on=None)   # each row once
+                           for p in [result.best] + result.top + result.pareto + result.ties
+                           + ([result.recommended] if result.recommended else []))
+    by_machine: dict[tuple[str, int], list[TrainRow]] = {}
+    for p in listed:
+        by_machine.setdefault((p.system, p.devices), []).append(p)
     for key, rows in by_machine.items():
-        plan = TrainPlan(**{k: np.array([p["plan"][k] for p in rows]) for k in rows[0]["plan"]})
+        plan = TrainPlan(**{k: np.array([getattr(p.plan, k) for p in rows]) for k in PLAN_FIELDS})
         again = estimate_training(spec, result.machines[key], plan, work, detail=False)
         for i, p in enumerate(rows):
-            label = f"{p['system']} x {p['devices']} {p['plan']}"
+            label = f"{p.system} x {p.devices} {p.plan_dict()}"
             if not bool(again.feasible[i]):
                 problems.append(f"{label} is infeasible when evaluated alone ({again.binding[i]})")
-            elif abs(float(again.step_time_s[i]) - p["step_time_s"]) > 1e-9 * p["step_time_s"]:
+            elif abs(float(again.step_time_s[i]) - p.step_time_s) > 1e-9 * p.step_time_s:
                 problems.append(f"{label} takes {float(again.step_time_s[i]):.6g} s alone, listed "
-                                f"{p['step_time_s']:.6g} s")
-            if options.budget_usd is not None and (p["run_cost_usd"] is None or p["run_cost_usd"] > options.budget_usd):
+                                f"{p.step_time_s:.6g} s")
+            if options.budget_usd is not None and (p.run_cost_usd is None or p.run_cost_usd > options.budget_usd):
                 problems.append(f"{label} is over the budget")
-            if options.power_cap_w is not None and p["power_w"] * p["devices"] > options.power_cap_w * (1 + 1e-9):
+            if options.power_cap_w is not None and p.power_w * p.devices > options.power_cap_w * (1 + 1e-9):
                 problems.append(f"{label} is over the power cap")
             if value(p) < value(result.best) * (1 - 1e-12):
                 problems.append(f"{label} beats the reported best on {options.objective}")
@@ -374,7 +375,7 @@ def _near(table: PlanTable, objective: np.ndarray, best: int) -> np.ndarray:
 
 
 def _recommend(spec: TransformerSpec, work: TrainWorkload, machines: dict, table: PlanTable, objective: np.ndarray,
-               near: np.ndarray, describe: Callable[[int], dict], frameworks: tuple[str, ...]) -> dict:
+               near: np.ndarray, describe: Callable[[int], TrainRow], frameworks: tuple[str, ...]) -> TrainRow:
     """The plan RECOMMENDATION picks among ``near``, with the frameworks of ``frameworks`` that run it
     (``runs_on``). Plans are ranked by the rule's later criteria first (vectorized), then the first
     RUNNABLE_SCAN of them exported until one runs; when none does, the optimum, with ``runs_on`` empty."""
@@ -386,12 +387,11 @@ def _recommend(spec: TransformerSpec, work: TrainWorkload, machines: dict, table
     ranked = near[np.lexsort((objective[near], dimensions[near], offloaded[near] > 0))]
     for i in ranked[:RUNNABLE_SCAN]:
         row = describe(i)
-        runs = training_frameworks(spec, machines[(row["system"], row["devices"])], TrainPlan(**row["plan"]), work,
-                                   spec.name, frameworks)
-        on = [name for name, why in runs.items() if why is None]
+        runs = training_frameworks(spec, machines[(row.system, row.devices)], row.plan, work, spec.name, frameworks)
+        on = tuple(name for name, why in runs.items() if why is None)
         if on:
-            return {**row, "runs_on": on}
-    return {**describe(near[np.argmin(objective[near])]), "runs_on": []}
+            return replace(row, runs_on=on)
+    return replace(describe(near[np.argmin(objective[near])]), runs_on=())
 
 
 def _ties(table: PlanTable, objective: np.ndarray, best: int, name: str) -> np.ndarray:
@@ -436,7 +436,8 @@ def _select(table: PlanTable, objective: np.ndarray) -> int:
     return next(i for i, v in zip(firsts, pick) if solver.Value(v))
 
 
-def _describe(row: dict, candidates) -> dict:
+def _describe(row: dict, candidates) -> TrainRow:
+    """A PlanTable row (codes and numpy scalars) as a TrainRow (names, Python values, None for unknown)."""
     system, _ = candidates[int(row["candidate"])]
     plan = {k: row[k] for k in PLAN_FIELDS}
     plan["recompute"] = RECOMPUTE[int(plan["recompute"])]
@@ -448,12 +449,10 @@ def _describe(row: dict, candidates) -> dict:
     plan["moe_imbalance"] = float(plan["moe_imbalance"])
     for key in ("optimizer_place", "grad_place", "param_place"):
         plan[key] = PLACES[int(plan[key])]
-    metrics = {k: float(row[k]) for k in ("step_time_s", "step_time_low_s", "step_time_high_s", "tokens_per_s", "mfu",
-                                          "hbm_used_bytes", "hbm_fill", "power_w", "energy_per_token_j",
-                                          "cost_per_million_tokens_usd", "run_cost_usd", "run_time_s")}
+    metrics = {k: float(row[k]) for k in METRICS}
     # Unknown values (a cost without a price) are None, never NaN.
-    return {"system": system, "devices": int(row["devices"]), "plan": plan,
-            **{k: (v if np.isfinite(v) else None) for k, v in metrics.items()}}
+    return TrainRow(system=system, devices=int(row["devices"]), plan=TrainPlan(**plan),
+                    **{k: (v if np.isfinite(v) else None) for k, v in metrics.items()})
 
 
 def raise_if_infeasible(result: SearchResult, options: SearchOptions | None = None) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -17,7 +18,9 @@ from perfmodel.cli.app import main
 from perfmodel.cli.columns import Column, Listed, column, csv_of, csv_only, each_once, listed, table_of, texts
 from perfmodel.cli.render import Table, plan_text, seconds_text, time_columns, time_records, times_table, usd_text
 from perfmodel.cli.units import joules
+from perfmodel.search.rows import TrainRow
 from perfmodel.search.serve import Deployment, Pool
+from perfmodel.training import TrainPlan
 
 
 def cells(table) -> list[list[str]]:
@@ -53,28 +56,29 @@ def test_each_plan_once_keeps_its_first_role_and_takes_its_rank_from_the_list():
     assert [(k.rank, k.role) for k in kept] == [(None, "recommended"), (1, "optimum"), (2, "top")]
 
 
-def _plan(step: float, tp: int, mfu: float) -> dict:
-    fields = {"tp": tp, "pp": 1, "dp": 8 // tp, "cp": 1, "ep": 1, "interleave": 1, "micro_batch": 2, "zero": 1,
-              "recompute": "none", "sp": tp > 1, "precision": "bf16", "optimizer_place": "hbm", "grad_place": "hbm",
-              "param_place": "hbm"}
-    return {"system": "dgx-h100", "devices": 8, "plan": fields, "step_time_s": step, "step_time_low_s": 0.9 * step,
-            "step_time_high_s": 1.1 * step, "mfu": mfu, "run_cost_usd": None, "run_time_s": None,
-            "cost_per_million_tokens_usd": 2.5 * step, "energy_per_token_j": 0.4 * step, "reproduce": f"tp{tp}"}
+def _plan(step: float, tp: int, mfu: float) -> TrainRow:
+    plan = TrainPlan(tp=tp, pp=1, dp=8 // tp, cp=1, ep=1, interleave=1, micro_batch=2, zero=1, recompute="none",
+                     sp=tp > 1, precision="bf16")
+    return TrainRow(system="dgx-h100", devices=8, plan=plan, step_time_s=step, step_time_low_s=0.9 * step,
+                    step_time_high_s=1.1 * step, tokens_per_s=1e5 / step, mfu=mfu, hbm_used_bytes=60e9, hbm_fill=0.75,
+                    power_w=900.0, energy_per_token_j=0.4 * step, cost_per_million_tokens_usd=2.5 * step,
+                    run_cost_usd=None, run_time_s=None)
 
 
 def test_plan_train_table_and_csv_agree_cell_by_cell():
     plans = [_plan(1.25, 8, 0.5), _plan(1.5, 4, 0.45), _plan(2.0, 2, 0.4)]
+    commands = {p: f"tp{p.plan.tp}" for p in plans}
     table = view_train._plans_table("top", plans, "$/M tokens")
-    rows = csv_of(view_train._plan_columns(), listed(plans, "top"))
+    rows = csv_of(view_train._plan_columns(commands=commands), listed(plans, "top"))
     assert len(cells(table)) == len(rows) == 3
     for text, row, plan in zip(cells(table), rows, plans):
         rank, where, plan_cell, step, mfu, cost, energy = text
         assert rank == str(row["rank"]) and row["role"] == "top"
         assert where == f"{row['devices']:,} x {row['system']}"
-        assert plan_cell == plan_text({k: row[k] for k in plan["plan"]})
+        assert plan_cell == plan_text({k: row[k] for k in plan.plan_dict()})
         assert step.split("\n")[0] == seconds_text(row["step_time_s"])
         assert mfu == f"{row['mfu']:.1%}" and cost == usd_text(row["cost_per_million_tokens_usd"])
-        assert energy == joules(row["energy_per_token_j"]) and row["reproduce"] == plan["reproduce"]
+        assert energy == joules(row["energy_per_token_j"]) and row["reproduce"] == commands[plan]
 
 
 @pytest.mark.parametrize("answer_at,recommended,objective,roles", [
@@ -85,14 +89,15 @@ def test_plan_train_table_and_csv_agree_cell_by_cell():
 ])
 def test_plan_train_csv_lists_each_plan_once_with_its_role_and_rank(answer_at, recommended, objective, roles):
     top = [_plan(1.25, 8, 0.5), _plan(1.5, 4, 0.45), _plan(2.0, 2, 0.4)]
-    answer = dict(top[answer_at])   # the search hands the answer over as its own row
+    answer = replace(top[answer_at], runs_on=("megatron",))   # the search hands the answer over as its own row
+    commands = {p: f"tp{p.plan.tp}" for p in top + [answer]}
     result = SimpleNamespace(best=top[0], top=top, pareto=top[:2], recommended=answer if recommended else None)
-    rows = view_train._plans_csv(result, answer, objective, pareto=False)
+    rows = view_train._plans_csv(result, answer, objective, False, commands)
     assert [r["role"] for r in rows] == roles
-    assert rows[0]["reproduce"] == answer["reproduce"] and rows[0]["rank"] == answer_at + 1
+    assert rows[0]["reproduce"] == commands[answer] and rows[0]["rank"] == answer_at + 1
     assert sorted(r["rank"] for r in rows) == [1, 2, 3]
     assert len({tuple(r.items()) for r in rows}) == len(rows)
-    front = view_train._plans_csv(result, answer, objective, pareto=True)
+    front = view_train._plans_csv(result, answer, objective, True, commands)
     assert [(r["rank"], r["role"]) for r in front] == [(1, "pareto"), (2, "pareto")]
 
 

@@ -141,7 +141,7 @@ def test_the_search_api_returns_what_the_cli_prints(capsys):
     planning = perfmodel.plan_train(model="llama-3.1-8b", devices=(8,), global_batch=64)
     code, out, _ = run(capsys, "plan", "train", "--model", "llama-3.1-8b", "--devices", "8", "--global-batch", "64",
                        "--json")
-    assert code == 0 and json.loads(out)["best"]["plan"] == planning.best["plan"]
+    assert code == 0 and json.loads(out)["best"]["plan"] == planning.best.plan_dict()
     from perfmodel.hardware_db.errors import UnknownNameError
 
     with pytest.raises(UnknownNameError):

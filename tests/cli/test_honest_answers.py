@@ -178,6 +178,8 @@ def test_every_serving_pool_reproduces_with_its_estimate_command(capsys):
 # --- checked optima ---------------------------------------------------------------------------
 
 def test_the_training_checker_catches_a_tampered_answer(db):
+    from dataclasses import replace
+
     from perfmodel.catalog import find_model
     from perfmodel.training import TrainWorkload
     from perfmodel.search.train import SearchOptions, check_plans, search_training
@@ -188,7 +190,7 @@ def test_the_training_checker_catches_a_tampered_answer(db):
     worse = result.top[-1]
     result.best, result.top = worse, [result.top[0]]
     assert any("beats the reported best" in p for p in check_plans(spec, result, work, SearchOptions()))
-    result.best = {**worse, "step_time_s": worse["step_time_s"] / 2}
+    result.best = replace(worse, step_time_s=worse.step_time_s / 2)
     assert any("alone" in p for p in check_plans(spec, result, work, SearchOptions()))
 
 

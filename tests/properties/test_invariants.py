@@ -354,7 +354,7 @@ def test_the_optimum_is_no_worse_than_any_random_feasible_plan(db, seed):
     i = np.random.default_rng(seed).integers(0, len(cols["tp"]), 64)
     r = estimate_training(spec, machine, TrainPlan(**{k: cols[k][i] for k in PLAN_FIELDS}), work)
     if r.feasible.any():
-        assert best["step_time_s"] <= float(r.step_time_s[r.feasible].min()) * (1 + 1e-9)
+        assert best.step_time_s <= float(r.step_time_s[r.feasible].min()) * (1 + 1e-9)
 
 
 @SLOW
@@ -388,8 +388,8 @@ def test_the_searched_optimum_costs_what_its_estimate_says(db):
 
     spec, work = find_model("deepseek-v3"), TrainWorkload(8192, 4096)
     best = search_training(spec, db, [("dgx-h100", 1024)], work, SearchOptions(offload=False)).best
-    alone = estimate_training(spec, build_machine(db, "dgx-h100", 1024), TrainPlan(**best["plan"]), work)
-    assert float(alone.step_time_s) == pytest.approx(best["step_time_s"], rel=1e-9)
+    alone = estimate_training(spec, build_machine(db, "dgx-h100", 1024), best.plan, work)
+    assert float(alone.step_time_s) == pytest.approx(best.step_time_s, rel=1e-9)
 
 
 points = st.lists(st.tuples(*[st.floats(0, 100, allow_nan=False)] * 3), min_size=1, max_size=80)
@@ -439,7 +439,7 @@ def test_solvers_agree_with_brute_force_on_small_spaces(db, layers, hidden, devi
     work = TrainWorkload(batch, 2048)
     expected, _ = brute_force_training(spec, build_machine(db, "dgx-h100", devices), work, space)
     best = search_training(spec, db, [("dgx-h100", devices)], work, SearchOptions(space=space)).best
-    assert (best is None and not np.isfinite(expected)) or best["step_time_s"] == pytest.approx(expected, rel=1e-6)
+    assert (best is None and not np.isfinite(expected)) or best.step_time_s == pytest.approx(expected, rel=1e-6)
 
 
 # --- catalog -------------------------------------------------------------------------------------

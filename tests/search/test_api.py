@@ -17,7 +17,6 @@ from perfmodel.hardware_db.errors import InfeasibleError, PerfmodelError, SpecEr
 from perfmodel.search.api import ServePlanning, TrainPlanning, plan_serve, plan_train
 from perfmodel.search.requests import PlanServeRequest, PlanTrainRequest
 from perfmodel.search.serve import serving_ties
-from perfmodel.training import TrainPlan
 
 # Small requests (well under a second each): Llama 3.1 8B on one node; Llama 3.1 70B at 10 requests/s,
 # whose optimum (fp8 weights, a16 activations) no serving framework runs, so a tie is recommended.
@@ -74,10 +73,10 @@ def test_plan_train_answers_what_plan_train_json_prints(db, capsys):
     planning = plan_train(db=db, **TRAIN)
     assert isinstance(planning, TrainPlanning)
     doc = cli_json(capsys, "plan", "train", *TRAIN_ARGV)
-    assert without(doc["best"], "reproduce") == planning.best
-    assert without(doc["recommended"], "reproduce", "breakdown") == planning.recommended
-    assert [without(r, "reproduce") for r in doc["top"]] == planning.result.top
-    assert [fw for fw, why in doc["runs_on"].items() if why is None] == sorted(planning.recommended["runs_on"])
+    assert without(doc["best"], "reproduce") == planning.best.as_dict()
+    assert without(doc["recommended"], "reproduce", "breakdown") == planning.recommended.as_dict()
+    assert [without(r, "reproduce") for r in doc["top"]] == [r.as_dict() for r in planning.result.top]
+    assert [fw for fw, why in doc["runs_on"].items() if why is None] == sorted(planning.recommended.runs_on)
     for key in ("status", "evaluated", "feasible", "declared_space"):
         assert doc["evidence"][key] == getattr(planning.evidence, key), key
     assert planning.evidence.status == "OPTIMAL"
@@ -202,12 +201,12 @@ def test_machine_of_and_estimate_reproduce_each_listed_plan(db):
     assert planning.machine is planning.machine_of(planning.best)
     for row in [planning.best, *planning.result.top]:
         machine = planning.machine_of(row)
-        assert (machine.system.name, machine.devices) == (row["system"], row["devices"])
+        assert (machine.system.name, machine.devices) == (row.system, row.devices)
         again = planning.estimate(row)
-        assert float(again.step_time_s) == pytest.approx(row["step_time_s"], rel=1e-12)
-        assert float(again.mfu) == pytest.approx(row["mfu"], rel=1e-12)
-    assert float(planning.estimate().step_time_s) == pytest.approx(planning.best["step_time_s"], rel=1e-12)
-    assert {(r["system"], r["devices"]) for r in planning.result.top} <= set(planning.candidates)
+        assert float(again.step_time_s) == pytest.approx(row.step_time_s, rel=1e-12)
+        assert float(again.mfu) == pytest.approx(row.mfu, rel=1e-12)
+    assert float(planning.estimate().step_time_s) == pytest.approx(planning.best.step_time_s, rel=1e-12)
+    assert {(r.system, r.devices) for r in planning.result.top} <= set(planning.candidates)
 
 
 def test_recommended_plan_is_within_the_optimums_range_and_runs_where_it_says(db):
@@ -215,11 +214,11 @@ def test_recommended_plan_is_within_the_optimums_range_and_runs_where_it_says(db
     frameworks whose export accepts it; under ``any_plan`` it is the optimum itself."""
     planning = plan_train(db=db, **TRAIN_CP)
     best, rec = planning.best, planning.recommended
-    assert best["step_time_low_s"] <= rec["step_time_s"] <= best["step_time_high_s"]
-    assert rec["step_time_s"] >= best["step_time_s"]
-    answers = training_frameworks(planning.spec, planning.machine_of(rec), TrainPlan(**rec["plan"]), planning.work,
+    assert best.step_time_low_s <= rec.step_time_s <= best.step_time_high_s
+    assert rec.step_time_s >= best.step_time_s
+    answers = training_frameworks(planning.spec, planning.machine_of(rec), rec.plan, planning.work,
                                   "llama-3.1-8b")
-    assert rec["runs_on"] == [fw for fw in TRAINING if answers[fw] is None] and rec["runs_on"]
+    assert list(rec.runs_on) == [fw for fw in TRAINING if answers[fw] is None] and rec.runs_on
     optimum = plan_train(db=db, **TRAIN_CP, any_plan=True)
     assert optimum.recommended is optimum.best and optimum.best == best
 
@@ -231,9 +230,9 @@ def test_train_export_writes_what_runs_and_refuses_the_rest(db):
     recommended plan, and raises ExportError (a one-line SpecError) with the reason ``runs_on``
     leaves it out for one that does not; serving frameworks and unknown names are refused too."""
     planning = plan_train(db=db, **TRAIN_CP)
-    runs_on = planning.recommended["runs_on"]
+    runs_on = planning.recommended.runs_on
     answers = training_frameworks(planning.spec, planning.machine_of(planning.recommended),
-                                  TrainPlan(**planning.recommended["plan"]), planning.work, "llama-3.1-8b")
+                                  planning.recommended.plan, planning.work, "llama-3.1-8b")
     assert set(runs_on) < set(TRAINING)          # this case exercises both branches
     for framework in TRAINING:
         if framework in runs_on:
@@ -252,7 +251,7 @@ def test_train_export_writes_what_runs_and_refuses_the_rest(db):
 def test_train_export_matches_the_commands_files(db, capsys, tmp_path):
     """Searching with ``framework=`` and exporting gives the files ``plan train --export`` writes."""
     planning = plan_train(db=db, **TRAIN, framework="megatron")
-    assert "megatron" in planning.recommended["runs_on"]
+    assert "megatron" in planning.recommended.runs_on
     files = cli_files(capsys, tmp_path, "plan", "train", *TRAIN_ARGV, "--export", "megatron")
     assert planning.export("megatron") == files and files
 
@@ -262,13 +261,13 @@ def test_framework_search_finds_a_plan_that_framework_exports(db):
     accepts it; searching with ``framework=`` gives the best plan Megatron runs, which exports."""
     request = dict(model="llama-3.1-70b", system=("dgx-h100",), devices=(8,), global_batch=16, seq_len=4096)
     anywhere = plan_train(db=db, **request)
-    assert anywhere.recommended["runs_on"] == []
+    assert anywhere.recommended.runs_on == ()
     for framework in TRAINING:
         with pytest.raises(ExportError):
             anywhere.export(framework)
     megatron = plan_train(db=db, **request, framework="megatron")
-    assert megatron.recommended["runs_on"] == ["megatron"] and megatron.export("megatron")
-    assert megatron.best["step_time_s"] >= anywhere.best["step_time_s"] * (1 - 1e-12)   # a subset of the space
+    assert megatron.recommended.runs_on == ("megatron",) and megatron.export("megatron")
+    assert megatron.best.step_time_s >= anywhere.best.step_time_s * (1 - 1e-12)   # a subset of the space
 
 
 def test_serve_export_writes_the_recommended_deployment(db):

@@ -108,11 +108,11 @@ def test_train_heuristic_best_is_the_familys_best_and_never_beats_the_optimum(db
     restricted = train_options(name, options, 8)
     found = search_training(spec, db, [candidate], work, restricted)
     assert found.best is not None and found.evidence.status == "OPTIMAL"
-    assert all(in_family(name, r["plan"], 8) for r in [found.best, *found.top])
+    assert all(in_family(name, r.plan_dict(), 8) for r in [found.best, *found.top])
     expected, _ = brute_force_training(spec, machine, work, replace(restricted.space, offload_places=("hbm",)))
-    assert found.best["step_time_s"] == pytest.approx(expected, rel=1e-9)
+    assert found.best.step_time_s == pytest.approx(expected, rel=1e-9)
     optimum = search_training(spec, db, [candidate], work, options)
-    assert found.best["step_time_s"] >= optimum.best["step_time_s"] * (1 - 1e-12)
+    assert found.best.step_time_s >= optimum.best.step_time_s * (1 - 1e-12)
 
 
 @pytest.mark.parametrize("name", sorted(TRAIN_BASELINES))
@@ -125,9 +125,9 @@ def test_plan_train_baseline_is_searched_on_the_optimums_system(db, name, object
     best, found = planning.best, planning.baseline
     assert found is not None and found.best is not None
     for row in [found.best, *found.top]:
-        assert (row["system"], row["devices"]) == (best["system"], best["devices"])
-        assert in_family(name, row["plan"], 8)
-    assert found.best[key] >= best[key] * (1 - 1e-12)
+        assert (row.system, row.devices) == (best.system, best.devices)
+        assert in_family(name, row.plan_dict(), 8)
+    assert getattr(found.best, key) >= getattr(best, key) * (1 - 1e-12)
     assert plan_train(db=db, model="llama-3.1-8b", devices=(8,), global_batch=64, seq_len=4096).baseline is None
 
 
@@ -142,7 +142,7 @@ def test_cli_speedup_is_the_apis_ratio(db, capsys):
     doc = json.loads(capsys.readouterr().out)["baseline"]
     planning = plan_train(db=db, model="llama-3.1-8b", system=("dgx-h100",), devices=(8,), global_batch=64,
                           seq_len=4096, baseline="tp-node")
-    ratio = planning.baseline.best["step_time_s"] / planning.best["step_time_s"]
+    ratio = planning.baseline.best.step_time_s / planning.best.step_time_s
     assert doc["name"] == "tp-node" and doc["speedup"] == pytest.approx(ratio, rel=1e-12) and ratio >= 1.0
 
 

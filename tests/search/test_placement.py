@@ -276,5 +276,5 @@ def test_plan_search_uses_the_skew(db):
     balanced = search_training(spec, db, [("dgx-h100", 16)], work, SearchOptions(offload=False))
     stats = zipf_routing(spec.moe_layers, 8, 2, 65536, 2.0, 0.0, seed=0)
     skewed = search_training(spec, db, [("dgx-h100", 16)], work, SearchOptions(offload=False, routing=stats))
-    assert skewed.best["step_time_s"] >= balanced.best["step_time_s"]
-    assert skewed.best["plan"]["moe_imbalance"] >= 1.0
+    assert skewed.best.step_time_s >= balanced.best.step_time_s
+    assert skewed.best.plan.moe_imbalance >= 1.0

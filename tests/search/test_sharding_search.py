@@ -4,6 +4,7 @@ what a framework runs when it exports."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from perfmodel.search.brute import brute_force_training
 from perfmodel.search.space import SpaceOptions, build_space, sharding_schemes
 from perfmodel.search.vocabulary import SHARDING
 from perfmodel.search.train import SearchOptions, check_plans, search_training
-from perfmodel.training import TrainPlan, TrainWorkload
+from perfmodel.training import TrainWorkload
 
 EVERY = SpaceOptions(micro_batches=(1,), interleaves=(1,), recomputes=("none", "full"), precisions=("bf16",),
                      max_cp=2, sharding=SHARDING)
@@ -45,7 +46,7 @@ def test_search_with_sharding_matches_brute_force(db):
     machine = build_machine(db, "frontier", 16)
     expected, evaluated = brute_force_training(spec, machine, work, EVERY)
     result = search_training(spec, db, [("frontier", 16)], work, SearchOptions(space=EVERY))
-    assert result.best["step_time_s"] == pytest.approx(expected, rel=1e-6)
+    assert result.best.step_time_s == pytest.approx(expected, rel=1e-6)
     assert result.evidence.status == "OPTIMAL"
     assert evaluated > result.evidence.evaluated   # brute force also tried every offload placement
 
@@ -56,9 +57,10 @@ def test_checker_catches_a_plan_whose_sharding_was_altered(db):
                                                precisions=("bf16",), max_cp=1, sharding=SHARDING), offload=False)
     result = search_training(spec, db, [("frontier", 384)], work, options)
     assert result.evidence.status == "OPTIMAL" and check_plans(spec, result, work, options) == []
-    assert result.best["plan"]["zero"] == 3 and result.best["plan"]["shard_weights"] in (2, 8)
+    assert result.best.plan.zero == 3 and result.best.plan.shard_weights in (2, 8)
     altered = copy.deepcopy(result)
-    altered.best["plan"].update(shard_weights=0, shard_grads=0, hpz=0)   # flat ZeRO-3 over 384 GCDs
+    altered.best = replace(altered.best, plan=replace(altered.best.plan, shard_weights=0, shard_grads=0,
+                                                      hpz=0))   # flat ZeRO-3 over 384 GCDs
     problems = check_plans(spec, altered, work, options)
     assert problems and "alone" in problems[0]
 
@@ -74,7 +76,7 @@ def test_plan_for_a_framework_lists_only_sharding_it_writes(db, framework):
     result = search_training(spec, db, pairs, work, options)
     machine = result.machines[("frontier", 64)]
     for row in [result.best] + result.top + result.pareto + result.ties:
-        plan = TrainPlan(**row["plan"])
+        plan = row.plan
         assert training_files(framework, spec, machine, plan, work, "llama-3.1-8b")   # never an ExportError
 
 

@@ -39,7 +39,7 @@ def test_search_matches_brute_force(db, layers, hidden, devices, global_batch, s
         assert result.best is None
         return
     assert result.best is not None
-    assert result.best["step_time_s"] == pytest.approx(expected, rel=1e-6)
+    assert result.best.step_time_s == pytest.approx(expected, rel=1e-6)
     assert result.evidence.status == "OPTIMAL"
 
 
@@ -61,12 +61,12 @@ def test_every_objective_matches_brute_force(db, objective, hidden, seq, pricing
             brute_force_training(spec, build_machine(db, s, n), work, SMALL_SPACE)[0]))
         fastest = min(brute_force_training(spec, build_machine(db, s, n), work, SMALL_SPACE)[0]
                       for s, n in candidates if n == fewest)
-        assert (result.best["devices"], result.best["step_time_s"]) == (fewest, pytest.approx(fastest, rel=1e-6))
+        assert (result.best.devices, result.best.step_time_s) == (fewest, pytest.approx(fastest, rel=1e-6))
         return
     expected = min(brute_force_training(spec, build_machine(db, s, n, pricing), work, SMALL_SPACE, objective)[0]
                    for s, n in candidates)
     key = {"cost": "cost_per_million_tokens_usd", "energy": "energy_per_token_j"}[objective]
-    assert result.best[key] == pytest.approx(expected, rel=1e-6)
+    assert getattr(result.best, key) == pytest.approx(expected, rel=1e-6)
 
 
 def test_offload_is_found_when_only_it_fits(db):
@@ -80,8 +80,8 @@ def test_offload_is_found_when_only_it_fits(db):
     expected, _ = brute_force_training(spec, machine, work, space)
     result = search_training(spec, db, [("hgx-h200", 4)], work, SearchOptions(space=space))
     assert result.best is not None and result.evidence.feasible == 0 and result.evidence.feasible_with_offload > 0
-    assert result.best["step_time_s"] == pytest.approx(expected, rel=1e-6)
-    assert result.best["plan"]["optimizer_place"] != "hbm"
+    assert result.best.step_time_s == pytest.approx(expected, rel=1e-6)
+    assert result.best.plan.optimizer_place != "hbm"
 
 
 def test_llama_405b_on_16k_h100_needs_no_offload(db):
@@ -89,8 +89,8 @@ def test_llama_405b_on_16k_h100_needs_no_offload(db):
     from perfmodel.catalog import find_model
 
     result = search_training(find_model("llama-3.1-405b"), db, [("dgx-h100", 16384)], TrainWorkload(2048, 8192))
-    plan = result.best["plan"]
-    assert (plan["optimizer_place"], plan["grad_place"], plan["param_place"]) == ("hbm", "hbm", "hbm")
+    plan = result.best.plan
+    assert (plan.optimizer_place, plan.grad_place, plan.param_place) == ("hbm", "hbm", "hbm")
     assert result.evidence.feasible > 1000
 
 
@@ -111,10 +111,10 @@ def test_choice_among_candidates_is_the_global_optimum(db):
     work = TrainWorkload(64, 4096, 1e9)
     candidates = [("dgx-h100", 8), ("dgx-a100", 8), ("mi300x-8x", 8), ("dgx-h100", 16)]
     together = search_training(spec, db, candidates, work, SearchOptions(offload=False))
-    alone = [search_training(spec, db, [c], work, SearchOptions(offload=False)).best["step_time_s"] for c in candidates]
-    assert together.best["step_time_s"] == pytest.approx(min(alone))
+    alone = [search_training(spec, db, [c], work, SearchOptions(offload=False)).best.step_time_s for c in candidates]
+    assert together.best.step_time_s == pytest.approx(min(alone))
     devices = search_training(spec, db, candidates, work, SearchOptions(objective="devices", offload=False))
-    assert devices.best["devices"] == 8
+    assert devices.best.devices == 8
 
 
 def test_pareto_front_is_non_dominated_and_holds_each_optimum(db):
@@ -125,7 +125,7 @@ def test_pareto_front_is_non_dominated_and_holds_each_optimum(db):
     candidates = [("dgx-h100", 8), ("dgx-a100", 8), ("dgx-h100", 16), ("dgx-b200", 8)]
     result = search_training(spec, db, candidates, work, SearchOptions(offload=False, top=1000))
     keys = ("step_time_s", "cost_per_million_tokens_usd", "energy_per_token_j")
-    value = lambda p, k: np.inf if p[k] is None else p[k]  # noqa: E731  (no price: worst cost)
+    value = lambda p, k: np.inf if getattr(p, k) is None else getattr(p, k)  # noqa: E731  (no price: worst cost)
     front = np.array([[value(p, k) for k in keys] for p in result.pareto])
     for i, a in enumerate(front):
         for j, b in enumerate(front):
@@ -157,15 +157,15 @@ def test_ties_are_the_plans_whose_range_overlaps_the_best(db):
     spec = find_model("llama-3.1-8b")
     result = search_training(spec, db, [("dgx-h100", 8)], TrainWorkload(64, 4096, 1e10), SearchOptions(offload=False))
     best = result.best
-    assert best["step_time_low_s"] <= best["step_time_s"] <= best["step_time_high_s"]
-    assert best["step_time_high_s"] > best["step_time_s"]          # a range, not a point
+    assert best.step_time_low_s <= best.step_time_s <= best.step_time_high_s
+    assert best.step_time_high_s > best.step_time_s          # a range, not a point
     assert result.tie_count >= len(result.ties)
     for p in result.ties:
-        assert p["step_time_low_s"] <= best["step_time_high_s"] * (1 + 1e-9)
+        assert p.step_time_low_s <= best.step_time_high_s * (1 + 1e-9)
     if result.tie_count == len(result.ties):            # every tie is listed: the other top plans are not ties
         for p in result.top:
             if p != best and p not in result.ties:
-                assert p["step_time_low_s"] > best["step_time_high_s"]
+                assert p.step_time_low_s > best.step_time_high_s
 
 
 @pytest.mark.parametrize("model,system,devices,batch", [("deepseek-v3", "dgx-h100", 256, 1024),
