@@ -72,7 +72,7 @@ def format_validation_error(err: ValidationError, where: str) -> str:
     return f"{where}:" + "; ".join(problems[:10]) + tail
 
 
-def _validate_all(entries: Iterable[tuple[Any, dict, str]], context: dict | None = None) -> list:
+def validate_all(entries: Iterable[tuple[Any, dict, str]], context: dict | None = None) -> list:
     """Each (model, entry, where) validated (under the schema's validation ``context``); every
     failing entry's problems raised together as one SpecError line (a file's mistakes all at once,
     not one per run)."""
@@ -270,7 +270,7 @@ def _merge_extends(raw: dict[str, dict[str, dict]], where: dict[tuple[str, str],
             resolve(kind, name, (name,))
 
 
-def _check_references(db: Database) -> None:
+def check_references(db: Database) -> None:
     for s in db.systems.values():
         where = f"system {s.name}"
         for ref, getter in ((s.accelerator, db.accelerator),):
@@ -339,12 +339,12 @@ def _validated(files: list[Path]) -> Database:
                 raise SpecError(f"{where[kind, name]}: name '{name}' is used by a {owner[name]} entry too")
             owner[name] = kind
             pending.append((kind, name, model, entry))
-    valid = _validate_all((model, entry, f"{where[kind, name]}:{kind}.{name}") for kind, name, model, entry in pending)
+    valid = validate_all((model, entry, f"{where[kind, name]}:{kind}.{name}") for kind, name, model, entry in pending)
     tables = {kind: {} for kind in ENTRY_KINDS}
     for (kind, name, _, _), entry in zip(pending, valid):
         tables[kind][name] = entry
     db = Database(**tables, files=tuple(str(p) for p in files))
-    _check_references(db)
+    check_references(db)
     return db
 
 
@@ -367,4 +367,4 @@ def check_file(path: os.PathLike | str) -> list[Entry]:
             inherited = {k: v for k, v in own[kind, parent].items() if k != "aliases"}  # aliases stay the parent's
             entry = {**inherited, **{k: v for k, v in entry.items() if k != "extends"}}
         out.append((ENTRY_KINDS[kind], entry, f"{path}:{kind}.{entry['name']}"))
-    return _validate_all(out)
+    return validate_all(out)

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .loader import Database, _check_references, _validate_all
+from .loader import Database, check_references, validate_all
 from .schema import ENTRY_KINDS as KINDS, SI
 
 
@@ -54,10 +54,10 @@ def with_overrides(db: Database, changes: Mapping[str, Mapping[str, Mapping[str,
         for name, fields in entries.items():
             base = table[name].model_dump(by_alias=True) if name in table else {"name": name}
             pending.append((kind, name, {**base, **_fields(model, fields)}))
-    valid = _validate_all(((KINDS[kind], data, f"what-if {kind}.{name}") for kind, name, data in pending), SI)
+    valid = validate_all(((KINDS[kind], data, f"what-if {kind}.{name}") for kind, name, data in pending), SI)
     tables = {kind: dict(getattr(db, kind)) for kind in changes}
     for (kind, name, _), entry in zip(pending, valid):
         tables[kind][name] = entry
     out = replace(db, **tables)
-    _check_references(out)
+    check_references(out)
     return out

@@ -26,18 +26,22 @@ from perfmodel.hardware_db.errors import SpecError
 GIGA, TERA, GIBI = 1e9, 1e12, 2.0 ** 30      # HBM capacity is binary (hardware_db.schema)
 
 # Parameter -> (unit, lowest, highest allowed): what a point may set on the base system.
+# Each parameter's unit and range: the hardware database schema's bounds for the field it sets
+# (hardware_db.schema: HbmGB, HbmTBps, the dense peaks, Watts, LinkGBps, LinkGbitps, CapacityGB, MemGBps,
+# DollarsPerHour), so a spec asks only for what-ifs the database can hold and is refused up front
+# otherwise; a point whose derived values leave them (flops_scale of a large peak) is an INVALID row.
 PARAMETERS: dict[str, tuple[str, float, float]] = {
     "hbm_gb": ("GB per device", 1.0, 4096.0),
     "hbm_tb_per_s": ("TB/s per device", 0.05, 50.0),
     "flops_scale": ("x every dense peak", 0.01, 100.0),
-    **{f"{p}_tflops": (f"dense {p} TFLOP/s per device", 0.1, 1_000_000.0) for p in ("fp64", "fp32", "tf32", "bf16",
-                                                                                      "fp16", "fp8", "int8", "fp4")},
-    "tdp_w": ("W per device", 1.0, 100_000.0),
+    **{f"{p}_tflops": (f"dense {p} TFLOP/s per device", 0.01, 40_000.0) for p in ("fp64", "fp32", "tf32", "bf16",
+                                                                                   "fp16", "fp8", "int8", "fp4")},
+    "tdp_w": ("W per device", 1.0, 200_000.0),
     "scale_up_domain": ("devices in one scale-up domain", 2, 1_000_000),
-    "scale_up_gb_per_s": ("GB/s per device and direction", 0.1, 100_000.0),
-    "scale_out_gbit_per_s": ("Gbit/s per device and direction", 1.0, 100_000.0),
-    "pool_gb": ("GB of pooled memory per device", 1.0, 1_000_000.0),
-    "pool_tb_per_s": ("TB/s of pooled memory per device", 0.001, 100.0),
+    "scale_up_gb_per_s": ("GB/s per device and direction", 0.1, 10_000.0),
+    "scale_out_gbit_per_s": ("Gbit/s per device and direction", 1.0, 20_000.0),
+    "pool_gb": ("GB of pooled memory per device", 1.0, 10_000_000.0),
+    "pool_tb_per_s": ("TB/s of pooled memory per device", 0.001, 10.0),
     "price_usd_per_hour": ("USD per device-hour", 0.01, 10_000.0),
 }
 SAMPLING = ("grid", "latin", "sobol")

@@ -44,14 +44,17 @@ def test_an_invalid_change_is_refused_in_one_line(db, changes, message):
 
 
 def test_a_sweep_point_the_schema_refuses_is_an_invalid_row(db):
-    """A point within the sweep's ranges that breaks the schema's (a pooled memory faster than 10 TB/s)
-    is refused by the same validation as a file, its row INVALID with the one-line reason."""
-    values = {"pool_gb": 512.0, "pool_tb_per_s": 20.0}
-    with pytest.raises(SpecError, match="what-if memory.sweep-pool:read_gb_per_s: needs 0.1 to 10000 GB/s"):
+    """The spec's ranges are the schema's, so a spec asking for a pool faster than 10 TB/s is refused up
+    front; a point whose derived values leave the schema's bounds (every peak x 100 puts H100's fp8
+    above 40,000 TFLOP/s) is refused by the same validation as a file, its row INVALID with the one-line reason."""
+    with pytest.raises(SpecError, match=re.escape("pool_tb_per_s needs 0.001 to 10 (TB/s of pooled memory per device)")):
+        parse_spec(SPEC.format(pool_gb="[512]", pool_tb_per_s="[20]"))
+    values = {"flops_scale": 100.0}
+    with pytest.raises(SpecError, match=r"what-if accelerators\.h100-sxm:dense_tflops: .*needs 0\.01 to 40000 TFLOP/s"):
         apply_point(db, "dgx-h100", values)
-    spec = parse_spec(SPEC.format(pool_gb="[512]", pool_tb_per_s="[20]"))
+    spec = parse_spec(SCALED)
     (row,) = evaluate_point(spec, 0, values, db)
-    assert row["status"] == "INVALID" and "needs 0.1 to 10000 GB/s" in row["reason"] and "\n" not in row["reason"]
+    assert row["status"] == "INVALID" and "needs 0.01 to 40000 TFLOP/s" in row["reason"] and "\n" not in row["reason"]
     point_db, name = apply_point(db, "dgx-h100", {"pool_gb": 512.0, "pool_tb_per_s": 2.0})   # a valid pool
     assert point_db.memory_entry("sweep-pool").read_bytes_per_s == 2e12
     assert point_db.system(name).memory_tiers[-1].memory == "sweep-pool"
@@ -80,3 +83,4 @@ workloads:
     global_batch: 64
     seq_len: 4096
 """
+SCALED = SPEC.replace("  pool_gb: {pool_gb}\n  pool_tb_per_s: {pool_tb_per_s}\n", "  flops_scale: [100]\n")
