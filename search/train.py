@@ -44,7 +44,7 @@ from .vocabulary import TRAIN_OBJECTIVES as OBJECTIVES
 DAY = 86400.0  # seconds
 
 
-@dataclass
+@dataclass(frozen=True)
 class Evidence:
     declared_space: int
     evaluated: int
@@ -58,7 +58,7 @@ class Evidence:
     cpsat_models: int = 0
     rules: tuple[str, ...] = RULES
     left_out: tuple[str, ...] = LEFT_OUT      # what the declared space does not hold
-    check: list[str] = field(default_factory=list)   # what the independent check found (empty: nothing)
+    check: tuple[str, ...] = ()                      # what the independent check found (empty: nothing)
     dimensions: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
@@ -85,7 +85,7 @@ class PlanTable:
         return PlanTable({k: np.concatenate([t.columns[k] for t in tables]) for k in tables[0].columns})
 
 
-@dataclass
+@dataclass(frozen=True)
 class SearchResult:
     best: TrainRow | None
     top: list[TrainRow]
@@ -269,7 +269,7 @@ def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[
     machines = {(o.machine.system.name, o.machine.devices): o.machine for o in outcomes}
     if not len(everything):
         closest = min((o.closest for o in outcomes if o.closest), key=lambda c: c["hbm_over_bytes"], default=None)
-        evidence.seconds = time.perf_counter() - started
+        evidence = replace(evidence, seconds=time.perf_counter() - started)
         return SearchResult(None, [], [], evidence, closest=closest, machines=machines, limits=limits)
     objective = _objective(everything, options.objective)
     best_i = _select(everything, objective)
@@ -280,23 +280,21 @@ def search_training(spec: TransformerSpec, db: Database, candidates: list[tuple[
                                    everything.columns["energy_per_token_j"]], axis=1))
     front = front[np.argsort(everything.columns["step_time_s"][front], kind="stable")]
     ties = _ties(everything, objective, best_i, options.objective)
-    evidence.status, evidence.gap = _proof(outcomes, everything, best_i, options.objective)
+    status, gap = _proof(outcomes, everything, best_i, options.objective)
     describe = lambda i: _describe(everything.row(int(i)), candidates)  # noqa: E731
-    result = SearchResult(best=describe(best_i), top=[describe(i) for i in order], pareto=[describe(i) for i in front],
-                          evidence=evidence, machines=machines, ties=[describe(i) for i in ties[:TIES_SHOWN]],
-                          tie_count=len(ties))
-    result.per_system = [describe(i) for i in _best_per_system(everything, objective, candidates)]
     near = _near(everything, objective, best_i)
-    result.near_count = len(near)
-    if options.recommend_on is not None:
-        result.recommended = _recommend(spec, work, machines, everything, objective, near, describe,
-                                        options.recommend_on)
+    result = SearchResult(best=describe(best_i), top=[describe(i) for i in order], pareto=[describe(i) for i in front],
+                          evidence=replace(evidence, status=status, gap=gap), machines=machines,
+                          ties=[describe(i) for i in ties[:TIES_SHOWN]], tie_count=len(ties),
+                          recommended=None if options.recommend_on is None else _recommend(
+                              spec, work, machines, everything, objective, near, describe, options.recommend_on),
+                          per_system=[describe(i) for i in _best_per_system(everything, objective, candidates)],
+                          near_count=len(near))
     problems = check_plans(spec, result, work, options)
     if problems:
-        evidence.status, evidence.gap = "FEASIBLE", None
-        evidence.check = problems
-    evidence.seconds = time.perf_counter() - started
-    return result
+        status, gap = "FEASIBLE", None
+    return replace(result, evidence=replace(result.evidence, status=status, gap=gap, check=tuple(problems),
+                                            seconds=time.perf_counter() - started))
 
 
 def _proof(outcomes, table: PlanTable, best: int, objective: str) -> tuple[str, float]:

@@ -188,10 +188,10 @@ def test_the_training_checker_catches_a_tampered_answer(db):
     result = search_training(spec, db, [("dgx-h100", 8)], work, SearchOptions(top=5))
     assert result.evidence.status == "OPTIMAL" and check_plans(spec, result, work, SearchOptions()) == []
     worse = result.top[-1]
-    result.best, result.top = worse, [result.top[0]]
-    assert any("beats the reported best" in p for p in check_plans(spec, result, work, SearchOptions()))
-    result.best = replace(worse, step_time_s=worse.step_time_s / 2)
-    assert any("alone" in p for p in check_plans(spec, result, work, SearchOptions()))
+    tampered = replace(result, best=worse, top=[result.top[0]])
+    assert any("beats the reported best" in p for p in check_plans(spec, tampered, work, SearchOptions()))
+    tampered = replace(tampered, best=replace(worse, step_time_s=worse.step_time_s / 2))
+    assert any("alone" in p for p in check_plans(spec, tampered, work, SearchOptions()))
 
 
 def test_an_unsettled_offload_solve_is_not_optimal():
