@@ -438,17 +438,6 @@ def print_command(prefix: str, command: str) -> None:
         console.print(line, markup=False, style="dim", soft_wrap=True)
 
 
-def quantization_remark(formats, native: str) -> str | None:
-    """The accuracy remark every quantized plan carries: the formats below the model's own."""
-    # An fp8 (or int8) model computes in 8 bits as published (DeepSeek-V3's W8A8 fp8 recipe).
-    own = (native, "bf16", "fp16", "a16") + (("a8",) if native in ("fp8", "int8") else ())
-    lower = sorted({f for f in formats if f not in own})
-    if not lower:
-        return None
-    return (f"quantized: {', '.join(lower)} (the model is published in {native}); check the model's accuracy in "
-            "these formats before deploying")
-
-
 def print_bases(bases: dict[str, str], pricing: str) -> None:
     console.print(f"cost basis ({pricing}; --pricing cloud|owned):", markup=False)
     for line in bases.values():

@@ -7,7 +7,7 @@ from .columns import Column, Listed, column, csv_of, csv_only, each_once, listed
 from .deliver import delivered, emit_csv, emit_json, report_files
 from .render import (Progress, Table, console, cost_bases, fleet_named, fleet_of, fmt, gap_text, kv_table, ms_text,
                      price_flags, print_baseline, print_bases, print_command, print_remarks, print_runs_on,
-                     quantization_remark, run_search, seconds_text, span_text, times_text, two_lines_text, usd_text)
+                     run_search, seconds_text, span_text, times_text, two_lines_text, usd_text)
 from .units import count, joules, size, watts
 
 
@@ -32,20 +32,6 @@ def _serve_command(model_ref: str, pool, demand, options) -> str:
         price=price_flags(options), expert_balance=options.expert_balance,
         chunk_tokens=c.get("chunk_tokens", 0) if pool.role == "colocated" else 0, framework=options.framework)
     return command(request)
-
-
-def _serve_baseline(name: str, found, best) -> dict:
-    from perfmodel.search.baselines import SERVE_BASELINES
-
-    out = {"name": name, "description": SERVE_BASELINES[name], "status": found.evidence.status}
-    if found.best is None:
-        return {**out, "best": None, "reason": found.closest}
-    b = found.best
-    ratio = lambda x, y: x / y if x and y else None  # noqa: E731
-    return {**out, "best": _deployment_json(b), "devices_ratio": ratio(b.devices, best.devices),
-            "latency_ratio": ratio(b.latency_s, best.latency_s),
-            "cost_ratio": ratio(b.usd_per_hour, best.usd_per_hour),
-            "energy_ratio": ratio(b.joules_per_token, best.joules_per_token)}
 
 
 def _print_power_cap(p: dict) -> None:
@@ -183,8 +169,9 @@ def _deployments_csv(result, answer, any_plan: bool, pareto: bool) -> list[dict]
 
 
 def plan_serve(db, request, output) -> None:
-    from perfmodel.report import unmeasured_caveat, winner_caveats
+    from perfmodel.report import quantization_remark, unmeasured_caveat, winner_caveats
     from perfmodel.search.api import SERVE_RECOMMENDATION, plan_serve as search
+    from perfmodel.search.baselines import serve_comparison
     from perfmodel.search.serve import deployment_error, serving_ties
 
     request, planning = run_search(db, request, output, "serving", search, f"planning {request.model} serving")
@@ -214,7 +201,7 @@ def plan_serve(db, request, output) -> None:
     if capacity:
         doc["capacity"] = capacity
     if planning.baseline is not None:
-        doc["baseline"] = {**_serve_baseline(request.baseline, planning.baseline, result.best),
+        doc["baseline"] = {**serve_comparison(request.baseline, planning.baseline, result.best),
                            "objective": options.objective}
     if planning.power_cap is not None:
         doc["power_cap"] = planning.power_cap

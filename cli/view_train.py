@@ -8,7 +8,7 @@ from .columns import Column, Listed, csv_of, csv_only, each_once, listed, rank_c
 from .deliver import delivered, report_files
 from .render import (Table, console, cost_bases, estimate_train_tables, fleet_named, gap_text, kv_table, plan_text,
                      price_flags, print_baseline, print_bases, print_command, print_remarks, print_runs_on,
-                     quantization_remark, run_search, seconds_text, span_text, times_table, train_doc, train_export,
+                     run_search, seconds_text, span_text, times_table, train_doc, train_export,
                      two_lines_text, usd_text)
 from .units import count, joules
 
@@ -77,24 +77,10 @@ def _plans_csv(result, answer, objective: str, pareto: bool, commands: dict) -> 
     return csv_of(columns, each_once(first + listed(result.top, "top"), _same_plan))
 
 
-def _train_baseline(name: str, found, best) -> dict:
-    """The named heuristic's best plan and what the optimum gains over it (time, cost, energy ratios)."""
-    from perfmodel.search.baselines import TRAIN_BASELINES
-
-    out = {"name": name, "description": TRAIN_BASELINES[name], "status": found.evidence.status}
-    if found.best is None:
-        return {**out, "best": None, "reason": "no plan of the heuristic fits or is valid on "
-                f"{best.devices:,} x {best.system}"}
-    b = found.best
-    ratio = lambda key: (getattr(b, key) / getattr(best, key)  # noqa: E731
-                         if getattr(b, key) and getattr(best, key) else None)
-    return {**out, "best": b.as_dict(), "speedup": ratio("step_time_s"), "cost_ratio": ratio("run_cost_usd"),
-            "energy_ratio": ratio("energy_per_token_j")}
-
-
 def plan_train(db, request, output) -> None:
     from perfmodel.report import train_report, unmeasured_caveat, winner_caveats
     from perfmodel.search.api import plan_train as search
+    from perfmodel.search.baselines import train_comparison
     from perfmodel.search.train import RECOMMENDATION
 
     request, planning = run_search(db, request, output, "training", search, f"planning {request.model}")
@@ -120,7 +106,7 @@ def plan_train(db, request, output) -> None:
            "top": shown(result.top), **({"pareto": shown(result.pareto)} if pareto else {}),
            "evidence": _evidence_json(result.evidence, timing)}
     if planning.baseline is not None:
-        doc["baseline"] = _train_baseline(request.baseline, planning.baseline, result.best)
+        doc["baseline"] = train_comparison(request.baseline, planning.baseline, result.best)
     from perfmodel.exports import training_frameworks
 
     doc["runs_on"] = training_frameworks(spec, machine, answer_plan, work, request.model)
@@ -262,6 +248,8 @@ def _print_commands(rows: list, commands: dict) -> None:
 
 
 def _print_quantization(formats, native: str) -> None:
+    from perfmodel.report import quantization_remark
+
     remark = quantization_remark(formats, native)
     if remark:
         console.print(remark, markup=False, style="yellow")

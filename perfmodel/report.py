@@ -231,6 +231,17 @@ def _exchange_source(topology) -> str:
         + " link model"
 
 
+def quantization_remark(formats, native: str) -> str | None:
+    """The accuracy remark every quantized plan carries: the formats below the model's own."""
+    # An fp8 (or int8) model computes in 8 bits as published (DeepSeek-V3's W8A8 fp8 recipe).
+    own = (native, "bf16", "fp16", "a16") + (("a8",) if native in ("fp8", "int8") else ())
+    lower = sorted({f for f in formats if f not in own})
+    if not lower:
+        return None
+    return (f"quantized: {', '.join(lower)} (the model is published in {native}); check the model's accuracy in "
+            "these formats before deploying")
+
+
 def unmeasured_caveat(machine: Machine, serving: bool = False) -> str | None:
     """For a device without measured GEMM kernels, one sentence of what its numbers rest on and
     what its range does not cover (``serving``: of a serving estimate, whose GEMMs run without the

@@ -151,7 +151,7 @@ def _dense_step_sync(machine: Machine, lay: Layout, s: Sharding, zero, dense):
     topo = machine.topology
     r, o, g, w = s.replicas, s.optimizer, s.grads, s.weights
     grads, weights = dense * GRAD_BYTES, dense * WEIGHT_BYTES
-    inside, across = lay.replica_subgroup(g), lay.replica_subgroup(o / g, every=g)
+    across = lay.replica_subgroup(o / g, every=g)
     replicas = lay.replica_subgroup(r / o, every=o)
     back_across, back_inside = lay.replica_subgroup(o / g, every=g), lay.replica_subgroup(g / w, every=w)
     reduce = _reduce_scatter(machine, across, s, grads / g) + topo.all_reduce(grads / o, replicas.stride, replicas.size)

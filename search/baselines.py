@@ -55,3 +55,34 @@ def serve_options(name: str, options, native: str):
     return replace(options, baseline=name, modes=("colocated",), weight_precisions=(native,),
                    activation_precisions=(activation,), kv_precisions=("bf16",), kv_offload=False,
                    weight_offload=False)
+
+
+def _ratio(heuristic, optimum):
+    """The heuristic's figure over the optimum's, or None where either is missing or zero."""
+    return heuristic / optimum if heuristic and optimum else None
+
+
+def train_comparison(name: str, found, best) -> dict:
+    """What the optimum ``best`` (a TrainRow) gains over the named heuristic's best plan, as data: the
+    heuristic's status and plan, and its step time, run cost and energy per token over the optimum's
+    (``speedup``, ``cost_ratio``, ``energy_ratio``); the reason when the heuristic has no plan."""
+    out = {"name": name, "description": TRAIN_BASELINES[name], "status": found.evidence.status}
+    if found.best is None:
+        return {**out, "best": None, "reason": f"no plan of the heuristic fits or is valid on {best.devices:,} x "
+                                               f"{best.system}"}
+    b = found.best
+    return {**out, "best": b.as_dict(), "speedup": _ratio(b.step_time_s, best.step_time_s),
+            "cost_ratio": _ratio(b.run_cost_usd, best.run_cost_usd),
+            "energy_ratio": _ratio(b.energy_per_token_j, best.energy_per_token_j)}
+
+
+def serve_comparison(name: str, found, best) -> dict:
+    """What the optimum deployment ``best`` gains over the named heuristic's best one, as data: its
+    devices, latency, cost and energy per token over the optimum's; the reason when it has none."""
+    out = {"name": name, "description": SERVE_BASELINES[name], "status": found.evidence.status}
+    if found.best is None:
+        return {**out, "best": None, "reason": found.closest}
+    b = found.best
+    return {**out, "best": b.as_dict(), "devices_ratio": _ratio(b.devices, best.devices),
+            "latency_ratio": _ratio(b.latency_s, best.latency_s), "cost_ratio": _ratio(b.usd_per_hour, best.usd_per_hour),
+            "energy_ratio": _ratio(b.joules_per_token, best.joules_per_token)}
