@@ -39,7 +39,7 @@ COMMANDS = {
 
 
 @dataclass(frozen=True)
-class Table:
+class ChartTable:
     """The numbers a chart draws, as text: column headers (with units) and rows."""
 
     columns: tuple[str, ...]
@@ -61,11 +61,6 @@ def si(value: float | None, unit: str = "", digits: int = 3, sep: str = " ") -> 
     rounded = float(f"{value:.{digits}g}")
     exp3 = max(-12, min(18, math.floor(math.log10(abs(rounded)) / 3) * 3))
     return f"{rounded / 10 ** exp3:.{digits}g}{sep}{PREFIXES[exp3]}{unit}".rstrip()
-
-
-def usd(value: float | None) -> str:
-    """US dollars with an SI prefix: ``usd(963894.8)`` is ``"$964k"``."""
-    return "-" if value is None else "$" + si(value, sep="")
 
 
 def time_unit(seconds: float) -> tuple[float, str]:
@@ -215,7 +210,7 @@ def drawing(size=FIGSIZE_IN):
         yield Figure(figsize=size, layout="constrained")
 
 
-def html_page(title: str, svg: str, table: Table) -> str:
+def html_page(title: str, svg: str, table: ChartTable) -> str:
     """A self-contained HTML page: ``title``, the inline ``svg`` figure and ``table``."""
     esc = html.escape
     head = "".join(f"<th>{esc(c)}</th>" for c in table.columns)
@@ -231,7 +226,7 @@ def html_page(title: str, svg: str, table: Table) -> str:
             f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>\n</body>\n</html>\n")
 
 
-def save(fig, path: Path, fmt: str, title: str, table: Table) -> Path:
+def save(fig, path: Path, fmt: str, title: str, table: ChartTable) -> Path:
     """Write ``fig`` as PNG or SVG, or as an HTML page with its SVG and ``table``; no dates inside."""
     if fmt == "png":
         fig.savefig(path, format="png", dpi=PNG_DPI, metadata={"Software": None})

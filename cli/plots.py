@@ -25,8 +25,9 @@ from typing import Any
 
 from perfmodel.hardware_db.errors import SpecError
 
-from .chart_kit import (FIGSIZE_IN, Table, drawing, identity, log_gap, number, require, save, serve_plan_text, si,
-                        si_axis, spread, system_text, target, time_axis, time_unit, train_plan_text, usd)
+from .chart_kit import (FIGSIZE_IN, ChartTable, drawing, identity, log_gap, number, require, save, serve_plan_text,
+                        si, si_axis, spread, system_text, target, time_axis, time_unit, train_plan_text)
+from .units import usd
 
 # Precisions whose ceilings `compare` draws, and the line style of each (when an entry lists it).
 COMPARE_PRECISIONS = {"bf16": "-", "fp8": "--", "fp4": ":"}
@@ -185,7 +186,7 @@ def pareto(doc: dict, path) -> Path:
         rows += [("-", "top, off the front", train_plan_text(r.get("plan") or {}) if kind == "plan-train-pareto"
                   else serve_plan_text(r), *(si(r[p.key], digits=4) for p in data.panels), usd(r[data.cost_key]),
                   si(r.get(data.energy_key), digits=4)) for r in data.others]
-        table = Table(("#", "set", "plan", *panels_cols, data.cost_label, data.energy_label), tuple(rows))
+        table = ChartTable(("#", "set", "plan", *panels_cols, data.cost_label, data.energy_label), tuple(rows))
         return save(fig, path, fmt, data.title, table)
 
 
@@ -289,7 +290,7 @@ def breakdown(doc: dict, path) -> Path:
                 handles.append(Patch(facecolor="0.8", hatch="////", edgecolor="white", label="hidden behind compute"))
             ax.legend(handles=handles, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
         fig.suptitle(title)
-        table = Table(("bar", "component", "seconds", "share"), tuple(rows))
+        table = ChartTable(("bar", "component", "seconds", "share"), tuple(rows))
         return save(fig, path, fmt, title, table)
 
 
@@ -418,7 +419,7 @@ def roofline(doc: dict, path) -> Path:
         rows += [(f"{p} ceiling", si(ridges[p], "FLOP/B", 4) + " (ridge)", si(peak, "FLOP/s", 4), "", "")
                  for p, peak in roofs.peaks.items()]
         rows.append(("memory slope", "", si(roofs.bytes_per_s, "B/s", 4), "", ""))
-        table = Table(("operator", "intensity", "achieved", "bound", "seconds"), tuple(rows))
+        table = ChartTable(("operator", "intensity", "achieved", "bound", "seconds"), tuple(rows))
         return save(fig, path, fmt, title, table)
 
 
@@ -498,7 +499,7 @@ def memory(doc: dict, path) -> Path:
         handles = [_patch(colours[n]) for n in colours]
         fig.legend(handles, list(colours), loc="outside lower center", ncol=min(len(colours), 6), frameon=False)
         fig.suptitle(title)
-        table = Table(("tier", "component", "bytes per device"), tuple(rows))
+        table = ChartTable(("tier", "component", "bytes per device"), tuple(rows))
         return save(fig, path, fmt, title, table)
 
 
@@ -567,5 +568,5 @@ def compare(doc: dict, path) -> Path:
         texts += [f"{p} ceiling" for p in shown]
         ax.legend(handles, texts, loc="upper left", frameon=False)
         fig.suptitle(title)
-        table = Table(("device", "precision", "peak", "HBM bandwidth", "ridge point"), tuple(rows))
+        table = ChartTable(("device", "precision", "peak", "HBM bandwidth", "ridge point"), tuple(rows))
         return save(fig, path, fmt, title, table)

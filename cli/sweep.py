@@ -197,7 +197,7 @@ def print_report(doc: dict) -> None:
 
 def _pareto_figure(rows: list[dict], p: dict, path: str) -> str:
     """Every point's time against its cost, the front marked (PNG, SVG, or HTML with the front's table)."""
-    from .chart_kit import Table, drawing, save, target
+    from .chart_kit import ChartTable, drawing, save, target
 
     file, kind = target(path)
     mine = [r for r in rows if r.get("workload") == p["workload"] and isinstance(r.get(p["time"]), (int, float))
@@ -212,7 +212,7 @@ def _pareto_figure(rows: list[dict], p: dict, path: str) -> str:
         ax.set_title(f"{p['workload']}: {len(front)} non-dominated of {len(mine)} points")
         ax.legend()
         cols = tuple(front[0]) if front else ("point",)
-        table = Table(cols, tuple(tuple(fmt(v) if isinstance(v, (int, float)) else str(v) for v in r.values())
+        table = ChartTable(cols, tuple(tuple(fmt(v) if isinstance(v, (int, float)) else str(v) for v in r.values())
                                   for r in front))
         return str(save(fig, file, kind, f"Pareto front of {p['workload']}", table))
 
@@ -221,7 +221,7 @@ def _heatmap_figure(h: dict, path: str) -> str:
     """The metric over two parameters as a colour map (PNG, SVG, or HTML with the table)."""
     import numpy as np
 
-    from .chart_kit import Table, drawing, save, target
+    from .chart_kit import ChartTable, drawing, save, target
 
     file, kind = target(path)
     values = np.array([[np.nan if v is None else v for v in line] for line in h["values"]])
@@ -241,5 +241,5 @@ def _heatmap_figure(h: dict, path: str) -> str:
                     ax.text(i, j, fmt(v), ha="center", va="center", fontsize=7,
                             color="black" if v > middle else "white")
         rows = tuple((fmt(y), *("-" if v != v else fmt(v) for v in line)) for y, line in zip(h["y_values"], values))
-        table = Table((f"{h['y']} / {h['x']}", *(fmt(x) for x in h["x_values"])), rows)
+        table = ChartTable((f"{h['y']} / {h['x']}", *(fmt(x) for x in h["x_values"])), rows)
         return str(save(fig, file, kind, f"{h['metric']} over {h['x']} x {h['y']}", table))
