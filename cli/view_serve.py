@@ -168,20 +168,20 @@ def _deployments_csv(result, answer, any_plan: bool, pareto: bool) -> list[dict]
     return csv_of(_deployment_columns(), each_once(first + listed(result.top, "top"), _same_deployment))
 
 
-def plan_serve(db, request, output) -> None:
-    from perfmodel.report import quantization_remark, unmeasured_caveat, winner_caveats
-    from perfmodel.search.api import SERVE_RECOMMENDATION, plan_serve as search
+def document(request, planning, commands: dict, pareto: bool, timing: bool) -> dict:
+    """``plan serve --json``: the demand, the recommended deployment, the optimum and the top list
+    (each pool with the command of its unloaded numbers, from ``commands``), the ties, the Pareto front
+    with ``pareto``, the evidence (its seconds only with ``timing``), the quantization remark, and
+    where asked the capacity, the baseline comparison and the facility's power; the frameworks that
+    run the recommendation."""
+    from perfmodel.report import quantization_remark
+    from perfmodel.search.api import SERVE_RECOMMENDATION
     from perfmodel.search.baselines import serve_comparison
-    from perfmodel.search.serve import deployment_error, serving_ties
+    from perfmodel.search.serve import serving_ties
 
-    request, planning = run_search(db, request, output, "serving", search, f"planning {request.model} serving")
     spec, systems, demand, options, result = (planning.spec, planning.systems, planning.demand, planning.options,
                                               planning.result)
-    pareto, timing = output.pareto, output.timing
-    bases = cost_bases(planning.machines.values())
-    answer = planning.recommended
-    commands = {id(pool): _serve_command(request.model, pool, demand, options)
-                for d in [answer, result.best] + result.top + result.pareto for pool in d.pools}
+    answer, bases = planning.recommended, cost_bases(planning.machines.values())
     evidence = dict(vars(result.evidence))
     if not timing:
         evidence.pop("seconds")
@@ -206,6 +206,23 @@ def plan_serve(db, request, output) -> None:
     if planning.power_cap is not None:
         doc["power_cap"] = planning.power_cap
     doc["runs_on"] = planning.runs_on
+    return doc
+
+
+def plan_serve(db, request, output) -> None:
+    from perfmodel.report import unmeasured_caveat, winner_caveats
+    from perfmodel.search.api import plan_serve as search
+    from perfmodel.search.serve import deployment_error, serving_ties
+
+    request, planning = run_search(db, request, output, "serving", search, f"planning {request.model} serving")
+    spec, demand, options, result = planning.spec, planning.demand, planning.options, planning.result
+    pareto, timing = output.pareto, output.timing
+    bases = cost_bases(planning.machines.values())
+    answer = planning.recommended
+    commands = {id(pool): _serve_command(request.model, pool, demand, options)
+                for d in [answer, result.best] + result.top + result.pareto for pool in d.pools}
+    doc = document(request, planning, commands, pareto, timing)
+    capacity = doc.get("capacity")
     export = planning.export
     charts = {"pareto": lambda: {**doc, "pareto": [_deployment_json(d, commands) for d in result.pareto]}}
     if delivered(doc, output, lambda: _deployments_csv(result, answer, request.any_plan, pareto),
@@ -284,8 +301,8 @@ def plan_serve(db, request, output) -> None:
     else:
         console.print(f"search: {e.status}, {e.configurations:,} instance configurations evaluated; --verbose "
                       "lists the top deployments and the evidence", markup=False, style="dim")
-    if remark:
-        console.print(remark, markup=False, style="yellow")
+    if doc["quantization"]:
+        console.print(doc["quantization"], markup=False, style="yellow")
     if "baseline" in doc:
         print_baseline(doc["baseline"])
     if "power_cap" in doc:

@@ -77,15 +77,39 @@ def _plans_csv(result, answer, objective: str, pareto: bool, commands: dict) -> 
     return csv_of(columns, each_once(first + listed(result.top, "top"), _same_plan))
 
 
-def plan_train(db, request, output) -> None:
-    from perfmodel.report import train_report, unmeasured_caveat, winner_caveats
-    from perfmodel.search.api import plan_train as search
+def document(request, planning, commands: dict, breakdown: dict, pareto: bool, timing: bool) -> dict:
+    """``plan train --json``: the searched plans (each with the command that reproduces it, from
+    ``commands``), the recommendation with its step ``breakdown``, the evidence (its seconds only with
+    ``timing``), the Pareto front with ``pareto``, the baseline comparison and the frameworks that run
+    the recommendation."""
+    from perfmodel.exports import training_frameworks
     from perfmodel.search.baselines import train_comparison
     from perfmodel.search.train import RECOMMENDATION
 
+    spec, work, options, result, answer = (planning.spec, planning.work, planning.options, planning.result,
+                                           planning.recommended)
+    shown = lambda rows: [{**row.as_dict(), "reproduce": commands[row]} for row in rows]  # noqa: E731
+    doc = {"model": spec.name, "objective": options.objective, "candidates": [list(p) for p in planning.candidates],
+           "workload": vars(work), "pricing": options.pricing, "cost_basis": cost_bases(result.machines.values()),
+           "recommended": {**shown([answer])[0], "breakdown": breakdown},
+           "recommendation": RECOMMENDATION if result.recommended else "the optimum (--any-plan)",
+           "best": shown([result.best])[0], "near_count": result.near_count, "ties": shown(result.ties),
+           "tie_count": result.tie_count, "per_system": [row.as_dict() for row in result.per_system],
+           "memory_headroom": options.memory_headroom, "warnings": _run_warnings(answer, options),
+           "top": shown(result.top), **({"pareto": shown(result.pareto)} if pareto else {}),
+           "evidence": _evidence_json(result.evidence, timing)}
+    if planning.baseline is not None:
+        doc["baseline"] = train_comparison(request.baseline, planning.baseline, result.best)
+    doc["runs_on"] = training_frameworks(spec, planning.machine_of(answer), answer.plan, work, request.model)
+    return doc
+
+
+def plan_train(db, request, output) -> None:
+    from perfmodel.report import train_report, unmeasured_caveat, winner_caveats
+    from perfmodel.search.api import plan_train as search
+
     request, planning = run_search(db, request, output, "training", search, f"planning {request.model}")
-    spec, pairs, work, options, result = (planning.spec, planning.candidates, planning.work, planning.options,
-                                          planning.result)
+    spec, work, options, result = planning.spec, planning.work, planning.options, planning.result
     pareto, timing = output.pareto, output.timing
     answer = planning.recommended
     commands = {row: _train_command(request.model, row, work, options)
@@ -95,21 +119,7 @@ def plan_train(db, request, output) -> None:
     machine = planning.machine_of(answer)
     answer_plan = answer.plan
     breakdown = train_report(planning.estimate(answer), machine, spec)
-    warnings = _run_warnings(answer, options)
-    doc = {"model": spec.name, "objective": options.objective, "candidates": [list(p) for p in pairs],
-           "workload": vars(work), "pricing": options.pricing, "cost_basis": bases,
-           "recommended": {**shown([answer])[0], "breakdown": breakdown},
-           "recommendation": RECOMMENDATION if result.recommended else "the optimum (--any-plan)",
-           "best": shown([result.best])[0], "near_count": result.near_count, "ties": shown(result.ties),
-           "tie_count": result.tie_count, "per_system": [row.as_dict() for row in result.per_system],
-           "memory_headroom": options.memory_headroom, "warnings": warnings,
-           "top": shown(result.top), **({"pareto": shown(result.pareto)} if pareto else {}),
-           "evidence": _evidence_json(result.evidence, timing)}
-    if planning.baseline is not None:
-        doc["baseline"] = train_comparison(request.baseline, planning.baseline, result.best)
-    from perfmodel.exports import training_frameworks
-
-    doc["runs_on"] = training_frameworks(spec, machine, answer_plan, work, request.model)
+    doc = document(request, planning, commands, breakdown, pareto, timing)
     estimate = lambda: train_doc(spec, machine, answer_plan, work, breakdown)  # noqa: E731
     charts = {"pareto": lambda: {**doc, "pareto": shown(result.pareto)}, "breakdown": estimate, "roofline": estimate,
               "memory": estimate}
@@ -131,9 +141,9 @@ def plan_train(db, request, output) -> None:
     if len(result.per_system) > 1:
         console.print(_per_system_table(result.per_system, result.machines, db))
     if result.recommended:
-        console.print(f"why this plan: {RECOMMENDATION} ({result.near_count:,} plans lie within the range, "
+        console.print(f"why this plan: {doc['recommendation']} ({result.near_count:,} plans lie within the range, "
                       f"{result.tie_count:,} overlap it); --any-plan recommends the optimum", markup=False, style="dim")
-    print_remarks([unmeasured_caveat(m) for m in result.machines.values()] + warnings
+    print_remarks([unmeasured_caveat(m) for m in result.machines.values()] + doc["warnings"]
                    + winner_caveats(answer.system, list(result.machines.values()), options.objective))
     if output.verbose:
         _print_plan_lists(result, commands, work, db, pareto)
