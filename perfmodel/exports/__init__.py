@@ -86,6 +86,10 @@ def training_files(framework: str, spec, machine, plan, work, model_ref: str) ->
     if str(getattr(plan, "storage", "mixed")) == "deepseek":
         raise ExportError("no framework perfmodel exports to caches activations as DeepSeek-V3's low-precision storage "
                           "does (FP8 SwiGLU inputs, an E5M6 attention output); plan --storage mixed to export")
+    ranks = int(plan.tp) * int(plan.pp) * int(plan.dp) * int(plan.cp)
+    if ranks != int(machine.devices):
+        raise ExportError(f"the plan's tp x pp x dp x cp is {ranks:,} ranks, the machine has {int(machine.devices):,} "
+                          "devices: a launcher starts one rank per device")
     job = TrainJob(spec=spec, system=machine.system.name, devices=int(machine.devices),
                    devices_per_node=int(machine.system.devices_per_launch_host), plan=plan, work=work,
                    model_ref=model_ref,

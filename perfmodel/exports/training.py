@@ -112,13 +112,13 @@ def _hybrid_groups(framework: str, job: TrainJob) -> tuple[int, str] | None:
     w, g, o, _ = job.groups
     zero, r = int(job.plan.zero), job.replicas
     inner = o if zero == 1 else g
-    if zero == 0 or inner == r:
-        return None
-    if zero >= 3 and w != g:
+    if zero >= 3 and w != g:   # before the flat case: gradients over every replica does not make weights so
         name = "nemo" if framework == "Megatron-Bridge" else "megatron"
         raise ExportError(f"{framework} shards weights and gradients over the same group (Megatron-FSDP); the plan "
                           f"has weights over {w}, gradients over {g} ranks (plan train --export {name} searches only "
                           "what it runs)")
+    if zero == 0 or inner == r:
+        return None
     if zero >= 2 and o not in (g, r):
         raise ExportError(f"{framework} shards the optimizer states inside each group or across all {r} replicas "
                           f"(--outer-dp-sharding-strategy no_shard or optim); the plan has {o}")

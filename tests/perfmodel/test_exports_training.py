@@ -383,11 +383,6 @@ def test_training_frameworks_answer_none_for_what_they_run(db):
     assert answers["megatron"] is None and "has no recipe for mixtral-8x7b" in answers["nemo"]
 
 
-@pytest.mark.xfail(strict=True, reason="exports.training._hybrid_groups returns None (flat) whenever the group the "
-                   "optimizer states (zero 1) or gradients (zero >= 2) shard over is every replica, before it checks "
-                   "that zero 3's weights shard over the gradients' group; so a plan with weights over 8 and gradients "
-                   "and optimizer states over all 16 replicas is written as flat Megatron-FSDP (weights over 16) "
-                   "instead of refused, while the script's own header says 'weights over 8'")
 @pytest.mark.parametrize("framework", ["megatron", "nemo"])
 def test_weights_sharded_in_smaller_groups_than_gradients_are_refused(db, framework):
     spec, machine = find_model("llama-3.1-8b"), build_machine(db, "dgx-h100", 16)
@@ -397,15 +392,11 @@ def test_weights_sharded_in_smaller_groups_than_gradients_are_refused(db, framew
         training_files(framework, spec, machine, plan, work, "llama-3.1-8b")
 
 
-@pytest.mark.xfail(strict=True, reason="training_files (perfmodel.training_files, public API) does not check that "
-                   "tp x pp x dp x cp equals the machine's devices: a plan of dp 4 on 8 devices with tp 4 (16 ranks) "
-                   "is written as an 8-process launch, which Megatron runs with dp 2; the command line refuses such a "
-                   "plan earlier (estimate's 'devices' rule), a direct call does not")
 @pytest.mark.parametrize("framework", ["megatron", "nemo"])
 def test_degrees_that_do_not_fill_the_devices_are_refused(db, framework):
     spec, machine = find_model("llama-3.1-8b"), build_machine(db, "dgx-h100", 8)
     plan, work = TrainPlan(tp=4, dp=4, zero=1), TrainWorkload(64, 8192, TOKENS)
-    with pytest.raises(ExportError):
+    with pytest.raises(ExportError, match="16 ranks, the machine has 8 devices"):
         training_files(framework, spec, machine, plan, work, "llama-3.1-8b")
 
 
