@@ -42,6 +42,7 @@ import numpy as np
 
 from perfmodel.hardware_db.errors import SpecError
 
+from .kernels import sorted_distinct
 from .plan import EXPERT_BALANCES
 
 POLICIES = ("global", "hierarchical")
@@ -383,11 +384,11 @@ def default_imbalance(experts: int, top_k: int, tokens, ep, alpha: float, share:
     out = np.ones(tokens.shape)
     if balance == "balanced":
         return out
-    for e in np.unique(ep):
+    for e in sorted_distinct(ep)[0]:
         if e <= 1:
             continue
         mask = ep == e
-        distinct, where = np.unique(tokens[mask], return_inverse=True)
+        distinct, where = sorted_distinct(tokens[mask])
         rows = np.array(_default_rows(experts, top_k, int(e), float(alpha), float(share), balance,
                                       tuple(distinct.tolist())))
         out[mask] = rows[where.ravel()]

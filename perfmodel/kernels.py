@@ -311,6 +311,19 @@ def _run_groups(columns: list, changed: np.ndarray):
     return starts[run_first], np.repeat(run_inverse, np.diff(np.append(starts, len(changed) + 1)))
 
 
+def sorted_distinct(values) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct values in ascending order, each value's index among them): ``np.unique`` with
+    ``return_inverse``, without the numpy.ma import np.unique brings in (about 10 ms a process)."""
+    values = np.asarray(values).ravel()
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    new = np.ones(len(ordered), dtype=bool)
+    new[1:] = ordered[1:] != ordered[:-1]
+    inverse = np.empty(len(values), dtype=np.intp)
+    inverse[order] = np.cumsum(new) - 1
+    return ordered[new], inverse
+
+
 def on_distinct(fn, *args):
     """``fn(*args)`` evaluated once per distinct row of the broadcast arguments (``fn`` returns an
     array, or a list of arrays)."""

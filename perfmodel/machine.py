@@ -19,7 +19,7 @@ from perfmodel.hardware_db.schema import PRECISIONS, Accelerator, System
 
 from .collectives import COLLECTIVES, FittedCollectives, FittedDispatch, Topology
 from .constants import ModelConstants
-from .kernels import PER_PLAN_FIELDS, AttentionKernel, GemmKernel
+from .kernels import PER_PLAN_FIELDS, AttentionKernel, GemmKernel, sorted_distinct
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ class Machine:
         if not fits:
             return None
         if not isinstance(precision, str):
-            codes = np.unique(np.asarray(precision))
+            codes = sorted_distinct(precision)[0]
             if len(codes) != 1:
                 return self._grouped_per_plan(np.asarray(precision), block, weight, in_framework)
             precision = PRECISIONS[int(codes[0])]
@@ -211,7 +211,7 @@ class Machine:
         plan's own fit, as it would get alone; a precision without one takes the GEMM kernel its
         routed experts would otherwise run on (tiled over the fit's SM count). None when no plan's
         precision has a fit."""
-        used = [int(c) for c in np.unique(code)]
+        used = [int(c) for c in sorted_distinct(code)[0]]
         own = {c: self.grouped_kernel(PRECISIONS[c], block, weight, in_framework) for c in used}
         if all(k is None for k in own.values()):
             return None

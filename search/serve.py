@@ -290,14 +290,15 @@ def _fastest(spec, demand: Demand, pools: PoolOptions, options: ServeSearchOptio
             _closest(pools.counter, pools.fastest, demand, options.max_devices)
         return ServeSearchResult(None, [], [], evidence, closest=closest)
     top = [d for d in map(deployment, found[:options.top]) if d is not None]
-    keys = []
+    hourly, power = [], []
     for s in found:
         parts = [(opts[s.front], s.front_count)] + ([(opts[s.decode], s.decode_count)] if s.decode is not None else [])
         usd = [None if o.usd_per_hour is None else o.usd_per_hour / o.instances * n for o, n in parts]
-        usd_per_million, joules = _per_token(None if None in usd else sum(usd),
-                                             sum(o.power_w / o.instances * n for o, n in parts), demand, pue)
-        keys.append([np.inf if usd_per_million is None else usd_per_million, s.latency_s, joules])
-    front = pareto_front(np.array(keys)) if keys else np.zeros(0, dtype=int)
+        hourly.append(None if None in usd else sum(usd))
+        power.append(sum(o.power_w / o.instances * n for o, n in parts))
+    usd, joules = _per_token_columns(hourly, power, demand, pue)
+    keys = np.column_stack([usd, [s.latency_s for s in found], joules]) if found else np.zeros((0, 3))
+    front = pareto_front(keys) if len(keys) else np.zeros(0, dtype=int)
     pareto = [d for d in (deployment(found[i]) for i in sorted(front, key=lambda i: keys[i][1])) if d is not None]
     return ServeSearchResult(best=best, top=top, pareto=pareto, evidence=evidence)
 
@@ -374,9 +375,8 @@ def _listed(instance: FleetInstance, singles: list[FleetSolution], sums: list[fl
         tpot = opts[s.decode[0][0]].tpot_p90_s if s.decode else opts[s.front].tpot_p90_s
         return ttft + demand.output_len.mean * tpot
 
-    per_token = [_per_token(t.usd_per_hour, t.power_w, demand, pue) for t in sums]
-    keys = np.array([[np.inf if usd is None else usd, latency(s), joules]
-                     for s, (usd, joules) in zip(singles, per_token)])
+    usd, joules = _per_token_columns([t.usd_per_hour for t in sums], [t.power_w for t in sums], demand, pue)
+    keys = np.column_stack([usd, [latency(s) for s in singles], joules])
     priced = np.flatnonzero(np.isfinite(keys[:, 0]))
     idx = priced if len(priced) else np.arange(len(singles))
     front = idx[pareto_front(keys[idx])]
@@ -396,6 +396,15 @@ def _per_token(usd_per_hour: float | None, power_w: float, demand: Demand, pue: 
     tokens_per_s = demand.rate * demand.output_len.mean
     usd = None if usd_per_hour is None else float(usd_per_million_tokens(usd_per_hour, tokens_per_s))
     return usd, float(energy_per_token_j(power_w, tokens_per_s, pue))
+
+
+def _per_token_columns(usd_per_hour: list, power_w: list, demand: Demand, pue: float) -> tuple:
+    """``_per_token`` of many fleets at once, as the Pareto keys take them: (dollars per million output
+    tokens, inf where unpriced; joules per output token)."""
+    tokens_per_s = demand.rate * demand.output_len.mean
+    hourly = np.array([np.nan if u is None else u for u in usd_per_hour], dtype=float)
+    usd = usd_per_million_tokens(hourly, tokens_per_s)
+    return np.where(np.isnan(usd), np.inf, usd), energy_per_token_j(np.asarray(power_w, dtype=float), tokens_per_s, pue)
 
 
 def _deployment(instance: FleetInstance, solution: FleetSolution, demand: Demand, pue: float) -> Deployment:

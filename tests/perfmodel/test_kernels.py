@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from perfmodel.hardware_db.timings import read_gemm_timings
 from perfmodel.hardware_db import load_database
@@ -229,3 +231,14 @@ def test_w4a8_reads_four_bit_weights_at_the_eight_bit_rate(db):
            for w, a in (("int8", "a8"), ("int4", "a8"), ("int4", "a4"))}
     assert float(run["int4a8"].ttft_s) == pytest.approx(float(run["int8a8"].ttft_s), rel=0.02)
     assert float(run["int4a4"].tpot_s) <= float(run["int4a8"].tpot_s) < float(run["int8a8"].tpot_s)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from([1.0, 2.0, 8.0, 16.0, 4096.0, 16384.0, 0.5]), min_size=1, max_size=60))
+def test_sorted_distinct_is_np_unique_with_its_inverse(values):
+    from perfmodel.kernels import sorted_distinct
+
+    distinct, inverse = sorted_distinct(np.array(values))
+    expected, expected_inverse = np.unique(np.array(values), return_inverse=True)
+    np.testing.assert_array_equal(distinct, expected)
+    np.testing.assert_array_equal(inverse, expected_inverse.ravel())
