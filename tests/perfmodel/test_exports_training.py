@@ -80,19 +80,7 @@ def _megatron(script: str) -> tuple[dict[str, list[str]], dict[str, list[str]], 
     """(torchrun's flags, pretrain_gpt.py's flags, the environment the script sets) of megatron.sh."""
     words = _words(script)
     launcher, entry = words.index("torchrun"), words.index("pretrain_gpt.py")
-    return _flags(words[launcher + 1:entry]), _flags(words[entry + 1:]), _environment(script)
-
-
-def _environment(script: str) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for line in script.splitlines():
-        words = line.split()
-        if words[:1] == ["export"]:
-            name, _, value = words[1].partition("=")
-            out[name] = value
-        elif words[:1] == ["unset"]:
-            out[words[1]] = None
-    return out
+    return _flags(words[launcher + 1:entry]), _flags(words[entry + 1:]), tr._environment_of(script)
 
 
 def _value(text: str):
@@ -264,7 +252,7 @@ def test_megatron_bridge_overrides_every_choice_of_the_plan(db, name):
     assert o["model.tp_comm_overlap"] is bool(p.tp_overlap and p.sp and p.tp > 1)
     assert o.get("model.overlap_moe_expert_parallel_comm", False) is bool(p.ep_overlap and spec.moe and p.ep > 1)
     assert o.get("optimizer.optimizer_cpu_offload", False) is (p.optimizer_place == "ddr")
-    assert tr.bridge_broken_rules(o, _environment(files["nemo.sh"])) == []
+    assert tr.bridge_broken_rules(o, tr._environment_of(files["nemo.sh"])) == []
 
 
 def test_the_userbuffers_file_is_the_overlap_the_model_times(db):
