@@ -390,27 +390,37 @@ class Topology:
         across = self.all_to_all(np.asarray(size_bytes, dtype=float) / k, np.asarray(stride, dtype=float) * k, outer)
         return np.where(_n(n) > 1, inner + across, 0.0)
 
-    def moe_all_to_all(self, token_bytes, top_k, stride, n):
+    def moe_all_to_all(self, token_bytes, top_k, stride, n, deduplicated=True):
         """Dispatch (or combine) of tokens to their top-k experts over an EP group of ``n``.
 
         ``token_bytes`` is one device's tokens x hidden x bytes. Inside one inner-level group
-        (a node) it is a plain all-to-all of top_k copies. Across inner groups, a token crosses to
-        each remote group holding one of its experts once and is forwarded inside that group over
-        the fast level (DeepSeek-V3 Technical Report, Sec. 3.2.2: IB once per node, then NVLink):
-        with G groups the expected remote groups per token are (G-1)(1 - (1-1/G)^k). The two
-        levels run concurrently; the slower sets the time.
+        (a node) it is a plain all-to-all of top_k copies. Across inner groups:
+        - ``deduplicated`` (DeepEP's and HybridEP's kernels): a token crosses to each remote group
+          holding one of its experts once and is forwarded inside that group over the fast level
+          (DeepSeek-V3 Technical Report, Sec. 3.2.2: IB once per node, then NVLink); with G groups
+          the expected remote groups per token are (G-1)(1 - (1-1/G)^k);
+        - otherwise (Megatron-Core's alltoall dispatcher, MoEAlltoAllTokenDispatcher in
+          core_v0.19.0 token_dispatcher.py: tokens permuted per expert, then one NCCL all-to-all
+          of the copies) every copy goes straight to its expert's rank: the copies bound for other
+          groups, (n - k) / n of them, cross the slow level.
+        The two levels run concurrently; the slower sets the time. ``deduplicated`` broadcasts
+        with the plans.
         """
         n_ = _n(n)
         idx, bw, lat, k_in, ibw, ilat = self._two_levels(stride, n)
         groups = n_ / k_in
-        flat = all_to_all_time(token_bytes * top_k, n, bw, lat)
+        copies = token_bytes * top_k
+        flat = all_to_all_time(copies, n, bw, lat)
         remote = (groups - 1) * (1 - (1 - 1 / groups) ** top_k)
         outer = (groups - 1) * lat + remote * token_bytes / bw
-        inner = all_to_all_time(token_bytes * top_k, k_in, ibw, ilat)
+        inner = all_to_all_time(copies, k_in, ibw, ilat)
         hier = np.maximum(outer, inner)
+        direct = np.maximum((groups - 1) * lat + (n_ - k_in) / n_ * copies / bw,
+                            all_to_all_time(copies * k_in / n_, k_in, ibw, ilat))
         spans = (idx > 0) & (k_in > 1) & (groups > 1)
-        modelled = np.where(n_ > 1, np.where(spans, np.minimum(hier, flat), flat), 0.0)
-        return self._measured("all_to_all", token_bytes * top_k, stride, n, modelled)
+        two_levels = np.minimum(np.where(deduplicated, hier, direct), flat)
+        modelled = np.where(n_ > 1, np.where(spans, two_levels, flat), 0.0)
+        return self._measured("all_to_all", copies, stride, n, modelled)
 
     def _exchange_links(self, fit: FittedDispatch | None, op: str, stride, n) -> tuple:
         """(members per scale-up domain, inner and outer bandwidth, launch, remote latency) an

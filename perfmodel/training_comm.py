@@ -14,7 +14,7 @@ from .layout import Layout
 from .machine import Machine
 from .memory import GRAD_BYTES, WEIGHT_BYTES, state_bytes_per_param
 from .model import TransformerSpec
-from .plan import CpComm, Overlap, Place, Recompute
+from .plan import CpComm, Overlap, Place, Recompute, Schedule
 from .sharding import QGZ_BYTES, Sharding
 from .training_memory import _tier_bandwidth
 from .training_terms import Communication, Compute, Exposure, Shape, StepTail
@@ -35,11 +35,13 @@ def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, 
     if spec.moe:
         # Each device dispatches the rows it holds (tokens x etp / tp) to top-k experts, busiest load.
         # Training keeps this link model, not the DeepEP kernel fits serving uses: the Megatron and
-        # NeMo exports run Megatron-Core's token dispatcher over NCCL (--moe-token-dispatcher-type
-        # alltoall where the exchange overlaps), not DeepEP's kernels.
+        # NeMo exports run Megatron-Core's alltoall token dispatcher over NCCL, which sends every
+        # token-expert copy to its rank; DualPipe (DeepSeek's own training, on DeepEP) sends a token
+        # across nodes once per node (Topology.moe_all_to_all).
         token_bytes = lay.expert_rows(sh.tokens, 1) * h * 2.0 * sh.imbalance
-        ep = comp.layers * sh.moe_frac * passes * topo.moe_all_to_all(token_bytes, spec.moe.top_k,
-                                                                    lay.ep_group.stride, lay.ep_group.size)
+        ep = comp.layers * sh.moe_frac * passes * topo.moe_all_to_all(
+            token_bytes, spec.moe.top_k, lay.ep_group.stride, lay.ep_group.size,
+            deduplicated=np.asarray(c["schedule"]) == Schedule.DUALPIPE)
     cp = comp.layers * _cp_exchange(spec, topo, c["cp_comm"], sh.tokens, lay) * (lay.cp > 1)
     # Scatter-gather: each TP rank sends 1/t, then an all-gather (Narayanan et al. Sec. 4.1).
     pp = 2.0 * np.maximum(c["interleave"], 1) * stage_handoff_s(topo, lay, act)

@@ -323,7 +323,9 @@ def _megatron_memory(job: TrainJob, framework: str = "Megatron-LM") -> dict[str,
     if tp_overlapped(p):
         items.update({"--tp-comm-overlap": True, "--tp-comm-overlap-cfg": "$TP_COMM_OVERLAP_CFG"})
     if _ep_overlapped(framework, job):
-        items.update({"--overlap-moe-expert-parallel-comm": True, "--moe-token-dispatcher-type": "alltoall"})
+        items["--overlap-moe-expert-parallel-comm"] = True
+    if job.spec.moe and p.ep > 1:
+        items["--moe-token-dispatcher-type"] = ALLTOALL_DISPATCHER
     if _offload_to_ddr_only(framework, job, "--optimizer-cpu-offload"):
         if p.zero < 1:
             raise ExportError("Megatron-LM offloads optimizer states with the distributed optimizer only; the plan "
@@ -341,6 +343,13 @@ def _megatron_memory(job: TrainJob, framework: str = "Megatron-LM") -> dict[str,
         items.update({"--fp8-format": "hybrid", "--fp8-recipe": "tensorwise"})
     items["--attention-backend"] = "flash" if p.flash else "unfused"
     return items
+
+
+# Megatron-Core's token dispatcher for expert parallelism: the all-to-all of every token-expert copy
+# that training_comm prices (Topology.moe_all_to_all without node deduplication), written whenever
+# experts are spread over ranks; TransformerConfig's default, allgather, gathers every rank's tokens
+# to every rank instead (core_v0.19.0 transformer_config.py moe_token_dispatcher_type, token_dispatcher.py).
+ALLTOALL_DISPATCHER = "alltoall"
 
 
 def recompute_modules(spec) -> list[str]:
@@ -539,9 +548,9 @@ def nemo(job: TrainJob) -> dict[str, str]:
         "ddp.overlap_grad_reduce": bool(p.overlap_dp and p.dp > 1),
         "ddp.overlap_param_gather": bool(p.overlap_dp and p.dp > 1 and p.zero >= 1),
         "model.tp_comm_overlap": tp_overlapped(p),
-        # Megatron-Core's EP all-to-all overlap runs with the alltoall dispatcher, no shared-expert overlap.
+        # The exchange the cost model prices (ALLTOALL_DISPATCHER); its overlap, with no shared-expert overlap.
         "model.overlap_moe_expert_parallel_comm": True if ep_overlap else None,
-        "model.moe_token_dispatcher_type": "alltoall" if ep_overlap else None,
+        "model.moe_token_dispatcher_type": ALLTOALL_DISPATCHER if job.spec.moe and p.ep > 1 else None,
         "model.moe_shared_expert_overlap": False if ep_overlap else None,
         # Every pipeline key is written, so the recipe's own split cannot stay (rule recipe-pipeline).
         "model.pipeline_model_parallel_layout": layout or NULL,

@@ -137,6 +137,9 @@ def test_mixtral_megatron_writes_the_expert_degrees(db):
     launcher, flags, environment = _megatron(training_files("megatron", spec, machine, plan, work, ref)["megatron.sh"])
     _check_megatron(spec, machine, plan, work, launcher, flags, environment)
     assert (_one(flags, "--num-experts"), _one(flags, "--moe-router-topk")) == ("8", "2")
+    # The exchange the cost model prices (training_comm): the all-to-all dispatcher, not the allgather
+    # default, here without the overlap.
+    assert flags["--moe-token-dispatcher-type"] == ["alltoall"] and "--overlap-moe-expert-parallel-comm" not in flags
 
 
 def _check_megatron(spec, machine, plan, work, launcher, flags, environment):
@@ -233,6 +236,8 @@ def test_megatron_bridge_overrides_every_choice_of_the_plan(db, name):
     assert o.get("model.cp_comm_type") == (p.cp_comm if p.cp > 1 and p.cp_comm != "p2p" else None)
     if spec.moe:
         assert (o["model.expert_model_parallel_size"], o["model.expert_tensor_parallel_size"]) == (p.ep, p.etp or p.tp)
+        # The exchange the cost model prices: the all-to-all dispatcher, never the allgather default.
+        assert o.get("model.moe_token_dispatcher_type") == ("alltoall" if p.ep > 1 else None)
     layout = o["model.pipeline_model_parallel_layout"]
     if layout is tr.NULL:
         assert o["model.virtual_pipeline_model_parallel_size"] == (p.interleave if p.interleave > 1 else tr.NULL)

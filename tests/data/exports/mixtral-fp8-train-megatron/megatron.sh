@@ -37,6 +37,7 @@ torchrun --nproc-per-node 8 --nnodes 8 --node-rank "${NODE_RANK:-0}" --master-ad
   --use-distributed-optimizer \
   --overlap-grad-reduce \
   --overlap-param-gather \
+  --moe-token-dispatcher-type alltoall \
   --bf16 \
   --grad-reduce-in-bf16 \
   --fp8-format hybrid \
