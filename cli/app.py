@@ -7,6 +7,8 @@ plan is feasible); anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+import copy
+import os
 import re
 import sys
 from pathlib import Path
@@ -277,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     from perfmodel.hardware_db.errors import PerfmodelError
 
     try:
-        app(args=global_options_first(sys.argv[1:] if argv is None else list(argv)), prog_name="perfmodel",
-            standalone_mode=False)
+        args = global_options_first(sys.argv[1:] if argv is None else list(argv))
+        only(app, args)(args=args, prog_name="perfmodel", standalone_mode=False)
     except PerfmodelError as exc:
         print(f"Error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
@@ -300,6 +302,39 @@ def main(argv: list[str] | None = None) -> int:
         print("Error: " + " ".join(message.split()), file=sys.stderr)
         return 2
     return 0
+
+
+def only(group: typer.Typer, args: list[str]) -> typer.Typer:
+    """``group`` with only the command path ``args`` names, when it names one (typer builds every
+    registered command's parameters on each run, 25-30 ms for this app; a command builds its own).
+    Anything else (no command, a misspelt one, shell completion) gets the whole app, so that help
+    and error messages list every command."""
+    words = iter(args)
+    for word in words:
+        if word == "--hardware-db":
+            next(words, None)
+        elif not word.startswith("-"):
+            break
+    else:
+        return group
+    if any(k.startswith("_") and k.endswith("_COMPLETE") for k in os.environ):
+        return group
+    commands = [c for c in group.registered_commands if _name(c) == word]
+    groups = [g for g in group.registered_groups if g.name == word]
+    if not commands and not groups:
+        return group
+    pruned = copy.copy(group)
+    pruned.registered_commands = commands
+    pruned.registered_groups = [copy.copy(g) for g in groups]
+    for g in pruned.registered_groups:   # the group's next word, when it names one of its commands
+        rest = list(words)
+        g.typer_instance = only(g.typer_instance, rest) if rest and not rest[0].startswith("-") else g.typer_instance
+    return pruned
+
+
+def _name(info) -> str:
+    """A registered command's name as typer spells it (the function's, with dashes)."""
+    return info.name or info.callback.__name__.lower().replace("_", "-")
 
 
 def global_options_first(argv: list[str]) -> list[str]:

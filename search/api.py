@@ -12,12 +12,17 @@ a request no plan can meet raises ``InfeasibleError`` naming the binding constra
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from typing import Callable
 
 from .requests import PlaceExpertsRequest, PlanServeRequest, PlanTrainRequest
 
 
 def _request(cls, request, fields: dict):
+    """The command's request from a request object and/or its fields; a repeatable field
+    (``system``, ``devices``) given one value, as ``devices=64``, is that one value repeated once."""
+    repeatable = {f.name for f in dataclass_fields(cls) if isinstance(f.default, tuple)}
+    fields = {k: (v,) if k in repeatable and isinstance(v, (str, int, float)) else v for k, v in fields.items()}
     if request is None:
         return cls(**fields)
     if not isinstance(request, cls):

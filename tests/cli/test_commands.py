@@ -539,3 +539,40 @@ def test_several_systems_show_each_ones_best_with_its_price_and_constants(capsys
     code, out, _ = run(capsys, *args)
     assert code == 0 and "best plan per system" in out and "$1.85" in out and "$3.99" in out
     assert "unmeasured" in out and "fitted" in out
+
+
+@pytest.mark.parametrize("argv", [
+    ["hardware", "show", "h100", "--json"],
+    ["models", "list"],
+    ["validate", "--csv"],
+    ["plan", "--help"],
+    ["plan", "train", "--help"],
+    ["plan", "trian"],
+    ["estimate"],
+    ["estimate", "train", "--model", "llama3.1-8b", "--system", "dgx-a100", "--devices", "8", "--tp", "8",
+     "--global-batch", "8", "--seq-len", "2048", "--json"],
+    ["--hardware-db", "no-such-dir", "models", "list"],
+    ["--help"],
+    ["frobnicate"],
+])
+def test_a_command_built_alone_answers_as_the_whole_app(capsys, monkeypatch, argv):
+    """main builds only the command the line names (cli.app.only); its output, errors and exit code
+    are those of the whole app, for commands, groups, help, misspelt names and global options."""
+    from perfmodel.cli import app as cli_app
+
+    code = main(argv)
+    alone = capsys.readouterr()
+    monkeypatch.setattr(cli_app, "only", lambda group, args: group)
+    assert main(argv) == code
+    assert capsys.readouterr() == alone
+
+
+def test_only_keeps_the_named_path():
+    from perfmodel.cli.app import app, only
+
+    pruned = only(app, ["--hardware-db", "x", "plan", "train", "--json"])
+    assert [g.name for g in pruned.registered_groups] == ["plan"] and not pruned.registered_commands
+    assert [c.name for c in pruned.registered_groups[0].typer_instance.registered_commands] == ["train"]
+    assert only(app, ["plan", "--json"]).registered_groups[0].typer_instance is not None
+    assert len(only(app, ["plan", "--json"]).registered_groups[0].typer_instance.registered_commands) > 1
+    assert only(app, ["--help"]) is app and only(app, ["nonsense"]) is app

@@ -384,3 +384,11 @@ def test_errors_are_perfmodel_errors():
     assert issubclass(UnknownNameError, SpecError) and issubclass(ExportError, PerfmodelError)
     assert issubclass(InfeasibleError, PerfmodelError)
     assert perfmodel.plan_train is plan_train and perfmodel.plan_serve is plan_serve
+
+
+def test_a_repeatable_field_takes_one_value_as_typed():
+    """``system="dgx-h100", devices=8`` is the one-element list (not the string's letters, not a TypeError)."""
+    one = plan_train(**{**TRAIN, "system": "dgx-h100", "devices": 8})
+    assert one.request.system == ("dgx-h100",) and one.request.devices == (8,)
+    assert one.best == plan_train(**TRAIN).best
+    assert plan_serve(**{**SERVE, "system": "dgx-h100"}).request.system == ("dgx-h100",)
