@@ -262,7 +262,7 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     cp_part = np.where(ring, np.maximum(attention, comm.cp), attention + comm.cp)
     rest = np.maximum(others + margin, tp_hidden) + cp_part + (comm.tp - tp_hidden) \
         + (comm.zero3_reduce - reduce_hidden)
-    ep_exposed = _exposed_exchange(c, sh, comm.ep, rest, held)
+    ep_exposed = _exposed_exchange(c, sh, comp, comm.ep, rest, rest - compute, held)
     main = rest + ep_exposed
     gathered, fetched = _prefetch_exposure(c, comp, comm, main, first)
     framework = main + first + gathered + fetched
@@ -296,14 +296,63 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
                                            "host": np.where(none_mode, tail.host, host_exposed)})
 
 
-def _exposed_exchange(c: dict, sh: Shape, exchange, rest, held: float):
-    """Per microbatch, what the MoE dispatch and combine (``exchange``, s) add to the rest of the
-    microbatch (``rest``, s): all of it, or with ``ep_overlap`` max(A, X + A h) - X on all but a
-    pipeline's first microbatch (see _overlap); ``held`` the exchange kernels' share of the SMs."""
+def _exposed_exchange(c: dict, sh: Shape, comp: Compute, exchange, rest, blocking, held: float):
+    """Per microbatch, what the MoE dispatch and combine (``exchange``, s, its four passes) add to the
+    rest of the microbatch (``rest``, s, of which ``blocking`` is transfers on the compute stream):
+    all of it, or with ``ep_overlap`` on the microbatches the schedule pairs, what the paired MoE
+    layers' critical path (``one_f_one_b_layer``) adds to their compute, at least the slowdown of
+    the SMs the exchange kernels hold (``held``; see _overlap). DualPipe (DeepSeek-V3 Sec. 3.2.1,
+    Fig. 4) arranges its chunk's components to hide the exchange whole: max(A, X + A h) - X over
+    the whole microbatch.
+
+    Unpaired are a pipeline's first microbatch and the warm-up's forwards and the flush's backwards
+    of the busiest (last) stage, (v - 1) pp of the m v chunks of an interleaved schedule (Megatron-Core
+    get_pp_rank_microbatches); their exchange blocks."""
     overlapped = c["ep_overlap"].astype(bool) & (sh.layout.ep > 1)
-    paired = np.maximum(exchange, rest + exchange * held) - rest
-    share = np.where(overlapped, (sh.num_micro - 1.0) / np.maximum(sh.num_micro, 1.0), 0.0)
+    moe = sh.moe_frac
+    fwd, bwd = comp.forward.seconds, comp.forward.backward
+    side = ("qkv projection", "attention core", "output projection", "norms and activations")
+    # Each MoE layer's two compute nodes (core_v0.19.0 fine_grained_callables): before the dispatch
+    # (norms, attention, router) and the experts (permute, grouped GEMMs, unpermute); the compute
+    # stream's blocking transfers (TP, CP) and the recompute belong to the first.
+    attention_f = moe * (sum(fwd.get(k, 0.0) for k in side) + blocking / 3.0) + fwd.get("router", 0.0)
+    attention_b = moe * (sum(bwd.get(k, 0.0) for k in side) + 2.0 * blocking / 3.0 + comp.recompute_s) \
+        + bwd.get("router", 0.0)
+    experts_f = fwd.get("experts", 0.0) + fwd.get("expert permute", 0.0)
+    experts_w = 0.5 * bwd.get("experts", 0.0)          # the weight gradients' GEMMs, as many FLOPs as the data's
+    experts_b = bwd.get("experts", 0.0) - experts_w + bwd.get("expert permute", 0.0)
+    paired_compute = attention_f + attention_b + experts_f + experts_b + experts_w
+    path = one_f_one_b_layer(attention_f, attention_b, experts_f, experts_b, experts_w, exchange / 4.0)
+    layered = np.maximum(path, paired_compute + exchange * held) - paired_compute
+    whole = np.maximum(exchange, rest + exchange * held) - rest
+    paired = np.where(np.asarray(c["schedule"]) == Schedule.DUALPIPE, whole, layered)
+    chunks = sh.num_micro * np.maximum(c["interleave"], 1)
+    unpaired = np.maximum((np.maximum(c["interleave"], 1) - 1) * sh.layout.pp, 1.0)
+    share = np.where(overlapped, np.maximum(chunks - unpaired, 0.0) / np.maximum(chunks, 1.0), 0.0)
     return exchange - share * (exchange - paired)
+
+
+def one_f_one_b_layer(attention_f, attention_b, experts_f, experts_b, experts_w, exchange):
+    """The time of one MoE layer of a microbatch's forward paired with another's backward, as
+    Megatron-Core schedules the pair on two CUDA streams (core_v0.19.0,
+    TransformerLayerSchedulePlan.run: "comm_stream: combine_bwd | dispatch_fwd->dispatch_bwd |
+    combine_fwd; comp_stream: pre_dispatch_fwd | mlp_bwd->mlp_bwd_dw->mlp_fwd | pre_dispatch_bwd"),
+    each node starting when its stream is free and its input has arrived. ``attention_*``: the
+    pre-dispatch node forward / backward (s); ``experts_f``, ``experts_b``, ``experts_w``: the
+    experts' forward, data and weight gradients; ``exchange``: one dispatch or combine. The pair
+    takes at least its compute and at least its four exchanges, and more where one waits on the
+    other: a microbatch's forward still runs attention, dispatch, experts, combine in order."""
+    combine_b = exchange                                          # on the comm stream from the start
+    grad_ready = np.maximum(attention_f, combine_b)
+    data_grad = grad_ready + experts_b                            # mlp_bwd, after its gradient arrives
+    dispatch_f = np.maximum(combine_b, attention_f) + exchange    # after the attention forward
+    weight_grad = data_grad + experts_w
+    dispatch_b = np.maximum(dispatch_f, data_grad) + exchange     # after the experts' data gradient
+    forward = np.maximum(weight_grad, dispatch_f) + experts_f     # mlp_fwd, once its tokens arrive
+    both = np.maximum(dispatch_b, forward)
+    # combine_fwd (comm) and pre_dispatch_bwd (comp) both wait on the experts' forward and the
+    # backward dispatch; the next layer waits on both.
+    return both + np.maximum(exchange, attention_b)
 
 
 def _prefetch_exposure(c: dict, comp: Compute, comm: Communication, main, first) -> tuple:
