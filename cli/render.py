@@ -199,7 +199,9 @@ def estimate_train_tables(spec, machine, plan, work, report, db=None) -> None:
                   f"ep {plan.ep}, micro-batch {plan.micro_batch}, zero {plan.zero}{sharding_text(vars(plan))}, "
                   f"recompute {plan.recompute}, sp {'on' if plan.sp else 'off'}"
                   f"{', TP overlap' if plan.tp_overlap and plan.sp else ''}"
-                  f"{', EP exchange overlapped' if plan.ep_overlap and plan.ep > 1 else ''}, {plan.precision}"
+                  f"{', EP exchange overlapped' if plan.ep_overlap and plan.ep > 1 else ''}"
+                  f"{f', {plan.dispatcher} dispatcher' if str(plan.dispatcher) != 'alltoall' and plan.ep > 1 else ''}"
+                  f", {plan.precision}"
                   f"{', DeepSeek low-precision storage' if str(plan.storage) == 'deepseek' else ''}",
                   markup=False)
     run = report["run"]
@@ -308,6 +310,7 @@ def plan_text(q: dict) -> str:
     ends = "+ends" if q.get("ends_as_layers") else ""
     sp = ("sp+overlap " if q.get("tp_overlap") else "sp ") if q["sp"] else ""
     expert_tp += "+overlap" if q.get("ep_overlap") else ""
+    expert_tp += f" {q['dispatcher']}" if q.get("dispatcher", "alltoall") != "alltoall" else ""
     cp = f"cp{q['cp']}" + (f" {q['cp_comm']}" if q.get("cp_comm", "p2p") != "p2p" else "")
     text = (f"tp{q['tp']} pp{q['pp']}x{q['interleave']}{ends} dp{q['dp']} {cp} ep{q['ep']}{expert_tp} "
             f"mb{q['micro_batch']} zero{q['zero']}{sharding_text(q)} {q['recompute']} {sp}{q['precision']}")

@@ -38,7 +38,7 @@ def estimate_train(spec, machine, plan, work, output=None, model_ref: str | None
     output = output or EstimateOutput()
     result = estimate_training(spec, machine, plan, work)
     check_feasible(result, machine)
-    report = train_report(result, machine, spec)
+    report = train_report(result, machine, spec, plan.dispatcher)
     hint = interleave_hint(spec, machine, plan, work, result)
     if hint:
         report["hint"] = hint

@@ -118,7 +118,7 @@ def plan_train(db, request, output) -> None:
     bases = cost_bases(result.machines.values())
     machine = planning.machine_of(answer)
     answer_plan = answer.plan
-    breakdown = train_report(planning.estimate(answer), machine, spec)
+    breakdown = train_report(planning.estimate(answer), machine, spec, answer.plan.dispatcher)
     doc = document(request, planning, commands, breakdown, pareto, timing)
     estimate = lambda: train_doc(spec, machine, answer_plan, work, breakdown)  # noqa: E731
     charts = {"pareto": lambda: {**doc, "pareto": shown(result.pareto)}, "breakdown": estimate, "roofline": estimate,

@@ -278,6 +278,13 @@ class Machine:
         return self.accelerator.vendor == "NVIDIA"
 
     @property
+    def runs_flex_dispatcher(self) -> bool:
+        """Whether Megatron-Core's flex token dispatcher backends (DeepEP, HybridEP) run here: CUDA
+        libraries over NVSHMEM and NVLink (deepseek-ai/DeepEP README: Hopper GPUs; NVIDIA's HybridEP
+        for Hopper and Blackwell), so NVIDIA GPUs only."""
+        return self.accelerator.vendor == "NVIDIA"
+
+    @property
     def exchange_sm_share(self) -> float:
         """Share of the SMs (CUs) the MoE exchange kernels hold while they overlap compute: the
         constant ``exchange-sms``, at most half the device; 0 for a device without a unit count."""

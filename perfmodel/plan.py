@@ -90,6 +90,24 @@ class CpComm(IntEnum):
 
 
 CP_COMMS = tuple(c.name.lower() for c in CpComm)
+
+
+class Dispatcher(IntEnum):
+    """How the MoE layer sends tokens to their experts' ranks and back (Megatron-Core core_v0.19.0
+    moe_token_dispatcher_type, moe_flex_dispatcher_backend). ALLTOALL: NCCL all-to-alls of every
+    token-expert copy (MoEAlltoAllTokenDispatcher). DEEPEP: DeepSeek's DeepEP normal kernels, which
+    send a token across the network once per node holding one of its experts and forward it inside
+    the node over NVLink (DeepSeek-V3 report, Sec. 3.2.2; the flex dispatcher's deepep backend).
+    HYBRIDEP: NVIDIA's HybridEP, the flex dispatcher's backend with the same node deduplication, and
+    the one that spans a multi-node NVLink domain (transformer_config.py: 'Currently only
+    "hybridep" backend supports the MNNVL case'). Both flex backends are CUDA libraries."""
+
+    ALLTOALL = 0
+    DEEPEP = 1
+    HYBRIDEP = 2
+
+
+DISPATCHERS = tuple(d.name.lower() for d in Dispatcher)
 STORAGES = tuple(s.name.lower() for s in Storage)
 OVERLAP = tuple(o.name.lower() for o in Overlap)
 PLACES = tuple(p.name.lower().replace("_", "+") for p in Place)

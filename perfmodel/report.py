@@ -64,7 +64,9 @@ def device_roof(machine: Machine) -> dict[str, Any]:
             "hbm_bytes_per_s": float(acc.hbm_bytes_per_s), "achievable_hbm_bytes_per_s": float(machine.hbm_bytes_per_s)}
 
 
-def train_report(result: TrainResult, machine: Machine, spec=None) -> dict[str, Any]:
+def train_report(result: TrainResult, machine: Machine, spec=None, dispatcher: str = "alltoall") -> dict[str, Any]:
+    """The estimate of one training plan as a document (SI units); ``dispatcher`` the plan's MoE token
+    dispatcher (plan.Dispatcher), for where its exchange's constants come from."""
     times = {k: _f(v) for k, v in result.components.items()}
     ops = {k: {"seconds": _f(v), "bound": "compute" if _b(result.bounds[k]) else "memory",
                "flops": _f(result.operator_flops.get(k)), "bytes": _f(result.operator_bytes.get(k))}
@@ -78,7 +80,7 @@ def train_report(result: TrainResult, machine: Machine, spec=None) -> dict[str, 
     return {
         "step_time_s": _f(result.step_time_s),
         "step_time_range_s": [_f(result.step_time_low_s), _f(result.step_time_high_s)],
-        "constants_from": constants_from(machine, spec),
+        "constants_from": constants_from(machine, spec, dispatcher=dispatcher),
         "tokens_per_s": _f(result.tokens_per_s), "mfu": _f(result.mfu),
         "hfu": _f(result.hfu), "microbatches": _f(result.num_microbatches),
         "time_components_s": times, "time_on_link_s": {k: _f(v) for k, v in result.link_times.items()},
@@ -175,10 +177,12 @@ def _source(machine: Machine) -> str:
     return next((s for s in ("fitted", "datasheet", "default") if s in sources), "default")
 
 
-def constants_from(machine: Machine, spec=None, serving: bool = False, backend: str | None = None) -> dict:
+def constants_from(machine: Machine, spec=None, serving: bool = False, backend: str | None = None,
+                   dispatcher: str = "alltoall") -> dict:
     """Where the GEMM, attention and collective constants of an estimate came from, and for an
     MoE ``spec`` those of its expert exchange (serving an MLA model uses the MLA module fit;
-    serving's exchange DeepEP's kernel fits, training's the all-to-all of the collectives). A
+    serving's exchange DeepEP's kernel fits, training's the all-to-all of the collectives, or with a
+    flex ``dispatcher`` DeepEP's normal kernels, fitted where the device has them). A
     serving estimate on fitted GEMMs also names the engine whose measured GEMM tables they come
     from (``gemm_tables``; ``backend`` the one asked, TensorRT-LLM's where the device has no other)."""
     mla = serving and spec is not None and spec.mla is not None and bool(machine.mla_attention)
@@ -192,7 +196,9 @@ def constants_from(machine: Machine, spec=None, serving: bool = False, backend: 
         found["kernel_tables"] = kernel_tables(machine, backend or "trtllm")
     if spec is not None and spec.moe:
         found["expert_exchange"] = _exchange_source(machine.topology) if serving else \
-            "all-to-all as collectives (Megatron-Core's dispatcher)"
+            "all-to-all as collectives (Megatron-Core's dispatcher)" if str(dispatcher) == "alltoall" else \
+            f"{dispatcher}, a token across nodes once per node: " + \
+            ("fitted (DeepEP normal kernels)" if machine.topology.dispatch_normal else "link model")
         # The routed experts' grouped GEMMs: their own fit on measured MoE layers, else the GEMM kernel.
         found["expert_gemm"] = "fitted (measured MoE layers)" if machine.grouped_kernels else "as the GEMMs"
     caveat = unmeasured_caveat(machine, serving)

@@ -13,7 +13,7 @@ from perfmodel.hardware_db.errors import SpecError, UnknownNameError
 from .defaults import SERVE_DEFAULTS, TRAIN_DEFAULTS
 from .exports import SERVING as SERVING_FRAMEWORKS
 from .plan import (ACTIVATION_PRECISIONS, ATTENTION, CP_COMMS, EXPERT_BALANCES, INTERLEAVED, KV_PRECISIONS, OVERLAP,
-                   PLACES, RECOMPUTE, SCHEDULES, STORAGES, WEIGHT_PRECISIONS, QuantScheme)
+                   PLACES, RECOMPUTE, SCHEDULES, STORAGES, WEIGHT_PRECISIONS, DISPATCHERS, QuantScheme)
 
 PRICING = ("cloud", "owned")
 KV_PLACES = ("hbm", "ddr", "cxl", "pooled")
@@ -146,6 +146,10 @@ class TrainRequest:
                                  "runs) or a2a (DeepSpeed-Ulysses head split, exposed).", choices=CP_COMMS)
     ep_overlap: bool = option(False, "The MoE dispatch and combine under another microbatch's compute (Megatron's "
                                      "--overlap-moe-expert-parallel-comm, DeepSeek's DualPipe; needs --ep 2 or more).")
+    dispatcher: str = option("alltoall", "The MoE token dispatcher: alltoall (Megatron-Core's NCCL all-to-all of every "
+                                         "token-expert copy), deepep or hybridep (the flex dispatcher's backends: a "
+                                         "token crosses the network once per node holding its experts; NVIDIA GPUs).",
+                             choices=DISPATCHERS)
     storage: str = option("mixed", "How states and cached activations are stored: mixed (mixed-precision Adam, 2 + 2 "
                                    "+ 12 bytes per parameter) or deepseek (DeepSeek-V3's low-precision storage: "
                                    "fp32 gradients, BF16 Adam moments, FP8-cached activations; needs --precision "
@@ -180,6 +184,12 @@ class TrainRequest:
         if self.storage == "deepseek" and self.precision != "fp8":
             raise SpecError(f"--storage deepseek caches FP8 activations: it needs --precision fp8, has "
                             f"{self.precision}")
+        if self.dispatcher != "alltoall" and (not spec.moe or self.ep < 2):
+            raise SpecError(f"--dispatcher {self.dispatcher} dispatches tokens to experts on other ranks: it needs an "
+                            "MoE model and --ep 2 or more" + ("" if spec.moe else f"; {spec.name} has no experts"))
+        if self.dispatcher != "alltoall" and not machine.runs_flex_dispatcher:
+            raise SpecError(f"--dispatcher {self.dispatcher} is a CUDA library (NVSHMEM / NVLink); "
+                            f"{machine.accelerator.name} is {machine.accelerator.vendor}'s")
         if self.ep_overlap and (not spec.moe or self.ep < 2):
             raise SpecError("--ep-overlap overlaps the expert exchange: it needs an MoE model and --ep 2 or more"
                             + ("" if spec.moe else f"; {spec.name} has no experts"))
@@ -196,7 +206,8 @@ class TrainRequest:
                          optimizer_place=self.offload_optimizer, grad_place=self.offload_grads,
                          param_place=self.offload_params, flash=self.attention == "flash",
                          overlap_dp=self.dp_overlap, overlap=self.overlap, tp_overlap=self.tp_overlap,
-                         ep_overlap=self.ep_overlap, schedule=self.schedule, storage=self.storage,
+                         ep_overlap=self.ep_overlap, dispatcher=self.dispatcher, schedule=self.schedule,
+                         storage=self.storage,
                          moe_imbalance=self.moe_imbalance, shard=self.shard or 0, shard_grads=self.shard_grads or 0,
                          shard_weights=self.shard_weights or 0, hpz=self.hpz or 0, qwz=self.qwz, qgz=self.qgz,
                          prefetch=self.prefetch)
@@ -236,7 +247,7 @@ class TrainRequest:
             cp_comm=plan.cp_comm, ep=plan.ep, etp=plan.etp or None, interleave=plan.interleave,
             ends_as_layers=bool(plan.ends_as_layers), micro_batch=plan.micro_batch,
             zero=plan.zero, recompute=plan.recompute, sp=plan.sp or plan.tp == 1,
-            tp_overlap=bool(plan.tp_overlap), ep_overlap=bool(plan.ep_overlap),
+            tp_overlap=bool(plan.tp_overlap), ep_overlap=bool(plan.ep_overlap), dispatcher=plan.dispatcher,
             schedule=plan.schedule, storage=plan.storage, precision=plan.precision,
             offload_optimizer=plan.optimizer_place, offload_grads=plan.grad_place,
             offload_params=plan.param_place, moe_imbalance=plan.moe_imbalance,

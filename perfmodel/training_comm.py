@@ -14,7 +14,7 @@ from .layout import Layout
 from .machine import Machine
 from .memory import GRAD_BYTES, WEIGHT_BYTES, state_bytes_per_param
 from .model import TransformerSpec
-from .plan import CpComm, Overlap, Place, Recompute, Schedule
+from .plan import CpComm, Dispatcher, Overlap, Place, Recompute, Schedule
 from .sharding import QGZ_BYTES, Sharding
 from .training_memory import _tier_bandwidth
 from .training_terms import Communication, Compute, Exposure, Shape, StepTail
@@ -33,15 +33,24 @@ def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, 
     tp = tp_all_reduces_s(topo, lay, comp.layers, act, passes)
     ep = 0.0
     if spec.moe:
-        # Each device dispatches the rows it holds (tokens x etp / tp) to top-k experts, busiest load.
-        # Training keeps this link model, not the DeepEP kernel fits serving uses: the Megatron and
-        # NeMo exports run Megatron-Core's alltoall token dispatcher over NCCL, which sends every
-        # token-expert copy to its rank; DualPipe (DeepSeek's own training, on DeepEP) sends a token
-        # across nodes once per node (Topology.moe_all_to_all).
-        token_bytes = lay.expert_rows(sh.tokens, 1) * h * 2.0 * sh.imbalance
-        ep = comp.layers * sh.moe_frac * passes * topo.moe_all_to_all(
-            token_bytes, spec.moe.top_k, lay.ep_group.stride, lay.ep_group.size,
-            deduplicated=np.asarray(c["schedule"]) == Schedule.DUALPIPE)
+        # Each device dispatches the rows it holds (tokens x etp / tp) to top-k experts, busiest load,
+        # in bf16, as the plan's dispatcher does it. Megatron-Core's alltoall: an NCCL all-to-all of
+        # every token-expert copy to its rank (Topology.moe_all_to_all, the link model). The flex
+        # dispatcher's backends, DeepEP and HybridEP, and DualPipe (DeepSeek's own training, on
+        # DeepEP): DeepEP's normal kernels, a token across nodes once per node holding its experts and
+        # forwarded inside over NVLink (Topology.normal_exchange: fitted on measured DeepEP normal
+        # kernels where the device has a fit, else the link model with that deduplication). Each
+        # pass runs a dispatch and a combine (the backward's dispatch is the forward's combine
+        # reversed).
+        rows = lay.expert_rows(sh.tokens, 1) * sh.imbalance
+        g = lay.ep_group
+        alltoall = topo.moe_all_to_all(rows * h * 2.0, spec.moe.top_k, g.stride, g.size, deduplicated=False)
+        flex = (np.asarray(c["schedule"]) == Schedule.DUALPIPE) | (np.asarray(c["dispatcher"]) != Dispatcher.ALLTOALL)
+        if np.any(flex):
+            normal = 0.5 * sum(topo.normal_exchange(op, rows, h * 2.0, spec.moe.top_k, spec.moe.num_experts, g.stride,
+                                                    g.size) for op in ("dispatch", "combine"))
+            alltoall = np.where(flex, normal, alltoall)
+        ep = comp.layers * sh.moe_frac * passes * alltoall
     cp = comp.layers * _cp_exchange(spec, topo, c["cp_comm"], sh.tokens, lay) * (lay.cp > 1)
     # Scatter-gather: each TP rank sends 1/t, then an all-gather (Narayanan et al. Sec. 4.1).
     pp = 2.0 * np.maximum(c["interleave"], 1) * stage_handoff_s(topo, lay, act)

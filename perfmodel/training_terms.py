@@ -11,7 +11,7 @@ import numpy as np
 from perfmodel.hardware_db.schema import PRECISIONS
 
 from .layout import Layout
-from .plan import CP_COMMS, OVERLAP, PLACES, RECOMPUTE, SCHEDULES, STORAGES
+from .plan import CP_COMMS, DISPATCHERS, OVERLAP, PLACES, RECOMPUTE, SCHEDULES, STORAGES
 from .roofline import OpTimes
 from .sharding import Sharding
 
@@ -42,6 +42,7 @@ class TrainPlan:
     overlap: object = "framework"     # see plan.Overlap
     tp_overlap: object = False        # Megatron's TP-communication overlap (with sequence parallelism)
     ep_overlap: object = False        # MoE dispatch and combine under another microbatch's compute (see _overlap)
+    dispatcher: object = "alltoall"   # plan.Dispatcher: the MoE token dispatcher (node-deduplicating or not)
     schedule: object = "1f1b"         # plan.Schedule: 1F1B (interleaved with virtual stages) or DualPipe
     storage: object = "mixed"         # plan.Storage: mixed-precision Adam, or DeepSeek-V3's low-precision storage
     moe_imbalance: object = 0.0       # busiest over mean EP device load; 0: the named constant
@@ -60,7 +61,8 @@ class TrainPlan:
             value = np.asarray(getattr(self, name))
             codes = {"recompute": RECOMPUTE, "precision": PRECISIONS, "optimizer_place": PLACES,
                      "grad_place": PLACES, "param_place": PLACES, "overlap": OVERLAP,
-                     "schedule": SCHEDULES, "storage": STORAGES, "cp_comm": CP_COMMS}.get(name)
+                     "schedule": SCHEDULES, "storage": STORAGES, "cp_comm": CP_COMMS,
+                     "dispatcher": DISPATCHERS}.get(name)
             if codes is not None and value.dtype.kind in "USO":
                 lookup = {c: i for i, c in enumerate(codes)}
                 value = np.vectorize(lambda v: lookup[v] if isinstance(v, str) else int(v), otypes=[int])(value)

@@ -113,7 +113,8 @@ def train_request(case: Case) -> TrainRequest:
     return TrainRequest(
         model=_model_name(case), system=case.system, devices=case.devices, tp=p.get("tp", 1), pp=p.get("pp", 1),
         dp=p.get("dp", 1), cp=p.get("cp", 1), cp_comm=p.get("cp_comm", "p2p"), ep=p.get("ep", 1),
-        etp=p.get("etp"), ep_overlap=bool(p.get("ep_overlap", False)), interleave=p.get("interleave", 1),
+        etp=p.get("etp"), ep_overlap=bool(p.get("ep_overlap", False)), dispatcher=p.get("dispatcher", "alltoall"),
+        interleave=p.get("interleave", 1),
         ends_as_layers=bool(p.get("ends_as_layers", False)),
         micro_batch=p.get("microbatch", 1), zero=p.get("zero", 0), recompute=p.get("recompute", "selective"),
         sp=bool(p.get("sequence_parallel", True)), tp_overlap=bool(p.get("tp_overlap", False)),

@@ -18,7 +18,7 @@ from perfmodel.exports import TRAINING as TRAINING_FRAMEWORKS
 from .baselines import SERVE_BASELINES, TRAIN_BASELINES
 from .vocabulary import SERVE_MODES, SERVE_OBJECTIVES, SHARDING, TRAIN_OBJECTIVES
 from perfmodel.hardware_db.errors import SpecError, UnknownNameError
-from perfmodel.plan import ACTIVATION_PRECISIONS, CP_COMMS, KV_PRECISIONS, WEIGHT_PRECISIONS
+from perfmodel.plan import ACTIVATION_PRECISIONS, CP_COMMS, DISPATCHERS, KV_PRECISIONS, WEIGHT_PRECISIONS
 from perfmodel.requests import (EXPERT_BALANCE_HELP, EXPERT_BALANCES, MODEL_HELP, PRICE_HELP, PRICING, PRICING_HELP,
                                 check_choices, option, positive)
 
@@ -90,6 +90,9 @@ class PlanTrainRequest:
     cp_comms: str = option("p2p", "Context-parallel exchanges searched, comma separated: p2p (the ring), all_gather, "
                                   "a2a (estimate train --cp-comm); each beyond the ring adds its plans to the lattice.",
                            choices=CP_COMMS, many=True)
+    dispatchers: str = option("alltoall", "MoE token dispatchers searched, comma separated: alltoall (Megatron-Core's), "
+                                          "deepep, hybridep (estimate train --dispatcher; NVIDIA GPUs, with the "
+                                          "library installed).", choices=DISPATCHERS, many=True)
     top: int = option(5, "How many of the best plans to list.")
     routing: str | None = option(None, ROUTING_HELP)
     zipf: float | None = option(None, ZIPF_HELP)
@@ -135,7 +138,8 @@ class PlanTrainRequest:
                                 memory_headroom=headroom, deadline_s=self.deadline * 86400.0 if self.deadline else None,
                                 offload=self.offload, top=self.top,
                                 space=self._space(precisions, names("--sharding", self.sharding, SHARDING),
-                                                  names("--cp-comms", self.cp_comms, CP_COMMS)),
+                                                  names("--cp-comms", self.cp_comms, CP_COMMS),
+                                                  names("--dispatchers", self.dispatchers, DISPATCHERS)),
                                 routing=_routing(spec, self),
                                 recommend_on=None if self.any_plan else
                                 ((self.framework,) if self.framework else TRAINING_FRAMEWORKS))
@@ -143,14 +147,14 @@ class PlanTrainRequest:
 
 
     def _space(self, precisions: tuple[str, ...], sharding: tuple[str, ...] = ("flat",),
-               cp_comms: tuple[str, ...] = ("p2p",)):
-        """The declared space: every precision, sharding family and context-parallel exchange named,
-        within what ``framework`` can run."""
+               cp_comms: tuple[str, ...] = ("p2p",), dispatchers: tuple[str, ...] = ("alltoall",)):
+        """The declared space: every precision, sharding family, context-parallel exchange and MoE
+        dispatcher named, within what ``framework`` can run."""
         from .space import SpaceOptions
 
         sharding = tuple(dict.fromkeys(("flat",) + sharding))
         if self.framework is None:
-            return SpaceOptions(precisions=precisions, sharding=sharding, cp_comms=cp_comms)
+            return SpaceOptions(precisions=precisions, sharding=sharding, cp_comms=cp_comms, dispatchers=dispatchers)
         from perfmodel.exports import CAPABILITIES
 
         can = CAPABILITIES[self.framework]
@@ -166,7 +170,8 @@ class PlanTrainRequest:
                             sharding=families, hsdp_zero=can.hsdp_zero, shard_whole_cp=can.shard_whole_cp,
                             zeropp_with_groups=can.zeropp_with_groups, tp_overlap=can.tp_overlap,
                             ep_overlap=can.ep_overlap, recomputes=can.recomputes,
-                            cp_comms=tuple(c for c in cp_comms if c in can.cp_comms))
+                            cp_comms=tuple(c for c in cp_comms if c in can.cp_comms),
+                            dispatchers=tuple(d for d in dispatchers if d in can.dispatchers) or ("alltoall",))
 
 
 def device_candidates(db, systems: list[str], devices: list[int] | None, max_devices: int | None):

@@ -16,7 +16,7 @@ from perfmodel.hardware_db.schema import PRECISIONS
 from perfmodel.machine import Machine
 from perfmodel.memory import layers_on_stage
 from perfmodel.model import TransformerSpec
-from perfmodel.plan import CP_COMMS, PLACES, RECOMPUTE, CpComm
+from perfmodel.plan import CP_COMMS, DISPATCHERS, PLACES, RECOMPUTE, CpComm, Dispatcher
 from perfmodel.training import TrainWorkload
 
 RULES = (
@@ -26,7 +26,8 @@ RULES = (
     "MTP depth (uneven splits allowed; the last stage holds the loss and MTP slots); interleave > 1 only with "
     "pp > 1 and microbatches divisible by pp",
     "ep divides the routed experts; experts fold over each stage's tp x cp x dp devices with expert tensor "
-    "parallelism etp = tp (ep divides dp x cp) or etp = 1 (ep divides tp x cp x dp) (MoE models only)",
+    "parallelism etp = tp (ep divides dp x cp) or etp = 1 (ep divides tp x cp x dp) (MoE models only); a "
+    "flex dispatcher (DeepEP, HybridEP) only with ep > 1 on NVIDIA GPUs",
     "cp divides the sequence length",
     "global batch divisible by micro-batch x dp",
     "sequence parallelism only with tp > 1; TP-communication overlap wherever sequence parallelism is on and the "
@@ -48,6 +49,7 @@ LEFT_OUT = (
     "FP8-cached activations; estimate train --storage deepseek evaluates the last)",
     "context parallelism other than the ring unless --cp-comms names it (the all-gather, Ulysses), and Megatron's "
     "hierarchical a2a+p2p",
+    "MoE token dispatchers other than Megatron-Core's alltoall unless --dispatchers names them (DeepEP, HybridEP)",
     "recomputation of other module sets and activation offload",
     "expert tensor parallelism other than tp or 1, and uneven expert placement",
     "micro-batches above 8 and interleaving above 8",
@@ -55,7 +57,7 @@ LEFT_OUT = (
 
 # The columns of a plan the lattice holds (perfmodel.training.TrainPlan's fields a search sets).
 PLAN_FIELDS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "interleave", "ends_as_layers", "micro_batch", "zero",
-               "recompute", "sp", "flash", "tp_overlap", "ep_overlap", "precision",
+               "recompute", "sp", "flash", "tp_overlap", "ep_overlap", "dispatcher", "precision",
                "optimizer_place", "grad_place", "param_place", "moe_imbalance", "shard", "shard_grads", "shard_weights",
                "hpz", "qwz", "qgz")
 
@@ -93,6 +95,9 @@ class SpaceOptions:
     # Ulysses variants more than double the lattice of a large model (the Megatron 1T plan: 203k ->
     # 517k plans) for a few percent at long sequences; plan train --cp-comms adds them.
     cp_comms: tuple[str, ...] = ("p2p",)
+    # MoE token dispatchers searched (plan.Dispatcher): Megatron-Core's alltoall by default; the flex
+    # backends (DeepEP, HybridEP) need their libraries installed, so plan train --dispatchers adds them.
+    dispatchers: tuple[str, ...] = ("alltoall",)
     dimensions: dict = field(default_factory=dict)  # filled by build_space for the report
 
 
@@ -166,12 +171,15 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
                   for stage in options.zero_stages), default=1)
     declared = {"tp": len(tps), "pp": len(pps), "cp": len(cps), "ep": len(eps), "etp": len(etps),
                 "interleave": len(options.interleaves), "ends as layers": 2,
-                "cp communication": len(options.cp_comms),
+                "cp communication": len(options.cp_comms), "dispatcher": len(options.dispatchers) if spec.moe else 1,
                 "micro_batch": len(options.micro_batches), "zero": len(options.zero_stages),
                 "sharding (groups, hpZ, quantized collectives)": max(widest, 1),
                 "recompute": len(recomputes), "sp": len(sps), "precision": len(precisions),
                 "offload (optimizer x gradients x parameters)": len(options.offload_places) ** 3}
     comms = {(tp, cp): _cp_comms(spec, tp, cp, options.cp_comms) for tp, cp in itertools.product(tps, cps)}
+    flex = [DISPATCHERS.index(d) for d in options.dispatchers if d != "alltoall"] if machine.runs_flex_dispatcher else []
+    dispatchers = {ep: [Dispatcher.ALLTOALL] * ("alltoall" in options.dispatchers or ep == 1 or not flex)
+                   + (flex if ep > 1 else []) for ep in eps}
     rows = []
     for tp, cp, pp in itertools.product(tps, cps, pps):
         if n % (tp * cp * pp):
@@ -189,7 +197,7 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
                 for ep, etp, comm in itertools.product(eps, etps, comms[tp, cp]):
                     if (etp == 0 and (dp * cp) % ep) or (etp == 1 and (tp == 1 or (tp * dp * cp) % ep)):
                         continue
-                    rows.append((tp, pp, dp, cp, ep, etp, v, mb, ends, comm))
+                    rows.extend((tp, pp, dp, cp, ep, etp, v, mb, ends, comm, d) for d in dispatchers[ep])
     if not rows or not precisions:
         return {}, declared
     base = np.array(rows, dtype=np.int64)
@@ -208,7 +216,8 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     rep_base = np.repeat(base, counts, axis=0)
     rep_cheap = np.concatenate(per_row) if per_row else np.zeros((0, 10), dtype=np.int64)
     cols = {name: rep_base[:, i] for i, name in enumerate(("tp", "pp", "dp", "cp", "ep", "etp", "interleave",
-                                                             "micro_batch", "ends_as_layers", "cp_comm"))}
+                                                             "micro_batch", "ends_as_layers", "cp_comm",
+                                                             "dispatcher"))}
     cols["ends_as_layers"] = cols["ends_as_layers"].astype(bool)
     cols.update(zero=rep_cheap[:, 0], shard=rep_cheap[:, 1], shard_grads=rep_cheap[:, 2],
                 shard_weights=rep_cheap[:, 3], hpz=rep_cheap[:, 4], qwz=rep_cheap[:, 5].astype(bool),

@@ -31,7 +31,7 @@ from perfmodel.hardware_db.loader import Database
 from perfmodel.hardware_db.schema import PRECISIONS
 from perfmodel.machine import Machine, build_machine
 from perfmodel.model import TransformerSpec
-from perfmodel.plan import CP_COMMS, INTERLEAVED, PLACES, RECOMPUTE
+from perfmodel.plan import CP_COMMS, DISPATCHERS, INTERLEAVED, PLACES, RECOMPUTE
 from perfmodel.training import TrainPlan, TrainWorkload, estimate_training, screen_training
 
 from .pareto import pareto_front
@@ -441,6 +441,7 @@ def _describe(row: dict, candidates) -> TrainRow:
     plan["recompute"] = RECOMPUTE[int(plan["recompute"])]
     plan["precision"] = PRECISIONS[int(plan["precision"])]
     plan["cp_comm"] = CP_COMMS[int(plan["cp_comm"])]
+    plan["dispatcher"] = DISPATCHERS[int(plan["dispatcher"])]
     for key in ("sp", "tp_overlap", "ep_overlap", "ends_as_layers"):
         plan[key] = bool(plan[key])
     plan["qwz"], plan["qgz"] = bool(plan["qwz"]), bool(plan["qgz"])

@@ -34,6 +34,7 @@ class Capabilities:
     ep_overlap: bool = True                    # the MoE exchange under compute (Megatron's 1F1B all-to-all overlap)
     recomputes: tuple[str, ...] = ("none", "selective", "full", "modules")   # the recomputation it expresses
     cp_comms: tuple[str, ...] = ("p2p", "all_gather", "a2a")   # context-parallel exchanges (Megatron's cp_comm_type)
+    dispatchers: tuple[str, ...] = ("alltoall", "deepep", "hybridep")   # MoE token dispatchers (plan.Dispatcher)
 
 
 # Megatron-LM / Megatron-Bridge: --optimizer-cpu-offload moves optimizer states to host DDR, with the
@@ -50,12 +51,12 @@ CAPABILITIES = {
                          sharding=("flat", "hsdp", "hfsdp")),
     "torchtitan": Capabilities(precisions=("bf16", "fp8"), sharding=("flat", "hsdp"), shard_whole_cp=True,
                                tp_overlap=False, ep_overlap=False, recomputes=("none", "selective", "full"),
-                               cp_comms=("p2p",)),
+                               cp_comms=("p2p",), dispatchers=("alltoall", "deepep")),
     "deepspeed": Capabilities(max_pp=1, max_cp=1, max_ep=1, precisions=("bf16", "fp16"),
                               offload=(("optimizer_place", ("ddr", "nvme")), ("grad_place", ("ddr", "nvme")),
                                        ("param_place", ("ddr", "nvme"))),
                               sharding=("flat", "hsdp", "hpz", "qwz", "qgz"), hsdp_zero=(3,), zeropp_with_groups=False,
-                              tp_overlap=False, ep_overlap=False),
+                              tp_overlap=False, ep_overlap=False, dispatchers=("alltoall",)),
 }
 
 

@@ -159,6 +159,9 @@ def torchtitan(job: TrainJob) -> dict[str, str]:
     if p.ep_overlap and p.ep > 1:
         raise ExportError("the torchtitan export does not write the MoE exchange overlap (the plan overlaps the "
                           "expert dispatch and combine with compute); use --export megatron or nemo")
+    if str(getattr(p, "dispatcher", "alltoall")) == "hybridep" and p.ep > 1:
+        raise ExportError("torchtitan's expert exchange is its standard all-to-all or DeepEP "
+                          "(parallelism.expert_parallel_comm_backend), not HybridEP; use --export megatron or nemo")
     if p.cp > 1 and cp_comm_type(p) != "p2p":
         raise ExportError(f"torchtitan's context parallelism is PyTorch's ring attention, not --cp-comm {cp_comm_type(p)}; "
                           "use --export megatron or nemo")
@@ -180,6 +183,8 @@ def torchtitan(job: TrainJob) -> dict[str, str]:
                             "pipeline_parallel_microbatch_size": int(p.micro_batch), **titan_pipeline_split(job)})
     if job.spec.moe:
         parallelism.update({"expert_parallel_degree": int(p.ep), "expert_tensor_parallel_degree": job.etp})
+        if str(getattr(p, "dispatcher", "alltoall")) == "deepep" and p.ep > 1:
+            parallelism["expert_parallel_comm_backend"] = "deepep"   # standard: the all-to-all of every copy
     refuse_broken("torchtitan", titan_broken_rules(parallelism, job.spec.num_layers, titan_planned_layers(job)),
                    f"the plan's {pp} x {int(p.interleave)} pipeline stages")
     name, flavor = model

@@ -325,7 +325,7 @@ def _megatron_memory(job: TrainJob, framework: str = "Megatron-LM") -> dict[str,
     if _ep_overlapped(framework, job):
         items["--overlap-moe-expert-parallel-comm"] = True
     if job.spec.moe and p.ep > 1:
-        items["--moe-token-dispatcher-type"] = ALLTOALL_DISPATCHER
+        items.update(dispatcher_flags(p, "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend"))
     if _offload_to_ddr_only(framework, job, "--optimizer-cpu-offload"):
         if p.zero < 1:
             raise ExportError("Megatron-LM offloads optimizer states with the distributed optimizer only; the plan "
@@ -350,6 +350,14 @@ def _megatron_memory(job: TrainJob, framework: str = "Megatron-LM") -> dict[str,
 # experts are spread over ranks; TransformerConfig's default, allgather, gathers every rank's tokens
 # to every rank instead (core_v0.19.0 transformer_config.py moe_token_dispatcher_type, token_dispatcher.py).
 ALLTOALL_DISPATCHER = "alltoall"
+
+
+def dispatcher_flags(plan, type_key: str, backend_key: str) -> dict[str, str]:
+    """The plan's MoE token dispatcher as Megatron-Core's two settings (plan.Dispatcher): alltoall, or
+    the flex dispatcher with its backend (core_v0.19.0 moe_token_dispatcher_type 'flex' with
+    moe_flex_dispatcher_backend 'deepep' or 'hybridep')."""
+    name = str(getattr(plan, "dispatcher", ALLTOALL_DISPATCHER))
+    return {type_key: ALLTOALL_DISPATCHER} if name == ALLTOALL_DISPATCHER else {type_key: "flex", backend_key: name}
 
 
 def recompute_modules(spec) -> list[str]:
@@ -550,7 +558,8 @@ def nemo(job: TrainJob) -> dict[str, str]:
         "model.tp_comm_overlap": tp_overlapped(p),
         # The exchange the cost model prices (ALLTOALL_DISPATCHER); its overlap, with no shared-expert overlap.
         "model.overlap_moe_expert_parallel_comm": True if ep_overlap else None,
-        "model.moe_token_dispatcher_type": ALLTOALL_DISPATCHER if job.spec.moe and p.ep > 1 else None,
+        **(dispatcher_flags(p, "model.moe_token_dispatcher_type", "model.moe_flex_dispatcher_backend")
+           if job.spec.moe and p.ep > 1 else {"model.moe_token_dispatcher_type": None}),
         "model.moe_shared_expert_overlap": False if ep_overlap else None,
         # Every pipeline key is written, so the recipe's own split cannot stay (rule recipe-pipeline).
         "model.pipeline_model_parallel_layout": layout or NULL,

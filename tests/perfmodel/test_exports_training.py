@@ -142,6 +142,28 @@ def test_mixtral_megatron_writes_the_expert_degrees(db):
     assert flags["--moe-token-dispatcher-type"] == ["alltoall"] and "--overlap-moe-expert-parallel-comm" not in flags
 
 
+@pytest.mark.parametrize("dispatcher", ["deepep", "hybridep"])
+def test_a_flex_dispatcher_is_written_as_megatron_core_names_it(db, dispatcher):
+    """plan.Dispatcher's flex backends as core_v0.19.0's two settings, in Megatron-LM's flags and in
+    Megatron-Bridge's overrides (checked against Megatron's own parse_args + validate_args by
+    benchmarks/bench_export_conformance.py's checker)."""
+    spec, machine, plan, work, ref = _case(db, "mixtral-ep8-fp8")
+    plan = TrainPlan(**{**vars(plan), "dispatcher": dispatcher})
+    _, flags, _ = _megatron(training_files("megatron", spec, machine, plan, work, ref)["megatron.sh"])
+    assert flags["--moe-token-dispatcher-type"] == ["flex"] and flags["--moe-flex-dispatcher-backend"] == [dispatcher]
+    spec, machine = find_model("gpt-oss-120b"), build_machine(db, "dgx-h100", 64)
+    plan, work = TrainPlan(dp=64, ep=16, recompute="full", dispatcher=dispatcher), TrainWorkload(1024, 4096, TOKENS)
+    *_, overrides = _nemo(training_files("nemo", spec, machine, plan, work, "gpt-oss-120b")["nemo.sh"])
+    assert overrides["model.moe_token_dispatcher_type"] == "flex"
+    assert overrides["model.moe_flex_dispatcher_backend"] == dispatcher
+    if dispatcher == "deepep":
+        toml = training_files("torchtitan", spec, machine, plan, work, "gpt-oss-120b")["torchtitan.toml"]
+        assert 'expert_parallel_comm_backend = "deepep"' in toml
+    else:
+        with pytest.raises(ExportError, match="not HybridEP"):
+            training_files("torchtitan", spec, machine, plan, work, "gpt-oss-120b")
+
+
 def _check_megatron(spec, machine, plan, work, launcher, flags, environment):
     p = plan
     # The launch: one process per device, nodes x GPUs per node = the devices = the degrees' product.

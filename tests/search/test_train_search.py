@@ -202,6 +202,33 @@ def test_screen_and_floor_agree_with_the_full_estimate(db, model, system, device
         [screen_training(spec, machine, c, work).hbm_used_bytes for c in chunks]))
 
 
+def test_flex_dispatchers_are_searched_when_named_on_nvidia_gpus(db):
+    """Megatron-Core's alltoall alone by default; --dispatchers adds DeepEP / HybridEP to every plan
+    with experts over ranks (none without), on NVIDIA GPUs only, and a framework keeps those it runs;
+    the search's answer is checked independently and names its dispatcher."""
+    from perfmodel.catalog import find_model
+    from perfmodel.plan import DISPATCHERS
+    from perfmodel.search.api import plan_train
+    from perfmodel.search.requests import PlanTrainRequest
+    from perfmodel.search.space import build_space
+
+    spec, work = find_model("mixtral-8x7b"), TrainWorkload(256, 4096)
+    machine = build_machine(db, "dgx-h100", 64)
+    plain, _ = build_space(spec, machine, work)
+    both, declared = build_space(spec, machine, work, SpaceOptions(dispatchers=("alltoall", "deepep")))
+    assert set(plain["dispatcher"]) == {0} and declared["dispatcher"] == 2
+    assert np.all(both["ep"][both["dispatcher"] > 0] > 1)
+    assert int((both["dispatcher"] > 0).sum()) == int((plain["ep"] > 1).sum())
+    amd, _ = build_space(spec, build_machine(db, "mi300x-8x", 64), work, SpaceOptions(dispatchers=DISPATCHERS))
+    assert set(amd["dispatcher"]) == {0}
+    assert PlanTrainRequest(model="mixtral-8x7b", dispatchers="alltoall,hybridep",
+                            framework="torchtitan").resolve(db)[3].space.dispatchers == ("alltoall",)
+    planning = plan_train(model="mixtral-8x7b", system="dgx-h100", devices=64, global_batch=256, seq_len=4096,
+                          dispatchers="alltoall,deepep", db=db)
+    assert planning.result.evidence.status == "OPTIMAL" and not planning.result.evidence.check
+    assert planning.best.plan.dispatcher in DISPATCHERS
+
+
 def test_context_parallel_exchanges_are_searched_when_named(db):
     """The ring alone by default; --cp-comms adds the all-gather and Ulysses (where a TP rank's KV
     heads divide by cp), and a framework keeps only the exchanges it runs."""
