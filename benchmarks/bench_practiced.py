@@ -1,7 +1,8 @@
 """The search's pick against the plans practitioners published, both predicted by the same model.
 
 For each published configuration of tests/data/practiced_training.yaml (each ran on 80 GB GPUs),
-the search plans the same model, system, device count, global batch and sequence length, once over
+the search plans the same model, system, device count, global batch and sequence length (with every
+MoE token dispatcher, as practitioners can install DeepEP), once over
 the full declared space and once restricted to the published plan's precision and the
 frameworks' usual choices (no offload), and prints predicted published-plan step time over the
 search's pick; and over the plan ``plan train`` recommends at its defaults (the memory headroom, a
@@ -31,6 +32,7 @@ from perfmodel.hardware_db import load_database
 from perfmodel.catalog import find_model
 from perfmodel.machine import build_machine
 from perfmodel.training import TrainPlan, TrainWorkload, estimate_training
+from perfmodel.plan import DISPATCHERS
 from perfmodel.search.space import SpaceOptions
 from perfmodel.exports import TRAINING
 from perfmodel.search.train import SearchOptions, search_training
@@ -43,7 +45,8 @@ def _label(plan: dict) -> str:
         + (" ds-storage" if plan.get("storage") == "deepseek" else "")
     overlap = "+o" if plan.get("tp_overlap") else ""
     ends += "" if plan.get("flash", True) else " no-flash"
-    ep_overlap = "+o" if plan.get("ep_overlap") else ""
+    ep_overlap = ("+o" if plan.get("ep_overlap") else "") + ("/" + str(plan["dispatcher"])
+                                                            if plan.get("dispatcher", "alltoall") != "alltoall" else "")
     cp = f"cp{plan['cp']}" + (f"/{plan['cp_comm']}" if plan.get("cp_comm", "p2p") != "p2p" else "")
     return (f"tp{plan['tp']}{overlap} pp{plan['pp']}x{plan['interleave']}{ends} dp{plan['dp']} {cp} "
             f"ep{plan['ep']}{ep_overlap} mb{plan['micro_batch']} z{plan['zero']} {plan['recompute']} {plan['precision']}")
@@ -72,15 +75,17 @@ def main(only: list[str]) -> None:
         published = estimate_training(spec, machine, TrainPlan(**as_run), work)
         started = time.perf_counter()
         same = search_training(spec, db, [(config["system"], config["devices"])], work, SearchOptions(
-            offload=False, space=SpaceOptions(precisions=(config["plan"]["precision"],))))
-        anyp = search_training(spec, db, [(config["system"], config["devices"])], work, SearchOptions(offload=False))
+            offload=False, space=SpaceOptions(precisions=(config["plan"]["precision"],), dispatchers=DISPATCHERS)))
+        anyp = search_training(spec, db, [(config["system"], config["devices"])], work, SearchOptions(
+            offload=False, space=SpaceOptions(dispatchers=DISPATCHERS)))
         software = data["software"][config["software"]]["options"] if "software" in config else None
         had = same if software is None else search_training(
             spec, db, [(config["system"], config["devices"])], work, SearchOptions(offload=False, space=SpaceOptions(
                 precisions=(config["plan"]["precision"],), **{k: tuple(v) if isinstance(v, list) else v
                                                                for k, v in software.items()})))
         advice = search_training(spec, db, [(config["system"], config["devices"])], work, SearchOptions(
-            offload=False, space=SpaceOptions(precisions=(config["plan"]["precision"],)), recommend_on=TRAINING,
+            offload=False, space=SpaceOptions(precisions=(config["plan"]["precision"],), dispatchers=DISPATCHERS),
+            recommend_on=TRAINING,
             memory_headroom=db.constant("hbm-headroom-fraction"))).recommended
         seconds = time.perf_counter() - started
         step = float(published.step_time_s)
