@@ -348,12 +348,15 @@ def place_experts(db, request, output) -> None:
                 "slots": problem.slots, "replicas": problem.replicas, "layers": problem.stats.layers,
                 "experts": problem.stats.experts, "time_limit_s": time_limit, "note": best.note,
                 "deterministic_seconds": best.work_s}
+    coactivation = placed.coactivation.as_dict() if placed.coactivation is not None else None
+    rerouting = _rerouting_doc(placed, rows)
     if output.csv_out and not output.json_out:
         emit_csv([{"method": name, **r} for name, r in rows.items()])
         return
     if output.json_out:
-        emit_json({"model": spec.name, "system": machine.system.name, "placement": best.as_map(),
-                   "methods": rows, "improvement": improvement, "evidence": evidence})
+        doc = {"model": spec.name, "system": machine.system.name, "placement": best.as_map(),
+               "methods": rows, "improvement": improvement, "evidence": evidence, "coactivation": coactivation}
+        emit_json({**doc, "rerouting": rerouting} if rerouting is not None else doc)
         return
     console.print(f"{spec.display_name or spec.name}: {problem.stats.layers} MoE layers x {problem.stats.experts} "
                   f"experts on {fleet_of(problem.devices, machine.system, machine.accelerator, db)}, "
@@ -395,4 +398,54 @@ def place_experts(db, request, output) -> None:
     if best.note:
         rows_.append(("note", best.note))
     console.print(kv_table("evidence", rows_))
+    _print_coactivation(coactivation, request.routing)
+    _print_rerouting(rerouting)
     console.print("--json writes the placement map: layer -> expert -> devices", style="dim")
+
+
+def _rerouting_doc(placed, rows) -> dict | None:
+    """LLEP over contiguous experts against the static placements (None without --reroute)."""
+    r = placed.rerouting
+    if r is None:
+        return None
+    llep_s = placed.predicted_moe_time_s("least-loaded")
+    memory = placed.expert_memory()
+    rule = r.rule
+    return {"rule": {"capacity": rule.capacity, "min_tokens": rule.min_tokens, "threshold": rule.threshold},
+            "imbalance": r.imbalance, "max_load_tokens": float(r.max_load.mean()),
+            "predicted_moe_time_s": llep_s, "layers_rerouted": r.layers_rerouted, "moved_tokens": r.moved_tokens,
+            "foreign_experts_max": r.foreign_max,
+            "speedup_vs_round_robin": rows["round-robin"]["predicted_moe_time_s"] / llep_s,
+            "speedup_vs_affinity": rows["affinity"]["predicted_moe_time_s"] / llep_s,
+            "memory": memory.as_dict(),
+            "memory_vs_round_robin": memory.least_loaded / memory.standard_ep if memory.standard_ep else None}
+
+
+def _print_coactivation(c: dict | None, routing: str | None) -> None:
+    if c is None:
+        console.print("co-activation: n/a (no transition counts)", style="dim")
+        return
+    where = f"measured from {routing}" if routing else "measured from the synthetic statistics"
+    console.print(kv_table(f"co-activation between layers ({where})", [
+        ("tokens to their expert's most likely successor", f"{c['affinity']:.1%} (independent layers: "
+                                                           f"{c['independent']:.1%}, {c['lift']:.2f}x)"),
+        (f"to one of its {c['slots']} most likely (a device's slots)",
+         f"{c['reach']:.1%} (independent layers: {c['reach_independent']:.1%})")]))
+
+
+def _print_rerouting(r: dict | None) -> None:
+    if r is None:
+        return
+    mib = 2.0 ** 20
+    memory = r["memory"]
+    console.print(kv_table("least-loaded rerouting (LLEP) over round-robin", [
+        ("rule", f"alpha {r['rule']['capacity']:g}, m {r['rule']['min_tokens']:,.0f} tokens, "
+                 f"lambda {r['rule']['threshold']:g}"),
+        ("layers rerouted", f"{r['layers_rerouted']}; {count(r['moved_tokens'])} tokens moved, at most "
+                            f"{r['foreign_experts_max']} foreign experts on a device"),
+        ("load max / mean", f"{r['imbalance']:.3f}"),
+        ("predicted MoE time", f"{seconds_text(r['predicted_moe_time_s'])}: speedup {r['speedup_vs_round_robin']:.2f}x "
+                               f"over round-robin, {r['speedup_vs_affinity']:.2f}x over affinity"),
+        ("peak memory per device beyond own experts",
+         f"{memory['least_loaded_bytes'] / mib:,.0f} MiB (round-robin {memory['standard_ep_bytes'] / mib:,.0f}, "
+         f"affinity with replicas {memory['replicas_bytes'] / mib:,.0f})")]))

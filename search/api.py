@@ -264,6 +264,8 @@ class ExpertPlacement:
     machine: object                    # Machine
     problem: object                    # PlacementProblem
     placements: dict                   # method -> Placement
+    coactivation: object = None        # perfmodel.coactivation.Coactivation measured from the statistics, or None
+    rerouting: object = None           # search.rerouting.Rerouting over round-robin (--reroute least-loaded), or None
 
     @property
     def best(self):
@@ -271,9 +273,22 @@ class ExpertPlacement:
         return self.placements["affinity"]
 
     def predicted_moe_time_s(self, method: str) -> float:
+        """Seconds of all MoE layers under ``method`` (or "least-loaded": LLEP over round-robin)."""
         from .placement import layer_time
+        from .rerouting import rerouted_time
 
+        if method == "least-loaded":
+            return rerouted_time(self.spec, self.machine, self.placements["round-robin"], self.rerouting,
+                                 self.problem.devices)
         return layer_time(self.spec, self.machine, self.placements[method], self.problem.devices)
+
+    def expert_memory(self):
+        """Peak memory per device of standard EP, the static replicas and LLEP (None without --reroute)."""
+        from .rerouting import expert_memory
+
+        if self.rerouting is None:
+            return None
+        return expert_memory(self.spec, self.problem, self.placements["round-robin"], self.best, self.rerouting)
 
     def reduction(self, baseline: str, tokens: str = "cross_device_tokens") -> float | None:
         """The best placement's ``tokens`` ("cross_device_tokens" or "cross_node_tokens") below
@@ -289,7 +304,10 @@ def place_experts(request: PlaceExpertsRequest | None = None, /, *, db=None,
     """Experts (with replicas of hot ones) placed on the devices of one expert-parallel group
     (``perfmodel place-experts``); ``progress`` is called with (layers placed, 3 x layers). Every
     placement passes ``placement.check`` (re-derived from the instance) before it is returned."""
+    from perfmodel.coactivation import measure_coactivation
+
     from .placement import check, place
+    from .rerouting import reroute
 
     request = _request(PlaceExpertsRequest, request, fields)
     spec, machine, problem = request.resolve(_database(db))
@@ -299,4 +317,8 @@ def place_experts(request: PlaceExpertsRequest | None = None, /, *, db=None,
         report = (lambda done, i=i: progress(i * layers + done, 3 * layers)) if progress else None
         placements[method] = place(problem, method, request.time_limit, report)
         check(problem, placements[method])
-    return ExpertPlacement(request, spec, machine, problem, placements)
+    coactivation = measure_coactivation(problem.stats, problem.slots)
+    rerouting = None
+    if request.reroute == "least-loaded":
+        rerouting = reroute(problem, placements["round-robin"], request.llep_rule())
+    return ExpertPlacement(request, spec, machine, problem, placements, coactivation, rerouting)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from perfmodel.defaults import SERVE_DEFAULTS, TRAIN_DEFAULTS
+from perfmodel.defaults import LLEP_DEFAULTS, SERVE_DEFAULTS, TRAIN_DEFAULTS
 from perfmodel.exports import SERVING as SERVING_FRAMEWORKS
 from perfmodel.exports import TRAINING as TRAINING_FRAMEWORKS
 
@@ -37,6 +37,7 @@ ROUTING_HELP = "Routing statistics file (.json, .csv or .npz; see README)."
 ZIPF_HELP = "Synthetic routing: Zipf exponent of expert popularity."
 AFFINITY_HELP = "Synthetic routing: share of tokens keeping their affine expert."
 SEED_HELP = "Synthetic routing: random seed."
+REROUTES = ("none", "least-loaded")
 
 
 def names(flag: str, value, allowed) -> tuple[str, ...]:
@@ -454,10 +455,20 @@ class PlaceExpertsRequest:
     devices: int = option(64, "Devices of the expert-parallel group (at most 4,096).")
     routing: str | None = option(None, ROUTING_HELP + " Default: synthetic, Zipf 1.0.")
     zipf: float | None = option(None, ZIPF_HELP)
-    affinity: float = option(0.5, AFFINITY_HELP)
+    affinity: float | None = option(None, AFFINITY_HELP + " Default 0.5; with --routing the file's own "
+                                    "co-activation is measured instead (the flag is refused).")
     seed: int = option(0, SEED_HELP)
     tokens_per_layer: float = option(65536.0, "Synthetic routing: tokens per batch.")
     replicas: int = option(32, "Redundant expert copies per layer.")
+    reroute: str = option("none", "least-loaded: also price LLEP's per-batch rerouting of an overloaded device's "
+                                  "tokens (and its experts' weights) to the least-loaded devices, over contiguous "
+                                  "experts without replicas (Nguyen et al. 2026).", choices=REROUTES)
+    reroute_capacity: float = option(LLEP_DEFAULTS["capacity"], "LLEP's alpha: a device takes up to this x the "
+                                     "mean device's tokens (1 to 100).")
+    reroute_min_tokens: float = option(LLEP_DEFAULTS["min_tokens"], "LLEP's m: the smallest spill worth a weight "
+                                       "transfer, tokens.")
+    reroute_threshold: float = option(LLEP_DEFAULTS["threshold"], "LLEP's lambda: reroute a layer only when its "
+                                      "busiest device carries this x the mean (1 to 100).")
     slots: int | None = option(None, "Expert copies one device holds per layer (default: what the copies need).")
     load_tolerance: float = option(0.01, "Share (0 to 1) by which the busiest device may exceed its proven bound "
                                          "(or the load-first peak, if higher) while experts move for locality.")
@@ -484,10 +495,15 @@ class PlaceExpertsRequest:
             raise SpecError(f"--time-limit needs 0 to 3600 seconds, has {self.time_limit:g}")
         if not 0 <= self.load_tolerance <= 1:
             raise SpecError(f"--load-tolerance needs a share from 0 to 1, has {self.load_tolerance:g}")
+        if self.routing is not None and self.affinity is not None:
+            raise SpecError("--affinity applies to synthetic routing; with --routing the file's own co-activation "
+                            "is measured from its transitions")
+        self.llep_rule()
         spec = load_model(self.model)
         if not spec.moe:
             raise SpecError(f"{spec.name} has no routed experts to place")
         request = replace(self, zipf=1.0) if self.routing is None and self.zipf is None else self
+        request = replace(request, affinity=0.5) if request.affinity is None else request
         stats = _routing(spec, request, self.tokens_per_layer)
         machine = build_machine(db, self.system, self.devices)
         per_node = min(machine.system.devices_per_node, self.devices)
@@ -497,3 +513,10 @@ class PlaceExpertsRequest:
         problem = PlacementProblem(stats=stats, devices=self.devices, devices_per_node=per_node, slots=slots,
                                    replicas=self.replicas, load_tolerance=self.load_tolerance)
         return spec, machine, problem
+
+    def llep_rule(self):
+        """LLEP's knobs (``perfmodel.llep.LlepRule``), checked."""
+        from perfmodel.llep import LlepRule
+
+        return LlepRule(capacity=self.reroute_capacity, min_tokens=self.reroute_min_tokens,
+                        threshold=self.reroute_threshold)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,9 @@ COMMANDS = {
                    "--objective", "energy", "--pareto"],
     "place-experts": ["place-experts", "--model", "mixtral-8x7b", "--devices", "8", "--zipf", "1.2", "--replicas",
                       "4", "--time-limit", "2"],
+    "place-experts from a file, rerouted": [
+        "place-experts", "--model", "gpt-oss-120b", "--devices", "8", "--reroute", "least-loaded", "--routing",
+        str(Path(__file__).parent.parent.parent / "examples" / "routing" / "gpt-oss-120b-synthetic.npz")],
 }
 
 
