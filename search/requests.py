@@ -58,9 +58,15 @@ def _in_range(flag: str, value, low: float, high: float, what: str = "a positive
 
 
 def _routing(spec, request, tokens_per_layer: float = 65536.0):
+    """The request's routing statistics: its file, or synthetic (``--affinity`` 0.5 unless given); a
+    file's co-activation is its own, so ``--affinity`` with ``--routing`` is refused in one line."""
     from perfmodel.routing import routing_for
 
-    return routing_for(spec, request.routing, request.zipf, request.affinity, request.seed, tokens_per_layer)
+    if request.routing is not None and request.affinity is not None:
+        raise SpecError("--affinity applies to synthetic routing; with --routing the file's own co-activation "
+                        "is measured from its transitions")
+    affinity = 0.5 if request.affinity is None else request.affinity
+    return routing_for(spec, request.routing, request.zipf, affinity, request.seed, tokens_per_layer)
 
 
 @dataclass(frozen=True)
@@ -97,7 +103,7 @@ class PlanTrainRequest:
     top: int = option(5, "How many of the best plans to list.")
     routing: str | None = option(None, ROUTING_HELP)
     zipf: float | None = option(None, ZIPF_HELP)
-    affinity: float = option(0.5, AFFINITY_HELP)
+    affinity: float | None = option(None, AFFINITY_HELP + " Default 0.5; refused with --routing.")
     seed: int = option(0, SEED_HELP)
     framework: str | None = option(None, "Search only plans this framework can run (--export FRAMEWORK implies it).",
                                    choices=TRAINING_FRAMEWORKS)
@@ -301,7 +307,7 @@ class PlanServeRequest:
     routing: str | None = option(None, ROUTING_HELP + " Default: aiconfigurator's power law (see --expert-balance).")
     expert_balance: str = option("eplb", EXPERT_BALANCE_HELP, choices=EXPERT_BALANCES)
     zipf: float | None = option(None, ZIPF_HELP)
-    affinity: float = option(0.5, AFFINITY_HELP)
+    affinity: float | None = option(None, AFFINITY_HELP + " Default 0.5; refused with --routing.")
     seed: int = option(0, SEED_HELP)
     framework: str | None = option(None, "Search only deployments this framework runs, their GEMMs priced on its "
                                          "engine's measured kernels (--export FRAMEWORK implies it). Default: any "
@@ -495,15 +501,11 @@ class PlaceExpertsRequest:
             raise SpecError(f"--time-limit needs 0 to 3600 seconds, has {self.time_limit:g}")
         if not 0 <= self.load_tolerance <= 1:
             raise SpecError(f"--load-tolerance needs a share from 0 to 1, has {self.load_tolerance:g}")
-        if self.routing is not None and self.affinity is not None:
-            raise SpecError("--affinity applies to synthetic routing; with --routing the file's own co-activation "
-                            "is measured from its transitions")
         self.llep_rule()
         spec = load_model(self.model)
         if not spec.moe:
             raise SpecError(f"{spec.name} has no routed experts to place")
         request = replace(self, zipf=1.0) if self.routing is None and self.zipf is None else self
-        request = replace(request, affinity=0.5) if request.affinity is None else request
         stats = _routing(spec, request, self.tokens_per_layer)
         machine = build_machine(db, self.system, self.devices)
         per_node = min(machine.system.devices_per_node, self.devices)

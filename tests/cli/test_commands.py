@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from perfmodel.cli.app import main
+
+
+SYNTHETIC_ROUTING = str(Path(__file__).parents[2] / "examples" / "routing" / "gpt-oss-120b-synthetic.npz")
 
 
 def run(capsys, *argv):
@@ -112,6 +116,10 @@ def test_compare_default_set(capsys):
     (["plan", "train", "--hardware-db"], "--hardware-db needs a directory"),
     (["plan", "train", "--deadline", "1e300"], "--deadline needs a number of days"),
     (["plan", "train", "--deadline", "nan"], "--deadline needs a number of days"),
+    (["plan", "train", "--model", "gpt-oss-120b", "--routing", SYNTHETIC_ROUTING,
+      "--affinity", "0.3"], "--affinity applies to synthetic routing"),
+    (["plan", "serve", "--model", "gpt-oss-120b", "--routing", SYNTHETIC_ROUTING,
+      "--affinity", "0.3"], "--affinity applies to synthetic routing"),
 ])
 def test_user_errors_are_one_line_exit_2(capsys, argv, message):
     code, out, err = run(capsys, *argv)
