@@ -178,7 +178,8 @@ def header_line(spec, machine, db=None) -> str:
 def train_doc(spec, machine, plan, work, report) -> dict:
     """The JSON document of one training estimate (``estimate train --json``; charts read it)."""
     return {"model": spec.name, "system": machine.system.name, "devices": machine.devices,
-            "plan": {k: (v.item() if hasattr(v, "item") else v) for k, v in vars(plan).items()},
+            "plan": {k: (v.item() if hasattr(v, "item") else v) for k, v in vars(plan).items()
+                     if k != "activation_offload" or v},    # listed only when on
             "workload": vars(work), "result": report}
 
 
@@ -202,7 +203,8 @@ def estimate_train_tables(spec, machine, plan, work, report, db=None) -> None:
                   f"{', EP exchange overlapped' if plan.ep_overlap and plan.ep > 1 else ''}"
                   f"{f', {plan.dispatcher} dispatcher' if str(plan.dispatcher) != 'alltoall' and plan.ep > 1 else ''}"
                   f", {plan.precision}"
-                  f"{', DeepSeek low-precision storage' if str(plan.storage) == 'deepseek' else ''}",
+                  f"{', DeepSeek low-precision storage' if str(plan.storage) == 'deepseek' else ''}"
+                  f"{f', activations swapped to host {float(plan.activation_offload):g}' if plan.activation_offload else ''}",
                   markup=False)
     run = report["run"]
     low, high = report["step_time_range_s"]
@@ -316,6 +318,8 @@ def plan_text(q: dict) -> str:
             f"mb{q['micro_batch']} zero{q['zero']}{sharding_text(q)} {q['recompute']} {sp}{q['precision']}")
     places = [f"{name}:{q[key]}" for key, name in (("optimizer_place", "opt"), ("grad_place", "grad"),
                                                     ("param_place", "param")) if q[key] != "hbm"]
+    if q.get("activation_offload"):
+        places.append(f"act:{q['activation_offload']:g}")
     return text + (" offload " + ", ".join(places) if places else "")
 
 

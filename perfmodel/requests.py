@@ -132,6 +132,11 @@ class TrainRequest:
     offload_grads: str = option("hbm", "Where gradients live (off HBM only with the optimizer states).",
                                 choices=PLACES)
     offload_params: str = option("hbm", "Where parameters live.", choices=PLACES)
+    activation_offload: float = option(0.0, "Share of each layer's saved activations swapped to host DDR after its "
+                                            "forward and fetched back for its backward, under the neighbouring "
+                                            "layers' compute (MEMO); with --recompute full, every layer's input is "
+                                            "swapped and this share of the tokens keeps its whole activations in "
+                                            "host memory instead of being recomputed. 0: off.")
     attention: str = option("flash", "flash (causal FlashAttention) or standard (s x s scores written, as 2021 "
                                      "Megatron-LM).", choices=ATTENTION)
     dp_overlap: bool = option(True, "Overlap the gradient reduction with the backward pass.")
@@ -193,6 +198,10 @@ class TrainRequest:
         if self.ep_overlap and (not spec.moe or self.ep < 2):
             raise SpecError("--ep-overlap overlaps the expert exchange: it needs an MoE model and --ep 2 or more"
                             + ("" if spec.moe else f"; {spec.name} has no experts"))
+        if not 0.0 <= self.activation_offload <= 1.0:
+            raise SpecError(f"--activation-offload needs a share from 0 to 1, has {self.activation_offload:g}")
+        if self.activation_offload > 0:
+            machine.tier("ddr")             # swapped activations live in host DDR: one clear error without it
         for name in ("offload_optimizer", "offload_grads", "offload_params"):
             if getattr(self, name) != "hbm":
                 for kind in INTERLEAVED.get(getattr(self, name), (getattr(self, name),)):
@@ -210,7 +219,7 @@ class TrainRequest:
                          storage=self.storage,
                          moe_imbalance=self.moe_imbalance, shard=self.shard or 0, shard_grads=self.shard_grads or 0,
                          shard_weights=self.shard_weights or 0, hpz=self.hpz or 0, qwz=self.qwz, qgz=self.qgz,
-                         prefetch=self.prefetch)
+                         prefetch=self.prefetch, activation_offload=float(self.activation_offload))
         self._check_sharding(dp * self.cp)
         return spec, machine, plan, TrainWorkload(self.global_batch, self.seq_len, self.tokens)
 
@@ -250,7 +259,8 @@ class TrainRequest:
             tp_overlap=bool(plan.tp_overlap), ep_overlap=bool(plan.ep_overlap), dispatcher=plan.dispatcher,
             schedule=plan.schedule, storage=plan.storage, precision=plan.precision,
             offload_optimizer=plan.optimizer_place, offload_grads=plan.grad_place,
-            offload_params=plan.param_place, moe_imbalance=plan.moe_imbalance,
+            offload_params=plan.param_place, activation_offload=float(plan.activation_offload),
+            moe_imbalance=plan.moe_imbalance,
             shard=plan.shard or None, shard_grads=plan.shard_grads or None,
             shard_weights=plan.shard_weights or None, hpz=plan.hpz or None,
             qwz=bool(plan.qwz), qgz=bool(plan.qgz),

@@ -41,6 +41,7 @@ import numpy as np
 
 from perfmodel.hardware_db.schema import PRECISIONS
 
+from .activation_offload import recompute_kept
 from .economics import energy_per_token_j, run_cost, usd_per_million_tokens
 from .kernels import distinct_rows, on_distinct
 from .layout import Layout
@@ -178,7 +179,7 @@ def step_time_floor(spec: TransformerSpec, machine: Machine, plan: TrainPlan, wo
 # The plan fields the compute of a microbatch and the bubble depend on (_shape's workload terms,
 # _compute, the schedule); sharding, offload and overlap only add transfers and memory.
 COMPUTE_FIELDS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "interleave", "ends_as_layers", "micro_batch",
-                  "recompute", "sp", "flash", "precision", "schedule", "moe_imbalance")
+                  "recompute", "sp", "flash", "precision", "schedule", "moe_imbalance", "activation_offload")
 
 
 def _in_blocks(evaluate: Callable[[dict], object], plan: TrainPlan, threads: int | None = None):
@@ -319,6 +320,10 @@ def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: 
                                  for t in _layer_times(spec, machine, *picked, keep_bytes=breakdown))
     recompute = c["recompute"]
     up_share = _mla_up_share(spec)
+    # Under full recomputation the tokens whose activations are swapped whole are not recomputed
+    # (activation_offload.recompute_kept); 1.0 where no plan swaps.
+    share = np.asarray(c["activation_offload"], dtype=float)
+    token_wise = recompute_kept(share, True) if np.any(share > 0) else 1.0
 
     def stage(layers, ends: tuple) -> tuple[OpTimes, np.ndarray]:
         """A stage's forward of ``layers`` layers and ``ends`` (the head and MTP), and its recompute."""
@@ -329,7 +334,8 @@ def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: 
         core = forward.seconds["attention core"]
         lean = core + forward.seconds["norms and activations"] + up_share * forward.seconds["qkv projection"]
         again = np.select([recompute == Recompute.FULL, recompute == Recompute.SELECTIVE,
-                           recompute == Recompute.MODULES], [sum(p.total for p in parts), core, lean], 0.0)
+                           recompute == Recompute.MODULES], [sum(p.total for p in parts) * token_wise, core, lean],
+                          0.0)
         return forward, again
 
     ends = (head, *([mtp] if mtp else []))
@@ -357,7 +363,7 @@ def _compute(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: 
     model_flops = per_micro * 3.0 * (layer_flops + head.mean_flops + (mtp.mean_flops if mtp else 0.0))
     up_flops = up_share * dense.flops["qkv projection"] * spec.num_layers
     again = np.select([recompute == Recompute.FULL, recompute == Recompute.SELECTIVE, recompute == Recompute.MODULES],
-                      [layer_flops, attention_flops, attention_flops + up_flops], 0.0)
+                      [layer_flops * token_wise, attention_flops, attention_flops + up_flops], 0.0)
     return Compute(forward, layers, last, recompute_s, forward.total + forward.backward_total + recompute_s,
                    model_flops, model_flops + per_micro * again)
 
@@ -416,6 +422,7 @@ def _breakdown(m, bubble, comp: Compute, comm: Communication, tail: StepTail, ex
         "pp point-to-point": m * exposed.pp,
         "zero-2/3 gathers and scatters": m * exposed.micro["zero3"],
         "parameter offload": m * exposed.micro["param"],
+        **({"activation offload": m * exposed.micro["activation"]} if "activation" in exposed.micro else {}),
         "dp gradient reduction": exposed.tail["dp"],
         "offload transfers": exposed.tail["host"],
         "optimizer step": tail.optimizer,
@@ -425,7 +432,8 @@ def _breakdown(m, bubble, comp: Compute, comm: Communication, tail: StepTail, ex
     links = {"tp communication": m * comm.tp, "ep all-to-all": m * comm.ep, "cp exchange": m * comm.cp,
              "pp point-to-point": m * comm.pp, "zero-2/3 gathers and scatters": m * (comm.zero3 + comm.zero3_reduce),
              "parameter offload": m * comm.param_fetch, "dp gradient reduction": tail.dp,
-             "offload transfers": tail.host + tail.weights_back}
+             "offload transfers": tail.host + tail.weights_back,
+             **({"activation offload": m * comm.swap} if "activation" in exposed.micro else {})}
     return components, links
 
 
@@ -446,7 +454,7 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     lay = sh.layout
     comp = _compute(spec, machine, c, sh, work, breakdown)
     busiest = lay.params_per_device(spec, comp.layers, lay.pp == 1, comp.last)
-    comm = _communication(spec, machine, c, sh, comp, busiest)
+    comm = _communication(spec, machine, c, sh, comp, busiest, work)
     tail = _step_tail(spec, machine, c, sh, comp, _held(spec, lay, c, comp, busiest))
     mem = _memory(spec, machine, c, sh, work)
     code, shortfall, names = _feasibility(spec, machine, c, sh, mem, work)

@@ -16,13 +16,14 @@ from .memory import GRAD_BYTES, WEIGHT_BYTES, state_bytes_per_param
 from .model import TransformerSpec
 from .plan import CpComm, Dispatcher, Overlap, Place, Recompute, Schedule
 from .sharding import QGZ_BYTES, Sharding
-from .training_memory import _tier_bandwidth
-from .training_terms import Communication, Compute, Exposure, Shape, StepTail
+from .activation_offload import layer_lag, recompute_kept, swap_seconds
+from .training_memory import _tier_bandwidth, activation_swap
+from .training_terms import Communication, Compute, Exposure, Shape, StepTail, TrainWorkload
 from .transformer_pass import stage_handoff_s, tp_all_reduces_s
 
 
 def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, comp: Compute,
-                   stage_params: tuple) -> Communication:
+                   stage_params: tuple, work: TrainWorkload) -> Communication:
     """Collectives of one microbatch on the busiest stage (Narayanan et al. 2021 Sec. 3.2 and 4.1;
     Korthikanti et al. 2022 Sec. 4; GShard / DeepSpeed-MoE; Ring Attention; ZeRO-3 and
     ZeRO-Infinity), each over its layout group's slowest link."""
@@ -30,6 +31,9 @@ def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, 
     full = c["recompute"] == Recompute.FULL
     act = sh.tokens * h * 2.0                    # one layer's activation, bf16, per TP group
     passes = 4.0 + 2.0 * full                    # 2 forward + 2 backward (+2 in the recomputed forward)
+    swap = activation_swap(spec, c, sh, work)
+    if swap is not None:   # the swapped tokens' recomputed forward does not run (activation_offload)
+        passes = 4.0 + 2.0 * full * recompute_kept(c["activation_offload"], True)
     tp = tp_all_reduces_s(topo, lay, comp.layers, act, passes)
     ep = 0.0
     if spec.moe:
@@ -85,7 +89,13 @@ def _communication(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, 
     gathers_forward = np.where(zero3, gathers_forward, 0.0)
     fetch_bytes = (dense / sh.sharding.weights + expert / np.where(zero3, lay.edp, 1.0)) * WEIGHT_BYTES * (2.0 + full)
     fetch = np.where(c["param_place"] > 0, fetch_bytes / _tier_bandwidth(machine, c["param_place"], "read"), 0.0)
-    return Communication(tp, ep, cp, pp, gathers, gathers_forward, scatters, fetch)
+    if swap is None:
+        return Communication(tp, ep, cp, pp, gathers, gathers_forward, scatters, fetch)
+    # The busiest stage's layers swap out in the forward and back in the backward, over the host path.
+    host = swap.host * comp.layers
+    return Communication(tp, ep, cp, pp, gathers, gathers_forward, scatters, fetch,
+                         swap_seconds(host, _tier_bandwidth(machine, Place.DDR, "write")),
+                         swap_seconds(host, _tier_bandwidth(machine, Place.DDR, "read")))
 
 
 def _cp_exchange(spec: TransformerSpec, topo, cp_comm, tokens, lay: Layout):
@@ -261,6 +271,9 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     tp_hidden = np.where(tp_overlapped, comm.tp * (1.0 - 1.0 / np.maximum(sh.layout.tp, 1.0)), 0.0)
     # Two of each layer's 4 (full recompute: 6) reduce-scatter and all-gather pairs' 8 (12) transfers are bulk.
     margin = tp_hidden * tp_held / np.where(c["recompute"] == Recompute.FULL, 6.0, 4.0)
+    if np.any(np.asarray(comm.swap) > 0):   # the swapped tokens' recomputed forward does not run
+        margin = tp_hidden * tp_held / (4.0 + 2.0 * (c["recompute"] == Recompute.FULL)
+                                        * recompute_kept(c["activation_offload"], True))
     # The first layer's gathers of each phase (the forward's first, the backward's first) are not prefetched.
     first = comm.zero3 / np.maximum(comp.layers, 1.0)
     # ZeRO-3's reduce-scatters share the gathers' link; when the reduction does not overlap the
@@ -274,15 +287,23 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     ep_exposed = _exposed_exchange(c, sh, comp, comm.ep, rest, rest - compute, held)
     main = rest + ep_exposed
     gathered, fetched = _prefetch_exposure(c, comp, comm, main, first)
-    framework = main + first + gathered + fetched
     transfers = {"tp": comm.tp, "ep": comm.ep, "cp": comm.cp, "zero3": comm.zero3 + comm.zero3_reduce,
                  "param": comm.param_fetch}
+    swapped = 0.0
+    swapping = bool(np.any(np.asarray(comm.swap) > 0))
+    if swapping:   # what the activation swap adds to the phases, on the host path beside streamed parameters
+        with_swap = _prefetch_exposure(c, comp, comm, main, first, swap=True)
+        swapped = sum(with_swap) - (gathered + fetched)
+        transfers["activation"] = comm.swap
+    framework = main + first + gathered + fetched + swapped
     none = compute + sum(transfers.values())
     ideal = np.maximum(compute, np.maximum.reduce(np.broadcast_arrays(*transfers.values())))
+    if swapping:   # the swap and the streamed parameters share the host path
+        ideal = np.maximum(ideal, comm.param_fetch + comm.swap)
     per_micro = np.select([mode == Overlap.NONE, mode == Overlap.IDEAL], [none, ideal], framework)
 
     micro = _attribution(mode, compute, cp_part - attention, others, comm, tp_hidden, margin, first, reduce_hidden,
-                         gathered, fetched, transfers, ideal, ep_exposed) if breakdown else {}
+                         gathered, fetched, transfers, ideal, ep_exposed, swapped) if breakdown else {}
     # Interleaved schedules overlap each chunk's pipeline messages with the next chunk's compute
     # (Megatron-LM's overlap_p2p_comm, on by default with a virtual pipeline; Megatron-Bridge sets it
     # whenever vp > 1): only the warm-up's and the flush's messages stay exposed.
@@ -296,7 +317,8 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     # transfers (parameters over the host path, ZeRO-3 traffic over the network), so only their
     # idle time is free for the step's transfers.
     backward = np.maximum(per_micro - comp.forward.total - comp.recompute_s, 0.0)
-    host_window = np.minimum(backward, np.maximum(per_micro - comm.param_fetch, 0.0))
+    host_window = np.minimum(backward, np.maximum(per_micro - (comm.param_fetch + comm.swap if swapping
+                                                               else comm.param_fetch), 0.0))
     dp_window = np.minimum(tail.dp_overlap * backward, np.maximum(per_micro - comm.zero3 - comm.zero3_reduce, 0.0))
     dp_exposed = np.maximum(tail.dp - dp_window, 0.0)
     host_exposed = np.maximum(np.maximum(tail.host - host_window, 0.0) - dp_exposed, 0.0)
@@ -364,7 +386,7 @@ def one_f_one_b_layer(attention_f, attention_b, experts_f, experts_b, experts_w,
     return both + np.maximum(exchange, attention_b)
 
 
-def _prefetch_exposure(c: dict, comp: Compute, comm: Communication, main, first) -> tuple:
+def _prefetch_exposure(c: dict, comp: Compute, comm: Communication, main, first, swap: bool = False) -> tuple:
     """(ZeRO-3 traffic, streamed parameters) each microbatch exposes beyond ``main`` (the
     microbatch's compute and blocking transfers, s) and ``first``, the gathers of each phase's
     first layer (its forward share: the forward's).
@@ -375,12 +397,22 @@ def _prefetch_exposure(c: dict, comp: Compute, comm: Communication, main, first)
     the phase's excess belongs to the longer transfer. Without prefetch the gathers and the
     streaming block (a + G_f + P_f + max(b, R) + G_b + P_b: only the reduce-scatters run under
     the backward), never less than with it. The forward share is the forward's part of the
-    compute (Compute.forward over per_micro_s)."""
+    compute (Compute.forward over per_micro_s).
+
+    With ``swap`` the host path also carries the activation swap (activation_offload): out in the
+    forward, back in the backward, each layer's under the next layer's compute, so a phase lasts at
+    least one layer's share of it plus everything on the host path (layer_lag); without prefetch the
+    streamed parameters block and the swap runs beside the rest of the phase."""
     full = c["recompute"] == Recompute.FULL
     share = comp.forward.total / np.maximum(comp.per_micro_s, 1e-30)
     ahead, behind = share * main, (1.0 - share) * main
     fetch_forward = comm.param_fetch / (2.0 + full)           # one of the 2 (+1 recomputed) passes
     fetch_backward = comm.param_fetch - fetch_forward
+    swap_forward = swap_backward = 0.0
+    if swap:
+        swap_forward = comm.swap_out + layer_lag(ahead, comp.layers, comm.swap_out)
+        swap_backward = comm.swap_in + layer_lag(behind, comp.layers, comm.swap_in)
+        fetch_forward, fetch_backward = fetch_forward + swap_forward, fetch_backward + swap_backward
     first_forward = first * comm.zero3_forward / np.maximum(comm.zero3, 1e-30)
     net_forward = comm.zero3_forward - first_forward
     net_backward = comm.zero3 - comm.zero3_forward - (first - first_forward) + comm.zero3_reduce
@@ -391,17 +423,20 @@ def _prefetch_exposure(c: dict, comp: Compute, comm: Communication, main, first)
     fetched = np.where(lead_forward, 0.0, excess_forward) + np.where(lead_backward, 0.0, excess_backward)
     prefetching = np.asarray(c["prefetch"]) >= 1
     blocking = comm.zero3 - first + np.maximum(behind, comm.zero3_reduce) - behind
-    return np.where(prefetching, gathered, blocking), np.where(prefetching, fetched, comm.param_fetch)
+    streamed = comm.param_fetch
+    if swap:
+        streamed = streamed + np.maximum(swap_forward - ahead, 0.0) + np.maximum(swap_backward - behind, 0.0)
+    return np.where(prefetching, gathered, blocking), np.where(prefetching, fetched, streamed)
 
 
 def _attribution(mode, compute, cp_exposed, others, comm, tp_hidden, margin, first, reduce_hidden, gathered, fetched,
-                 transfers, ideal, ep_exposed) -> dict[str, np.ndarray]:
+                 transfers, ideal, ep_exposed, swapped=0.0) -> dict[str, np.ndarray]:
     """Which transfer each exposed second belongs to, for the breakdown (the totals are _overlap's;
     the SMs the bulk TP transfers hold count as TP communication)."""
     framework = {"tp": (comm.tp - tp_hidden) + np.maximum(others + margin, tp_hidden) - others,
                  "cp": cp_exposed, "ep": ep_exposed,
                  "zero3": first + (comm.zero3_reduce - reduce_hidden) + gathered,
-                 "param": fetched}
+                 "param": fetched, "activation": swapped}
     largest = np.argmax(np.stack(np.broadcast_arrays(*transfers.values())), axis=0)
     return {k: np.select([mode == Overlap.NONE, mode == Overlap.IDEAL],
                          [transfers[k], np.where(largest == i, ideal - compute, 0.0)], framework[k])

@@ -11,6 +11,7 @@ import numpy as np
 
 from perfmodel.hardware_db.schema import PRECISIONS
 
+from .activation_offload import layer_swap, swap_buffers
 from .feasibility import FirstBroken
 from .kernels import on_distinct
 from .layout import Layout
@@ -18,7 +19,7 @@ from .machine import Machine
 from .memory import (activation_bytes_per_layer, in_flight_layers, layers_on_stage, model_state_bytes, stage_layers,
                      state_bytes_per_param)
 from .model import TransformerSpec
-from .plan import INTERLEAVED, PLACES, TIERS, CpComm, Place, Schedule, Storage
+from .plan import INTERLEAVED, PLACES, TIERS, CpComm, Place, Recompute, Schedule, Storage
 from .training_terms import Memory, SHARDING_FIELDS, Shape, TrainWorkload
 
 
@@ -35,10 +36,8 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
     mb = np.maximum(c["micro_batch"], 1)
     low = c["storage"] == Storage.DEEPSEEK
     kw = dict(flash=flash, gemm_input_bytes=sh.gemm_input_bytes, low_precision=low)
-    per_layer = activation_bytes_per_layer(spec, s / lay.cp, mb, lay.tp, sp, recompute, **kw)
-    if spec.moe:
-        per_layer = per_layer * (1 - sh.moe_frac) + sh.moe_frac * activation_bytes_per_layer(
-            spec, s / lay.cp, mb, lay.tp, sp, recompute, moe_layer=True, **kw)
+    per_layer = layer_activation_bytes(spec, c, sh, work, recompute)
+    swap = activation_swap(spec, c, sh, work, per_layer)
     mtp_acts = spec.mtp_layers * activation_bytes_per_layer(
         spec, s / lay.cp, mb, lay.tp, sp, recompute, moe_layer=spec.moe is not None, **kw) if spec.mtp_layers else 0.0
     last = lay.pp - 1
@@ -70,7 +69,7 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
         weights, grads, optim = (dense * d + expert * e if spec.moe else dense * d
                                  for d, e in zip(per_dense, per_expert))
         weights, grads = weights * copies, grads * copies
-        acts = per_layer * flight
+        acts = per_layer * flight if swap is None else swap.hbm * flight
         # The last stage: fp32 logits of its microbatch in flight, for the head and each MTP depth,
         # and the MTP blocks' activations.
         acts = acts + np.where(stage == last, 4.0 * sh.tokens * spec.vocab_size / lay.tp * (1 + spec.mtp_layers)
@@ -78,6 +77,10 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
         held = {"weights": weights, "gradients": grads, "optimizer states": optim, "activations": acts,
                 "gathered layers (ZeRO-3)": gathered}
         hbm = acts + gathered + sum(_in_hbm(c[place], held[part]) for place, part in _OFFLOADABLE)
+        if swap is not None:          # listed only where some plan swaps (outputs of the others unchanged)
+            held[SWAPPED] = swap.host * flight
+            held[SWAP_BUFFERS] = swap_buffers(swap.host, flight)
+            hbm = hbm + held[SWAP_BUFFERS]
         stages.append((held, hbm))
     fullest = _first_largest([hbm for _, hbm in stages])
 
@@ -85,14 +88,46 @@ def _memory(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, work: T
         return np.choose(fullest, np.broadcast_arrays(*values))
 
     hbm = pick([hbm for _, hbm in stages])
-    names = stages[0][0] if parts else [part for place, part in _OFFLOADABLE if np.any(c[place])]
+    names = stages[0][0] if parts else [part for place, part in _OFFLOADABLE if np.any(c[place])] + (
+        [SWAPPED] if swap is not None else [])
     picked = {k: pick([p[k] for p, _ in stages]) for k in names}
-    tier_bytes = {name: _tier_bytes(machine, name, c, picked, np.shape(hbm)) for name in TIERS}
+    # Host memory holds the swapped activations of the stage that swaps the most (the first: the most in flight).
+    tiered = picked if swap is None else {**picked, SWAPPED: _first_largest_value([p[SWAPPED] for p, _ in stages])}
+    tier_bytes = {name: _tier_bytes(machine, name, c, tiered, np.shape(hbm)) for name in TIERS}
     if not parts:
         return Memory(picked, hbm + reserve, tier_bytes, None)
     picked["reserve"] = np.full(np.shape(hbm), reserve)
     stage = pick([np.broadcast_to(st, np.shape(hbm)) for st, *_ in candidates])
     return Memory(picked, hbm + reserve, tier_bytes, stage)
+
+
+SWAPPED, SWAP_BUFFERS = "activations in host memory", "activation swap buffers"
+
+
+def layer_activation_bytes(spec: TransformerSpec, c: dict, sh: Shape, work: TrainWorkload, recompute):
+    """Activation bytes one transformer layer saves for one microbatch on one device under ``recompute``
+    (Recompute codes), dense and MoE layers averaged by their share (Korthikanti et al. 2022 Eq. 1-2)."""
+    lay = sh.layout
+    s = float(work.seq_len)
+    kw = dict(flash=c["flash"].astype(bool), gemm_input_bytes=sh.gemm_input_bytes,
+              low_precision=c["storage"] == Storage.DEEPSEEK)
+    args = (spec, s / lay.cp, np.maximum(c["micro_batch"], 1), lay.tp, c["sp"].astype(bool), recompute)
+    per_layer = activation_bytes_per_layer(*args, **kw)
+    if spec.moe:
+        per_layer = per_layer * (1 - sh.moe_frac) + sh.moe_frac * activation_bytes_per_layer(*args, moe_layer=True,
+                                                                                              **kw)
+    return per_layer
+
+
+def activation_swap(spec: TransformerSpec, c: dict, sh: Shape, work: TrainWorkload, per_layer=None):
+    """One layer's activations of one microbatch by where they live (activation_offload.layer_swap), or
+    None where no plan swaps (``per_layer``: the plan's layer_activation_bytes, when known)."""
+    share = np.asarray(c["activation_offload"], dtype=float)
+    if not np.any(share > 0):
+        return None
+    kept = layer_activation_bytes(spec, c, sh, work, c["recompute"]) if per_layer is None else per_layer
+    whole = layer_activation_bytes(spec, c, sh, work, Recompute.NONE)
+    return layer_swap(kept, whole, share, c["recompute"] == Recompute.FULL)
 
 
 def _in_hbm(place, part_bytes):
@@ -111,6 +146,14 @@ def _first_largest(values: list) -> np.ndarray:
         larger = value > largest
         index, largest = np.where(larger, i, index), np.where(larger, value, largest)
     return index
+
+
+def _first_largest_value(values: list) -> np.ndarray:
+    """Per row, the largest of ``values`` (arrays of equal shape or scalars)."""
+    largest = values[0]
+    for value in values[1:]:
+        largest = np.maximum(largest, value)
+    return largest
 
 
 def _stage_candidates(spec: TransformerSpec, lay: Layout, num_micro, interleave, ends, dualpipe) -> list[tuple]:
@@ -139,6 +182,8 @@ def _tier_bytes(machine: Machine, name: str, c: dict, parts: dict, shape: tuple)
     """Bytes per device (an array of ``shape``) the offloaded parts keep in tier ``name`` (a DDR+CXL
     place its share); ``parts`` holds at least the parts some plan offloads."""
     out = np.zeros(shape)
+    if name == "ddr" and SWAPPED in parts:   # swapped activations live in the host's DDR
+        out = out + parts[SWAPPED]
     share = interleave_share(machine, name)
     for place, part in _OFFLOADABLE:
         if not np.any(c[place]):              # every plan keeps this part in HBM

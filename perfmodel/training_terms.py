@@ -53,6 +53,7 @@ class TrainPlan:
     qwz: object = False               # ZeRO++ int8 weight gathers
     qgz: object = False               # ZeRO++ int4 gradient reduce-scatter (two all-to-alls)
     prefetch: object = 1              # ZeRO-3 layers gathered ahead of the one computing (FSDP's default 1; 0: none)
+    activation_offload: object = 0.0  # share of saved activations swapped to host memory (activation_offload)
 
     def columns(self) -> dict[str, np.ndarray]:
         """Every field as a numpy array, names turned into codes (numeric columns pass through)."""
@@ -121,6 +122,13 @@ class Communication:
     zero3_forward: np.ndarray      # ... of which the forward pass's
     zero3_reduce: np.ndarray       # ... and the gradient reduce-scatters of ZeRO-2 and 3, on the same replicas' link
     param_fetch: np.ndarray        # parameters streamed from their tier (ZeRO-Infinity)
+    swap_out: object = 0.0         # activations to host memory in the forward, over the host path (activation_offload)
+    swap_in: object = 0.0          # ... and back in the backward
+
+    @property
+    def swap(self):
+        """Both directions of the activation swap (s)."""
+        return self.swap_out + self.swap_in
 
 
 @dataclass(frozen=True)

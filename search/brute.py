@@ -34,10 +34,16 @@ def brute_force_training(spec: TransformerSpec, machine: Machine, work: TrainWor
                         and all(k in kinds for k in INTERLEAVED.get(p, (p,)))]
     n = len(cols["tp"])
     best, evaluated = np.inf, 0
-    for opt, grad, param in itertools.product(places, repeat=3):
+    # Every plan at every activation-offload share too (where the system has host DDR to swap to), or
+    # with "needed" only when no plan fits HBM without (SpaceOptions.activation_offload_when).
+    shares = (0.0,) + (tuple(space.activation_offloads) if "ddr" in kinds else ())
+    if space.activation_offload_when != "always" and len(shares) > 1:
+        alone = estimate_training(spec, machine, TrainPlan(**{k: cols[k] for k in PLAN_FIELDS}), work, detail=False)
+        shares = shares[:1] if alone.feasible.any() else shares
+    for opt, grad, param, share in itertools.product(places, places, places, shares):
         plan = {k: cols[k] for k in PLAN_FIELDS}
         plan.update(optimizer_place=np.full(n, PLACES.index(opt)), grad_place=np.full(n, PLACES.index(grad)),
-                    param_place=np.full(n, PLACES.index(param)))
+                    param_place=np.full(n, PLACES.index(param)), activation_offload=np.full(n, share))
         r = estimate_training(spec, machine, TrainPlan(**plan), work, detail=False)
         evaluated += n
         if r.feasible.any():

@@ -15,7 +15,7 @@ import numpy as np
 
 from perfmodel.machine import Machine
 from perfmodel.plan import INTERLEAVED, PLACES, TIERS
-from perfmodel.training import TrainPlan, estimate_training, step_time_floor
+from perfmodel.training import TrainPlan, estimate_training, screen_training, step_time_floor
 from perfmodel.training_memory import interleave_share
 
 from .space import PLAN_FIELDS, SpaceOptions
@@ -69,14 +69,17 @@ def _offload_costs(spec, machine, work, cols, rows, places, space: SpaceOptions 
     part_bytes = np.stack([np.broadcast_to(every.memory[name], (len(stacked["tp"]),))[:n] for _, name in PARTS],
                           axis=1)
     fixed = every.hbm_used_bytes[:n] - part_bytes.sum(axis=1)     # activations + reserve
-    return base_time, delta, part_bytes, fixed
+    # What each tier already holds with every state in HBM: the activations a plan swaps to DDR.
+    held = {kind: np.broadcast_to(every.tier_bytes[kind], (len(stacked["tp"]),))[:n] for kind in TIERS}
+    return base_time, delta, part_bytes, fixed, held
 
 
-def _solve_offload(base_time, delta, part_bytes, fixed, hbm_cap, tier_caps, incumbent, exclude=()):
+def _solve_offload(base_time, delta, part_bytes, fixed, hbm_cap, tier_caps, incumbent, exclude=(), held=None):
     """One CP-SAT model: pick one plan and a place for each of its parts, minimizing step time
-    below ``incumbent``; ``tier_caps`` is [(capacity, share of each place's bytes it holds)] per
+    below ``incumbent``; ``tier_caps`` is [(kind, capacity, share of each place's bytes it holds)] per
     memory kind (an interleaved place puts a share in each of its kinds); ``exclude`` lists
-    (plan, places) choices already evaluated."""
+    (plan, places) choices already evaluated; ``held``: bytes each plan already keeps in each kind
+    (swapped activations), which its parts share the capacity with."""
     from ortools.sat.python import cp_model
 
     model = cp_model.CpModel()
@@ -106,9 +109,11 @@ def _solve_offload(base_time, delta, part_bytes, fixed, hbm_cap, tier_caps, incu
     for (i, p, t), chosen in x.items():  # gradients leave HBM only with the optimizer states, to their tier
         if p == GRADIENTS and t > 0:
             model.Add(chosen <= x.get((i, OPTIMIZER, t), 0))
-    for capacity, share in tier_caps:  # each memory kind's capacity (KiB), its share of each place's bytes
+    for kind, capacity, share in tier_caps:  # each memory kind's capacity (KiB), its share of each place's bytes
         terms = [int(part_bytes[i, p] * share[t] // 1024 + 1) * x[i, p, t]
                  for i in range(n) for p in range(parts) for t in range(1, tiers) if share[t] > 0 and (i, p, t) in x]
+        if terms and held is not None:
+            terms += [int(held[kind][i] // 1024 + 1) * choose[i] for i in range(n) if held[kind][i] > 0]
         if terms:
             model.Add(sum(terms) <= int(capacity // 1024))
     for i, tiers_of in exclude:
@@ -135,7 +140,7 @@ def _kind_capacities(machine: Machine, places: list[str]) -> list[tuple[float, l
                  for place in places]
         share[0] = 0.0
         if any(share):
-            out.append((sum(t.bytes_per_device for t in machine.memory_tiers if t.kind == kind), share))
+            out.append((kind, sum(t.bytes_per_device for t in machine.memory_tiers if t.kind == kind), share))
     return out
 
 
@@ -184,15 +189,16 @@ def offload_branch_and_bound(spec, machine, work, cols, memory_bound, places, ta
     # Offloading only adds time, so the HBM-only time bounds a plan's, and its compute alone bounds
     # that (step_time_floor): plans either rules out need no further evaluation.
     if np.isfinite(incumbent):
-        memory_bound = memory_bound[step_time_floor(spec, machine, TrainPlan(**cols), work)[memory_bound] < incumbent]
+        memory_bound = memory_bound[step_time_floor(spec, machine, TrainPlan(**rows_of(cols, memory_bound)),
+                                                    work) < incumbent]
         if len(memory_bound):
             hbm_only = estimate_training(spec, machine, TrainPlan(**rows_of(cols, memory_bound)), work, detail=False,
                                          threads=options.threads)
             memory_bound = memory_bound[hbm_only.step_time_s < incumbent]
     if not len(memory_bound):
         return [], 0, np.inf
-    base_time, delta, part_bytes, fixed = _offload_costs(spec, machine, work, cols, memory_bound, places,
-                                                         options.space, options.threads)
+    base_time, delta, part_bytes, fixed, held = _offload_costs(spec, machine, work, cols, memory_bound, places,
+                                                               options.space, options.threads)
     bound = _relaxed_bound(base_time, delta, part_bytes, fixed, hbm_cap)
     order = np.argsort(bound, kind="stable")
     order = order[np.isfinite(bound[order])]
@@ -207,7 +213,7 @@ def offload_branch_and_bound(spec, machine, work, cols, memory_bound, places, ta
         evaluated: list = []
         while True:
             solved, status = _solve_offload(base_time[batch], delta[batch], part_bytes[batch], fixed[batch], hbm_cap,
-                                            tier_caps, incumbent, evaluated)
+                                            tier_caps, incumbent, evaluated, {k: v[batch] for k, v in held.items()})
             models += 1
             if status not in ("OPTIMAL", "INFEASIBLE"):  # a time limit: this batch is not settled
                 unresolved = min(unresolved, float(bound[batch[0]]))
@@ -226,3 +232,28 @@ def offload_branch_and_bound(spec, machine, work, cols, memory_bound, places, ta
             if bool(true.feasible[0]):
                 incumbent = min(incumbent, float(true.step_time_s[0]) * (1 + 1e-9))
     return rows, models, unresolved
+
+
+def activation_offload_rows(spec, machine, work, cols, rows, incumbent, options):
+    """The lattice's plans ``rows`` (those memory binds) at each activation-offload share the space
+    allows (SpaceOptions.activation_offloads), with the plans a swap cannot make beat ``incumbent``
+    left out: a swap never makes a step faster than the same plan keeping its activations in HBM,
+    and the floor of a plan's compute (step_time_floor, which counts the recomputation the swapped
+    tokens skip) bounds it. Returns (plan columns, their Screen), or None when there is nothing to try
+    (no shares, no plans, or no host DDR to swap to)."""
+    levels = [float(s) for s in options.space.activation_offloads if s > 0]
+    if not levels or not len(rows) or not any(t.kind == "ddr" for t in machine.memory_tiers):
+        return None
+    base = rows_of(cols, rows)
+    if np.isfinite(incumbent):
+        # The largest share recomputes least: its floor bounds every share's (first the plans, then each share).
+        base["activation_offload"] = np.full(len(rows), max(levels))
+        base = rows_of(base, np.flatnonzero(step_time_floor(spec, machine, TrainPlan(**base), work) < incumbent))
+    n = len(base["tp"])
+    out = {k: np.tile(np.broadcast_to(v, (n,)), len(levels)) for k, v in base.items()}
+    out["activation_offload"] = np.repeat(np.array(levels), n)
+    if np.isfinite(incumbent) and n:
+        out = rows_of(out, np.flatnonzero(step_time_floor(spec, machine, TrainPlan(**out), work) < incumbent))
+    if not len(out["tp"]):
+        return None
+    return out, screen_training(spec, machine, TrainPlan(**out), work, options.threads)

@@ -93,6 +93,10 @@ class PlanTrainRequest:
     precisions: str = option(TRAIN_DEFAULTS["precision"], "Allowed GEMM precisions, comma separated (fp8 only when "
                                                           "named here).", choices=TRAIN_PRECISIONS, many=True)
     offload: bool = option(True, "Consider offloading state.")
+    swap_activations: str = option("needed", "When to search activation offload to host DDR (MEMO's swap; "
+                                             "estimate train --activation-offload): needed (only where no plan fits "
+                                             "HBM without it), always (wherever it may pay: memory-bound plans and "
+                                             "full recomputation) or never.", choices=("needed", "always", "never"))
     sharding: str = option("flat,hsdp,hpz", SHARDING_HELP, choices=SHARDING, many=True)
     cp_comms: str = option("p2p", "Context-parallel exchanges searched, comma separated: p2p (the ring), all_gather, "
                                   "a2a (estimate train --cp-comm); each beyond the ring adds its plans to the lattice.",
@@ -160,8 +164,11 @@ class PlanTrainRequest:
         from .space import SpaceOptions
 
         sharding = tuple(dict.fromkeys(("flat",) + sharding))
+        swap = ({"activation_offload_when": self.swap_activations} if self.swap_activations != "never"
+                else {"activation_offloads": ()})
         if self.framework is None:
-            return SpaceOptions(precisions=precisions, sharding=sharding, cp_comms=cp_comms, dispatchers=dispatchers)
+            return SpaceOptions(precisions=precisions, sharding=sharding, cp_comms=cp_comms, dispatchers=dispatchers,
+                                **swap)
         from perfmodel.exports import CAPABILITIES
 
         can = CAPABILITIES[self.framework]
@@ -178,7 +185,8 @@ class PlanTrainRequest:
                             zeropp_with_groups=can.zeropp_with_groups, tp_overlap=can.tp_overlap,
                             ep_overlap=can.ep_overlap, recomputes=can.recomputes,
                             cp_comms=tuple(c for c in cp_comms if c in can.cp_comms),
-                            dispatchers=tuple(d for d in dispatchers if d in can.dispatchers) or ("alltoall",))
+                            dispatchers=tuple(d for d in dispatchers if d in can.dispatchers) or ("alltoall",),
+                            **({} if can.activation_offload else {"activation_offloads": ()}))
 
 
 def device_candidates(db, systems: list[str], devices: list[int] | None, max_devices: int | None):

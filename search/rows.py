@@ -43,7 +43,8 @@ class TrainRow:
 
     def plan_dict(self) -> dict:
         """The searched plan fields, name -> value, in PLAN_FIELDS order (what ``TrainPlan(**...)`` takes)."""
-        return {k: getattr(self.plan, k) for k in PLAN_FIELDS}
+        return {k: getattr(self.plan, k) for k in PLAN_FIELDS
+                if k != "activation_offload" or self.plan.activation_offload}   # listed only when on
 
     def as_dict(self) -> dict:
         """The row's JSON document: system, devices, plan, the metrics (and ``runs_on`` when set)."""

@@ -50,7 +50,9 @@ LEFT_OUT = (
     "context parallelism other than the ring unless --cp-comms names it (the all-gather, Ulysses), and Megatron's "
     "hierarchical a2a+p2p",
     "MoE token dispatchers other than Megatron-Core's alltoall unless --dispatchers names them (DeepEP, HybridEP)",
-    "recomputation of other module sets and activation offload",
+    "recomputation of other module sets; activation offload where some plan fits HBM without it (--swap-activations "
+    "always searches it there too) and at shares other than 1/32, 1/16 and eighths (estimate train "
+    "--activation-offload takes any)",
     "expert tensor parallelism other than tp or 1, and uneven expert placement",
     "micro-batches above 8 and interleaving above 8",
 )
@@ -59,7 +61,7 @@ LEFT_OUT = (
 PLAN_FIELDS = ("tp", "pp", "dp", "cp", "cp_comm", "ep", "etp", "interleave", "ends_as_layers", "micro_batch", "zero",
                "recompute", "sp", "flash", "tp_overlap", "ep_overlap", "dispatcher", "precision",
                "optimizer_place", "grad_place", "param_place", "moe_imbalance", "shard", "shard_grads", "shard_weights",
-               "hpz", "qwz", "qgz")
+               "hpz", "qwz", "qgz", "activation_offload")
 
 # Sharding families: search.vocabulary.SHARDING.
 DEFAULT_SHARDING = ("flat", "hsdp", "hpz")   # what frameworks run (FSDP HSDP, MiCS, ZeRO++ hpZ)
@@ -98,6 +100,13 @@ class SpaceOptions:
     # MoE token dispatchers searched (plan.Dispatcher): Megatron-Core's alltoall by default; the flex
     # backends (DeepEP, HybridEP) need their libraries installed, so plan train --dispatchers adds them.
     dispatchers: tuple[str, ...] = ("alltoall",)
+    # Shares of saved activations swapped to host DDR (perfmodel.activation_offload), tried on the
+    # memory-bound plans only (search.offload.activation_offload_rows); () leaves it out.
+    # Small shares matter under full recomputation, where any swap moves every layer's input off HBM.
+    activation_offloads: tuple[float, ...] = (0.03125, 0.0625, 0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0)
+    # "needed": the shares are tried only for a candidate where no plan of the lattice fits HBM (MEMO's
+    # million-token case); "always": wherever they may pay (memory-bound plans and full recomputation).
+    activation_offload_when: str = "needed"
     dimensions: dict = field(default_factory=dict)  # filled by build_space for the report
 
 
@@ -228,7 +237,8 @@ def build_space(spec: TransformerSpec, machine: Machine, work: TrainWorkload,
     cols["ep_overlap"] = ep_overlap_allowed(cols) & options.ep_overlap
     cols["flash"] = np.full(len(cols["tp"]), options.flash)
     zeros = np.zeros(len(cols["tp"]), dtype=np.int64)
-    cols.update(optimizer_place=zeros, grad_place=zeros, param_place=zeros, moe_imbalance=np.zeros(len(zeros)))
+    cols.update(optimizer_place=zeros, grad_place=zeros, param_place=zeros, moe_imbalance=np.zeros(len(zeros)),
+                activation_offload=np.zeros(len(zeros)))
     return cols, declared
 
 

@@ -36,7 +36,7 @@ from perfmodel.training import TrainPlan, TrainWorkload, estimate_training, scre
 
 from .pareto import pareto_front
 from .rows import METRICS, TrainRow
-from .offload import PARTS, offload_branch_and_bound, rows_of
+from .offload import PARTS, activation_offload_rows, offload_branch_and_bound, rows_of
 from .options import SearchOptions
 from .space import LEFT_OUT, PLAN_FIELDS, RULES, build_space, declared_size
 from .vocabulary import TRAIN_OBJECTIVES as OBJECTIVES
@@ -196,6 +196,9 @@ def _evaluate_candidate(spec, db, system, devices, work, options, counter: Count
     kinds = {t.kind for t in machine.memory_tiers}
     places = ["hbm"] + [p for p in PLACES[1:] if p in options.space.offload_places
                         and all(k in kinds for k in INTERLEAVED.get(p, (p,)))]
+    if options.offload and (options.space.activation_offload_when == "always" or not len(feasible)):
+        cols, memory_bound = _swap_activations(spec, machine, work, cols, screen, over_headroom, memory_bound, out,
+                                               options, k)
     if options.offload and len(places) > 1 and len(memory_bound):
         rows, models, out.unresolved = offload_branch_and_bound(spec, machine, work, cols, memory_bound, places,
                                                                  out.table, options)
@@ -207,6 +210,40 @@ def _evaluate_candidate(spec, db, system, devices, work, options, counter: Count
             out.offloaded = int(checked.feasible.sum())
             out.table = PlanTable.concat([out.table, _table(checked, stacked, checked.feasible, k, machine)])
     return out
+
+
+def _swap_activations(spec, machine, work, cols, screen, over_headroom, memory_bound, out: _Candidate, options,
+                      k: int) -> tuple[dict, np.ndarray]:
+    """The plans memory binds (HBM, or the headroom), and those recomputing whole layers, with part of
+    their activations swapped to host memory
+    (search.offload.activation_offload_rows): those that fit and, for the time objective, beat the
+    incumbent join the candidate's table; those HBM still binds join ``memory_bound``, for the states'
+    offload. Returns the lattice's columns with the swapping plans appended, and the memory-bound rows."""
+    time_objective = options.objective == "time"
+    incumbent = float(out.table.columns["step_time_s"].min()) if len(out.table) and time_objective else np.inf
+    # Memory-bound plans, and fitting ones that recompute whole layers: swapping tokens spares their
+    # recomputation, so those may get faster (every other swap only adds time to a plan that fits).
+    full = np.asarray(cols["recompute"]) == RECOMPUTE.index("full")
+    rows = np.flatnonzero(_breaks(screen, "hbm") | over_headroom | (screen.feasible & full))
+    extra = activation_offload_rows(spec, machine, work, cols, rows, incumbent, options)
+    if extra is None:
+        return cols, memory_bound
+    swapping, swap_screen = extra
+    cap = machine.hbm_bytes * (1 - options.memory_headroom)
+    fit = np.flatnonzero(swap_screen.feasible & (swap_screen.hbm_used_bytes <= cap))
+    if len(fit):
+        fitting = rows_of(swapping, fit)
+        result = estimate_training(spec, machine, TrainPlan(**fitting), work, detail=False, threads=options.threads)
+        better = result.step_time_s < incumbent
+        if np.any(better):
+            out.offloaded += int(better.sum())
+            out.table = PlanTable.concat([out.table, _table(result, fitting, better, k, machine)])
+    still = np.flatnonzero(_breaks(swap_screen, "hbm"))
+    if not len(still):
+        return cols, memory_bound
+    n = len(cols["tp"])
+    joined = {f: np.concatenate([np.broadcast_to(cols[f], (n,)), swapping[f][still]]) for f in PLAN_FIELDS}
+    return joined, np.concatenate([memory_bound, n + np.arange(len(still))])
 
 
 def _count_broken(counter: Counter, screen) -> None:
@@ -380,7 +417,7 @@ def _recommend(spec: TransformerSpec, work: TrainWorkload, machines: dict, table
     from perfmodel.exports import training_frameworks
 
     c = table.columns
-    offloaded = sum(c[k] != PLACES.index("hbm") for k, _ in PARTS)
+    offloaded = sum(c[k] != PLACES.index("hbm") for k, _ in PARTS) + (c["activation_offload"] > 0)
     dimensions = sum(c[k] > 1 for k in PARALLEL_DIMENSIONS)
     ranked = near[np.lexsort((objective[near], dimensions[near], offloaded[near] > 0))]
     for i in ranked[:RUNNABLE_SCAN]:
@@ -446,6 +483,7 @@ def _describe(row: dict, candidates) -> TrainRow:
         plan[key] = bool(plan[key])
     plan["qwz"], plan["qgz"] = bool(plan["qwz"]), bool(plan["qgz"])
     plan["moe_imbalance"] = float(plan["moe_imbalance"])
+    plan["activation_offload"] = float(plan["activation_offload"])
     for key in ("optimizer_place", "grad_place", "param_place"):
         plan[key] = PLACES[int(plan[key])]
     metrics = {k: float(row[k]) for k in METRICS}

@@ -35,6 +35,7 @@ class Capabilities:
     recomputes: tuple[str, ...] = ("none", "selective", "full", "modules")   # the recomputation it expresses
     cp_comms: tuple[str, ...] = ("p2p", "all_gather", "a2a")   # context-parallel exchanges (Megatron's cp_comm_type)
     dispatchers: tuple[str, ...] = ("alltoall", "deepep", "hybridep")   # MoE token dispatchers (plan.Dispatcher)
+    activation_offload: bool = False           # swaps activations as perfmodel.activation_offload does (none yet)
 
 
 # Megatron-LM / Megatron-Bridge: --optimizer-cpu-offload moves optimizer states to host DDR, with the
@@ -58,6 +59,27 @@ CAPABILITIES = {
                               sharding=("flat", "hsdp", "hpz", "qwz", "qgz"), hsdp_zero=(3,), zeropp_with_groups=False,
                               tp_overlap=False, ep_overlap=False, dispatchers=("alltoall",)),
 }
+
+
+# Why no exported framework runs a plan's activation offload (perfmodel.activation_offload: a share of
+# every layer's saved activations, or under full recomputation MEMO's token-wise swap), one line each.
+# Megatron-Core core_v0.19.0 has --fine-grained-activation-offloading (TransformerConfig
+# fine_grained_activation_offloading, offload_modules, activation_offload_fraction) but it swaps the
+# inputs of named modules (attn_norm, qkv_linear, core_attn, attn_proj, mlp_norm, and MoE experts'
+# expert_fc1, moe_act, fused_group_mlp: not a dense MLP's), the fraction counts offload groups in
+# forward order, not bytes, and nothing recomputes by token.
+ACTIVATION_OFFLOAD_REFUSAL = {
+    framework: f"{name} cannot swap the plan's share of every layer's activations to host memory{why}; plan "
+               "--activation-offload 0 to export"
+    for framework, name, why in (
+        ("megatron", "Megatron-LM", " (core_v0.19.0 --fine-grained-activation-offloading swaps named modules' inputs, "
+                                    "not a dense MLP's, a fraction of offload groups, with no token-wise "
+                                    "recomputation)"),
+        ("nemo", "Megatron-Bridge", " (Megatron-Core's fine-grained activation offloading swaps named modules' "
+                                    "inputs, not a dense MLP's, with no token-wise recomputation)"),
+        ("torchtitan", "torchtitan", " (its job config has no activation offload)"),
+        ("deepspeed", "DeepSpeed", " (activation_checkpointing.cpu_checkpointing moves only the checkpoints of full "
+                                   "recomputation, and every one of them)"))}
 
 
 def check_framework(framework: str, kind: str) -> None:
@@ -84,6 +106,8 @@ def training_files(framework: str, spec, machine, plan, work, model_ref: str) ->
     if str(getattr(plan, "schedule", "1f1b")) == "dualpipe":
         raise ExportError("no framework perfmodel exports to runs DualPipe (DeepSeek's schedule, deepseek-ai/DualPipe, "
                           "is a library to build a trainer on); plan the 1f1b schedule to export")
+    if float(getattr(plan, "activation_offload", 0.0) or 0.0) > 0:
+        raise ExportError(ACTIVATION_OFFLOAD_REFUSAL[framework])
     if str(getattr(plan, "storage", "mixed")) == "deepseek":
         raise ExportError("no framework perfmodel exports to caches activations as DeepSeek-V3's low-precision storage "
                           "does (FP8 SwiGLU inputs, an E5M6 attention output); plan --storage mixed to export")

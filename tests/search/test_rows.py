@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import FrozenInstanceError, fields
+from dataclasses import FrozenInstanceError, fields, replace
 
 import pytest
 
@@ -45,7 +45,12 @@ def test_the_row_holds_the_plan_and_metrics_by_name(db):
     planning = plan_train(db=db, model="llama-3.1-8b", system=("dgx-h100",), devices=(8,), global_batch=64,
                           seq_len=4096)
     best = planning.best
-    assert isinstance(best.plan, TrainPlan) and list(best.plan_dict()) == list(PLAN_FIELDS)
+    # Activation offload is listed only when on (the documents of plans without it are as before it existed).
+    assert best.plan.activation_offload == 0
+    assert isinstance(best.plan, TrainPlan) and list(best.plan_dict()) == [f for f in PLAN_FIELDS
+                                                                          if f != "activation_offload"]
+    swapping = replace(best, plan=replace(best.plan, activation_offload=0.25))
+    assert list(swapping.plan_dict()) == list(PLAN_FIELDS) and swapping.plan_dict()["activation_offload"] == 0.25
     assert list(best.as_dict()) == ["system", "devices", "plan", *METRICS]      # runs_on only on the recommendation
     assert planning.recommended.runs_on and "runs_on" in planning.recommended.as_dict()
     assert {f.name for f in fields(TrainRow)} == {"system", "devices", "plan", "runs_on", *METRICS}

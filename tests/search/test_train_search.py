@@ -248,3 +248,23 @@ def test_context_parallel_exchanges_are_searched_when_named(db):
     request = PlanTrainRequest(model="llama-3.1-8b", system=("dgx-h100",), cp_comms="p2p,all_gather",
                                framework="torchtitan")
     assert request.resolve(db)[3].space.cp_comms == ("p2p",)
+
+
+@pytest.mark.parametrize("when", ["needed", "always"])
+def test_activation_offload_search_agrees_with_brute_force(db, when):
+    # Llama 3.1 8B at 64K tokens on 4 H200s: swapping activations to DDR competes with recomputation
+    # ("always") or is tried only if nothing fits without it ("needed"); either way the search's answer is
+    # brute force's over the same declared space, activation shares and offload placements included.
+    from perfmodel.catalog import find_model
+
+    spec = find_model("llama-3.1-8b")
+    work = TrainWorkload(4, 65536)
+    space = SpaceOptions(micro_batches=(1,), interleaves=(1,), precisions=("bf16",), max_cp=2, zero_stages=(1, 3),
+                         activation_offloads=(0.25, 0.5, 1.0), activation_offload_when=when)
+    machine = build_machine(db, "hgx-h200", 4)
+    expected, _ = brute_force_training(spec, machine, work, space)
+    result = search_training(spec, db, [("hgx-h200", 4)], work, SearchOptions(space=space))
+    assert result.best is not None and result.evidence.status == "OPTIMAL" and not result.evidence.check
+    assert result.best.step_time_s == pytest.approx(expected, rel=1e-6)
+    if when == "always":
+        assert result.best.plan.activation_offload > 0      # here a swap beats recomputing
