@@ -527,6 +527,7 @@ CONSTANT_TERMS: dict[str, tuple[float, float, float]] = {
     "unfitted-gemm-error": (0.0, 0.0, 10.0), "unfitted-collective-error": (0.0, 0.0, 10.0),
     "framework-fit-error": (0.0, 0.0, 10.0), "unmeasured-kernels-error": (0.0, 0.0, 10.0),
     "serving-error": (0.0, 0.0, 10.0), "unmeasured-serving-error": (0.0, 0.0, 10.0),
+    "moe-training-error": (0.0, 0.0, 10.0),
 }
 CONSTANT_RANGES: dict[str, tuple[float, float]] = {name: (low, high) for name, (_, low, high) in CONSTANT_TERMS.items()}
 

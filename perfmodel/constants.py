@@ -45,6 +45,7 @@ class ModelConstants:
     unmeasured_kernels_error: float
     serving_error: float
     unmeasured_serving_error: float
+    moe_training_error: float
 
     @staticmethod
     def of(values: Mapping[str, float]) -> "ModelConstants":

@@ -486,7 +486,9 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
     m = sh.num_micro
     idle = np.where(c["schedule"] == Schedule.DUALPIPE, bubble, (lay.pp - 1) / v * comp.per_micro_s)
     compute_s = sh.num_micro * comp.per_micro_s + idle + tail.optimizer
-    low, high = machine.interval(step, compute_s, np.maximum(step - compute_s, 0.0))
+    # An MoE model's step carries at least the MoE family's measured error (moe-training-error).
+    low, high = machine.interval(step, compute_s, np.maximum(step - compute_s, 0.0),
+                                 machine.constants.moe_training_error if spec.moe else 0.0)
     components, links = ({}, {}) if not breakdown else _breakdown(m, bubble, comp, comm, tail, exposed)
     fwd = comp.forward
     return TrainResult(

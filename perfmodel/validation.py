@@ -270,6 +270,15 @@ def unmeasured_kernels_error(db: Database, cases: list[Case] | None = None) -> f
     return summarize([predict(c, stripped) for c in cases])["held_out_by_kind"]["training"]["mape"]
 
 
+def moe_training_error(db: Database, cases: list[Case] | None = None) -> float:
+    """Held-out training error (MAPE) of the model on mixture-of-experts models: the least width an MoE
+    training step's range carries (``moe-training-error``), since its exchange, grouped GEMMs and
+    overlap are priced less surely than a dense layer's."""
+    cases = [c for c in (load_cases() if cases is None else cases)
+             if c.kind == "training" and not c.calibration and _spec(c).moe is not None]
+    return summarize([predict(c, db) for c in cases])["held_out_by_kind"]["training"]["mape"]
+
+
 def serving_error(db: Database, measured: bool, cases: list[Case] | None = None) -> float:
     """Held-out serving error (MAPE) of the model on devices with (``measured``) or without GEMM
     kernel fits: the least width a serving prediction's range carries on such a device

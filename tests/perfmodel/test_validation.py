@@ -67,6 +67,25 @@ def test_serving_ranges_carry_the_measured_serving_error(db):
         assert float(low_high[1]) >= float(value) * (1 + db.constant("serving-error")) * (1 - 1e-9)
 
 
+def test_moe_training_ranges_carry_the_measured_moe_error(db):
+    """An MoE model's training step is at least the MoE family's held-out error wide (the constant is
+    what validate measures, above the dense cases'); a dense model's range does not carry it."""
+    from perfmodel.catalog import find_model
+    from perfmodel.machine import build_machine
+    from perfmodel.training import TrainPlan, TrainWorkload, estimate_training
+    from perfmodel.validation import moe_training_error
+
+    error = db.constant("moe-training-error")
+    assert error == pytest.approx(moe_training_error(db), abs=0.005)
+    assert error > db.constant("framework-fit-error")
+    machine, work = build_machine(db, "dgx-h100", 64), TrainWorkload(256, 4096)
+    moe = estimate_training(find_model("mixtral-8x7b"), machine, TrainPlan(pp=4, dp=16, ep=8, etp=1), work)
+    assert float(moe.step_time_high_s) >= float(moe.step_time_s) * (1 + error) * (1 - 1e-9)
+    assert float(moe.step_time_low_s) <= float(moe.step_time_s) * (1 - error) * (1 + 1e-9)
+    dense = estimate_training(find_model("llama-3.1-8b"), machine, TrainPlan(dp=64), work)
+    assert float(dense.step_time_high_s) < float(dense.step_time_s) * (1 + error)
+
+
 def test_the_unmeasured_device_error_is_measured_with_the_fits_removed(db):
     """A device without kernel measurements carries the step error the model makes where the kernel
     fits are removed on purpose: measured, larger than with them, and what its range adds."""
