@@ -100,7 +100,8 @@ class Dispatcher(IntEnum):
     the node over NVLink (DeepSeek-V3 report, Sec. 3.2.2; the flex dispatcher's deepep backend).
     HYBRIDEP: NVIDIA's HybridEP, the flex dispatcher's backend with the same node deduplication, and
     the one that spans a multi-node NVLink domain (transformer_config.py: 'Currently only
-    "hybridep" backend supports the MNNVL case'). Both flex backends are CUDA libraries."""
+    "hybridep" backend supports the MNNVL case'). Both flex backends are CUDA libraries. HybridEP is
+    priced as DeepEP's normal kernels: no HybridEP kernel timings are in the calibration data."""
 
     ALLTOALL = 0
     DEEPEP = 1
