@@ -20,16 +20,6 @@ from perfmodel.economics import (
 from perfmodel.machine import build_machine
 
 
-@pytest.fixture(scope="module")
-def m(db):
-    return build_machine(db, "dgx-h100", 8)
-
-
-@pytest.fixture(scope="module")
-def owned(db):
-    return build_machine(db, "dgx-h100", 8, "owned")
-
-
 def test_cloud_cost_is_the_rent_whatever_the_power(db, m):
     rent = db.accelerator("h100-sxm").cloud_usd_per_hour
     assert m.pricing == "cloud" and rent is not None

@@ -10,19 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from perfmodel.machine import build_machine
 from perfmodel.power import PhaseWork, capped_phase, device_power_w, phase_power_w, phase_seconds
-
-
-@pytest.fixture(scope="module")
-def m(db):
-    """Module-scoped, so hypothesis tests may take it too."""
-    return build_machine(db, "dgx-h100", 8)
-
-
-@pytest.fixture(scope="module")
-def owned(db):
-    return build_machine(db, "dgx-h100", 8, "owned")
 
 
 def work(compute_s=0.0, memory_s=0.0, memory_flops=0.0, other_s=0.0, flops=0.0, hbm_bytes=0.0, precision="bf16"):
