@@ -12,6 +12,7 @@ import numpy as np
 
 from perfmodel.hardware_db.errors import SpecError
 from perfmodel.hardware_db.loader import Database
+from perfmodel.kernels import sorted_distinct
 from perfmodel.machine import Machine, build_machine
 from perfmodel.model import TransformerSpec
 from perfmodel.plan import QuantScheme
@@ -425,12 +426,12 @@ def _pool_options(role, system, accelerator, cols, price, demand, slo, options, 
     # their own and another with them in mixed steps (perfmodel.queueing), so options compare only
     # within one form. Groups are visited in the order of their names ('fp8|8', 'fp8|8|mixed').
     mixed = (sub["chunk"] > 0) if options.objective == "latency" else np.zeros(len(sub["devices"]), dtype=bool)
-    ids: dict[tuple, int] = {}
-    group = np.array([ids.setdefault(key, len(ids)) for key in zip(sub["kvp"].tolist(),
-                                                                    sub["devices"].astype(int).tolist(),
-                                                                    mixed.tolist())], dtype=np.int64)
-    name = {i: f"{kvp}|{devices}" + ("|mixed" if m else "") for (kvp, devices, m), i in ids.items()}
-    for g in sorted(set(group[fits].tolist()), key=name.__getitem__):   # not np.unique: it imports numpy.ma
+    kv_names, kv = sorted_distinct(sub["kvp"])
+    size_names, size = sorted_distinct(sub["devices"].astype(np.int64))
+    group = (kv * len(size_names) + size) * 2 + mixed
+    name = {g: f"{kv_names[g // 2 // len(size_names)]}|{size_names[g // 2 % len(size_names)]}"
+            + ("|mixed" if g % 2 else "") for g in set(group[fits].tolist())}
+    for g in sorted(name, key=name.__getitem__):
         members = np.flatnonzero(fits & (group == g))
         kept += members[pareto_front(np.stack([m[members] for m in measures], axis=1))].tolist()
     out = []
