@@ -249,6 +249,35 @@ def test_owned_older_gpus_mix_with_new_ones_when_they_pay(capsys):
     assert main(AGENTIC + ["--owned", "dgx-a100=-3"]) == 2
 
 
+def test_mixed_gpu_types_win_on_one_basis_when_the_better_one_is_scarce(capsys):
+    """Heterogeneous serving on one price basis (Jiang et al. 2025, arXiv 2502.00722: GPU composition
+    chosen under real-time availability beats homogeneous fleets per budget): with B200s capped at 8,
+    the cheapest fleet at 60 requests/s mixes H100s with the B200s, below the cheapest H100-only fleet,
+    rented or owned, and no B200-only fleet within the cap carries the rate; unlimited, B200 alone wins.
+    Variant: 30 requests/s with 4 B200s."""
+    def best(*args):
+        assert main(["plan", "serve", "--model", "llama-3.1-70b", "--json", *args]) == 0
+        return json.loads(capsys.readouterr().out)["best"]
+
+    mixed = {}
+    for pricing in ("cloud", "owned"):
+        mixed[pricing] = best("--rate", "60", "--system", "dgx-b200", "--system", "dgx-h100", "--limit", "dgx-b200=8",
+                     "--pricing", pricing)
+        h100 = best("--rate", "60", "--system", "dgx-h100", "--pricing", pricing)
+        assert {p["system"] for p in mixed[pricing]["pools"]} == {"dgx-b200", "dgx-h100"}
+        assert sum(p["devices"] for p in mixed[pricing]["pools"] if p["system"] == "dgx-b200") <= 8
+        assert mixed[pricing]["usd_per_hour"] < 0.9 * h100["usd_per_hour"]
+    assert main(["plan", "serve", "--model", "llama-3.1-70b", "--rate", "60", "--system", "dgx-b200", "--limit",
+                 "dgx-b200=8"]) == 3
+    capsys.readouterr()
+    unlimited = best("--rate", "60", "--system", "dgx-b200", "--system", "dgx-h100")
+    assert {p["system"] for p in unlimited["pools"]} == {"dgx-b200"}
+    assert unlimited["usd_per_hour"] < mixed["cloud"]["usd_per_hour"]
+    variant = best("--rate", "30", "--system", "dgx-b200", "--system", "dgx-h100", "--limit", "dgx-b200=4")
+    assert {p["system"] for p in variant["pools"]} == {"dgx-b200", "dgx-h100"}
+    assert variant["usd_per_hour"] < best("--rate", "30", "--system", "dgx-h100")["usd_per_hour"]
+
+
 def test_cxl_aware_placement_recovers_the_optimizer_step(capsys):
     """CXL-attached memory for offloaded fine-tuning (Liaw and Chen 2025, arXiv 2507.03305): naive placement of
     the optimizer's data in CXL slows the CPU optimizer step (about 4x), a CXL-aware split recovers the
