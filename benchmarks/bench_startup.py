@@ -11,10 +11,9 @@ its own line), and a user database of 8,000 accelerators (3 MB) is listed withou
 
 Issue 27's speed item asks for the searches themselves in process: the Megatron 1T training search
 under 0.3 s (4x the numpy import; the whole command adds the fixed cost the 8B row shows, about
-3.5x by itself) and the serving search, each timed as the first call of
-the Python API in a fresh process whose modules and database are already loaded (so the
-interpreter, imports and argument parsing the wall rows include are left out, and no cache of an
-earlier call helps it).
+3.5x by itself) and the serving search, each timed as the first call of the Python API in a fresh
+process whose modules and database are already loaded (so the interpreter, imports and argument
+parsing the wall rows include are left out, and no cache of an earlier call helps it).
 
     python benchmarks/bench_startup.py [REPEAT]
 """
