@@ -168,6 +168,7 @@ class ServeMemory:
 
     weights: np.ndarray            # wherever they live
     hbm_weights: np.ndarray        # resident in HBM: all of them, or the streaming buffers
+    tier_weights: np.ndarray       # kept in the tier they stream from (0 in HBM); see _memory
     kv: np.ndarray                 # wherever it lives
     hbm_kv: np.ndarray
     workspace: np.ndarray
@@ -418,11 +419,25 @@ def _memory(spec: TransformerSpec, machine: Machine, inst: Instance, work: Serve
     per_seq_kv = kv / inst.local_batch
     hbm_kv = kv if kv_tier is None else np.zeros_like(kv)
     hbm_weights = weights if weight_tier is None else weights * np.minimum(2.0 / inst.layers, 1.0)
-    shared = weights if weight_tier is not None and weight_tier is kv_tier else 0.0
+    tier_weights = np.zeros_like(weights) if weight_tier is None else weights * _copy_share(machine, weight_tier, lay)
+    shared = tier_weights if weight_tier is not None and weight_tier is kv_tier else 0.0
     room = np.maximum(machine.hbm_bytes - hbm_weights - workspace - reserve, 0.0) if kv_tier is None \
         else np.maximum(kv_tier.bytes_per_device - shared, 0.0)
-    return ServeMemory(weights, hbm_weights, kv, hbm_kv, workspace, reserve,
+    return ServeMemory(weights, hbm_weights, tier_weights, kv, hbm_kv, workspace, reserve,
                        hbm_weights + hbm_kv + workspace + reserve, np.floor(room / per_seq_kv) * lay.dp)
+
+
+def _copy_share(machine: Machine, tier, lay: Layout):
+    """The share of its own weight shard a device keeps in the tier its weights stream from. A
+    pooled tier is one memory its node's devices share: read-only weights are held there once and
+    every instance on the node reads the same copy (FengHuang's rack-level shared memory, Li et al.
+    2025, arXiv 2511.10753, abstract and Ch. 3; CloudMatrix384's EMS pool caches models for every
+    NPU, Zuo et al. 2025, arXiv 2506.12708, Sec. 4), so an instance of d devices on a node of D
+    keeps d / D of its shards' bytes there (the copy spread over the node); an instance wider than
+    a node, or a tier a device reaches alone (DDR, CXL behind its own host), keeps its whole shard."""
+    if tier.kind != "pooled":
+        return 1.0
+    return lay.devices / np.maximum(lay.devices, machine.system.devices_per_node)
 
 
 def _feasibility(spec: TransformerSpec, machine: Machine, inst: Instance, mem: ServeMemory, kv_place: str, kv_tier,
@@ -446,7 +461,7 @@ def _feasibility(spec: TransformerSpec, machine: Machine, inst: Instance, mem: S
     if kv_tier is not None or weight_tier is not None:
         for place, tier in {kv_place: kv_tier, weight_place: weight_tier}.items():
             if tier is not None:
-                held = (mem.kv if tier is kv_tier else 0.0) + (mem.weights if tier is weight_tier else 0.0)
+                held = (mem.kv if tier is kv_tier else 0.0) + (mem.tier_weights if tier is weight_tier else 0.0)
                 violate(held > tier.bytes_per_device, place, held - tier.bytes_per_device)
     return rules.binding, rules.shortfall
 
@@ -595,7 +610,7 @@ def _placed(spec: TransformerSpec, machine: Machine, work: ServeWorkload, phased
         memory={"weights": mem.hbm_weights, "kv cache": mem.hbm_kv, "activations": mem.workspace,
                 "reserve": np.full_like(mem.used, mem.reserve),
                 **({f"kv cache in {kv_place}": mem.kv} if kv_tier is not None else {}),
-                **({f"weights in {weight_place}": mem.weights} if weight_tier is not None else {})},
+                **({f"weights in {weight_place}": mem.tier_weights} if weight_tier is not None else {})},
         devices_per_instance=devices, max_batch=mem.max_batch, prefill_tokens_per_s_per_device=prefill_tps,
         decode_tokens_per_s_per_device=decode_tps, power_w=power, energy_per_token_j=energy,
         cost_per_million_tokens_usd=cost, hbm_used_bytes=mem.used, feasible=binding == "", binding=binding,

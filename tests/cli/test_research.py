@@ -194,6 +194,23 @@ def test_fenghuang_pooled_memory_cuts_local_hbm(capsys):
     assert local <= 20e9 and 1 - local / max(p["hbm_used_bytes"] for p in h200["pools"]) >= 0.8
 
 
+def test_fenghuang_shared_weights_cut_gpus_where_bandwidth_allows(capsys):
+    """FengHuang's GPU saving (up to 50%): one copy of the weights in the pool serves every instance of
+    the node, so instances narrower than a node fit and KV gets the room a copy per instance took.
+    Where the TPOT target leaves the pool's bandwidth room (150 ms), Grok-1 at 2 requests/s needs 12
+    GPUs against 16 H200s, and GPT-3 (the variant) 56 against 72; at 50 ms every device streams its
+    shard at the bandwidth an H200 reads HBM at, and the count is the same."""
+    def devices(model, system, tpot_ms):
+        args = [model if a == "grok-1" else a for a in FENGHUANG] + ["--system", system, "--tpot-p90-ms", str(tpot_ms)]
+        assert main(args) == 0
+        return json.loads(capsys.readouterr().out)["best"]["devices"]
+
+    for model in ("grok-1", "gpt3-175b"):
+        pooled, h200 = devices(model, "fenghuang-h200", 150), devices(model, "hgx-h200", 150)
+        assert pooled <= 0.85 * h200
+    assert devices("grok-1", "fenghuang-h200", 50) == devices("grok-1", "hgx-h200", 50)
+
+
 def test_power_capping_lets_a_facility_hold_more_devices(capsys):
     """POLCA (Patel et al. 2024, arXiv 2308.12908): with power capping, about 30% more servers fit in the
     same power budget with little performance loss. Capping an H100 at 406 W: the budget holds 1.30x

@@ -97,8 +97,29 @@ def test_weights_streamed_from_a_pooled_tier(db):
     # The same instance on H200s with the weights in HBM: streaming is never faster.
     h200 = estimate_serving(spec, build_machine(db, "hgx-h200", 8), ServePlan(tp=8, batch=32), work)
     assert float(streamed.tpot_s) >= float(h200.tpot_s) * (1 - 1e-9)
-    big = estimate_serving(find_model("llama-3.1-405b"), pool, ServePlan(tp=1, batch=1, weight_place="pooled"), work)
-    assert big.binding[()] == "pooled" and float(big.shortfall) > 600e9
+    # One copy of the weights serves the node (_copy_share): a model whose copy outgrows the node's
+    # pool binds there, by the bytes each device lacks.
+    big = estimate_serving(find_model("deepseek-v3"), pool, ServePlan(tp=8, batch=1, weight_place="pooled",
+                                                                        weight_precision="bf16"), work)
+    held = float(big.memory["weights in pooled"])
+    assert big.binding[()] == "pooled" and float(big.shortfall) == pytest.approx(held - tier.bytes_per_device)
+
+
+def test_a_pooled_tier_holds_one_copy_of_the_weights_per_node(db):
+    """A pooled tier is shared by its node's devices: an instance of d of the node's D devices keeps
+    d / D of its shards there (one copy read by every instance), while each device still streams its
+    whole shard each step; a tier behind one host (DDR) keeps the whole shard."""
+    spec, work = find_model("llama-3.1-405b"), ServeWorkload(2048, 256)
+    pool = build_machine(db, "fenghuang-h200", 8)
+    tier = pool.tier("pooled")
+    for tp in (1, 2, 4, 8):
+        r = estimate_serving(spec, pool, ServePlan(tp=tp, batch=1, weight_place="pooled"), work)
+        shard = float(r.weight_stream_s) * tier.read_bytes_per_s
+        assert float(r.memory["weights in pooled"]) == pytest.approx(shard * tp / 8)
+        assert float(r.memory["weights in pooled"]) == pytest.approx(spec.total_params * 2.0 / 8, rel=0.05)
+    host = build_machine(db, "hgx-h200", 8)
+    r = estimate_serving(spec, host, ServePlan(tp=8, batch=1, weight_place="ddr"), work)
+    assert float(r.memory["weights in ddr"]) == pytest.approx(float(r.weight_stream_s) * host.tier("ddr").read_bytes_per_s)
 
 
 def test_weights_in_hbm_are_the_default_and_unchanged(h100):
