@@ -432,7 +432,7 @@ def _copy_share(machine: Machine, tier, lay: Layout):
     pooled tier is one memory its node's devices share: read-only weights are held there once and
     every instance on the node reads the same copy (FengHuang's rack-level shared memory, Li et al.
     2025, arXiv 2511.10753, abstract and Ch. 3; CloudMatrix384's EMS pool caches models for every
-    NPU, Zuo et al. 2025, arXiv 2506.12708, Sec. 4), so an instance of d devices on a node of D
+    NPU, Zuo et al. 2025, arXiv 2506.12708, Secs. 3-4), so an instance of d devices on a node of D
     keeps d / D of its shards' bytes there (the copy spread over the node); an instance wider than
     a node, or a tier a device reaches alone (DDR, CXL behind its own host), keeps its whole shard."""
     if tier.kind != "pooled":
