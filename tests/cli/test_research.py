@@ -278,8 +278,8 @@ def test_mixed_gpu_types_win_on_one_basis_when_the_better_one_is_scarce(capsys):
 
     mixed = {}
     for pricing in ("cloud", "owned"):
-        mixed[pricing] = best("--rate", "60", "--system", "dgx-b200", "--system", "dgx-h100", "--limit", "dgx-b200=8",
-                     "--pricing", pricing)
+        mixed[pricing] = best("--rate", "60", "--system", "dgx-b200", "--system", "dgx-h100", "--limit",
+                              "dgx-b200=8", "--pricing", pricing)
         h100 = best("--rate", "60", "--system", "dgx-h100", "--pricing", pricing)
         assert {p["system"] for p in mixed[pricing]["pools"]} == {"dgx-b200", "dgx-h100"}
         assert sum(p["devices"] for p in mixed[pricing]["pools"] if p["system"] == "dgx-b200") <= 8
