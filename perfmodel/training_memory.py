@@ -214,7 +214,7 @@ def _feasibility(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, me
     if spec.moe:
         violate(spec.moe.num_experts % lay.ep != 0, "ep divides experts", lay.ep)
         violate(spec.moe.expert_ffn_hidden_size % lay.etp != 0, "etp divides the expert hidden size", lay.etp)
-        violate(~lay.folds, "ep x etp divides tp x cp x dp", lay.ep * lay.etp)
+        violate(~lay.folds, "ep x etp (etp defaults to tp: --etp 1 keeps experts whole) divides tp x cp x dp", lay.ep * lay.etp)
     violate(s % lay.cp != 0, "cp divides sequence", lay.cp)
     # Ulysses hands each cp rank whole heads of its TP rank's share (MLA trains as full heads).
     kv_heads = spec.num_heads if spec.mla else spec.kv_heads
