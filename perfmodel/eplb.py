@@ -75,8 +75,16 @@ def power_law_loads(experts: int, top_k: int, tokens, alpha: float) -> np.ndarra
     else:
         b = 1.0 - alpha
         x = ((x_max ** b - x_min ** b) * u + x_min ** b) ** (1.0 / b)
-    x = x[:, np.random.default_rng(0).permutation(experts)]
+    x = np.ascontiguousarray(x[:, _expert_order(experts)])   # C order: row sums do not depend on the batch
     return _capped(x / x.sum(axis=1, keepdims=True) * n * top_k, n)
+
+
+@lru_cache(maxsize=64)
+def _expert_order(experts: int) -> np.ndarray:
+    """The fixed shuffled order in which expert ids take the power law's quantiles (seed 0)."""
+    order = np.random.default_rng(0).permutation(experts)
+    order.flags.writeable = False
+    return order
 
 
 def _capped(loads: np.ndarray, cap: np.ndarray) -> np.ndarray:
@@ -252,12 +260,12 @@ def rebalance(loads, devices: int, redundant: int = 0, devices_per_node: int | N
 def contiguous_loads(loads, devices: int) -> np.ndarray:
     """(layers x devices) tokens with no balancing: expert e on device floor(e x D / E), no replicas
     (the baseline EPLB is measured against)."""
-    loads = np.atleast_2d(np.asarray(loads, dtype=float))
+    loads = np.ascontiguousarray(np.atleast_2d(np.asarray(loads, dtype=float)))
     experts = loads.shape[1]
-    device = np.arange(experts) * devices // experts
+    first = -(-np.arange(devices + 1) * experts // devices)       # device d holds experts first[d]:first[d + 1]
     out = np.zeros((loads.shape[0], devices))
     for d in range(devices):
-        out[:, d] = loads[:, device == d].sum(axis=1)
+        out[:, d] = loads[:, first[d]:first[d + 1]].sum(axis=1)
     return out
 
 
@@ -343,13 +351,24 @@ def routing_imbalance(loads, ep: int, share: float = 0.0, balance: str = "eplb")
 ORDERS = 16    # expert orders averaged for the busiest device with no balancing (a count, no fit)
 
 
-# Busiest over mean device under the default routing, per (experts, top_k, ep, alpha, share, balance) and
-# distinct routed tokens: a pure function, cached, since searches ask for the same batches of many
-# layouts; the placement is vectorized over the tokens (each row's ratio does not depend on the others).
-@lru_cache(maxsize=1024)
+# Busiest over mean device under the default routing, per (experts, top_k, ep, alpha, share, balance), by
+# routed tokens: a row's ratio does not depend on which other rows are placed with it (every reduction
+# runs along a row of a C-ordered array; tests/perfmodel/test_eplb.py), so each row is placed once and
+# kept: searches ask for the same token counts from many layouts and phases. Cleared past _MEMO_ROWS.
+_MEMO: dict[tuple, dict[float, float]] = {}
+_MEMO_ROWS = 1 << 16
+
+
 def _default_rows(experts: int, top_k: int, ep: int, alpha: float, share: float, balance: str,
-                  tokens: tuple) -> tuple:
-    return tuple(_default_ratios(experts, top_k, ep, alpha, share, balance, list(tokens)))
+                  tokens: list) -> list:
+    key = (experts, top_k, ep, alpha, share, balance)
+    if sum(len(v) for v in _MEMO.values()) > _MEMO_ROWS:
+        _MEMO.clear()
+    known = _MEMO.setdefault(key, {})
+    missing = [t for t in tokens if t not in known]
+    if missing:
+        known.update(zip(missing, _default_ratios(experts, top_k, ep, alpha, share, balance, missing)))
+    return [known[t] for t in tokens]
 
 
 def _default_ratios(experts: int, top_k: int, ep: int, alpha: float, share: float, balance: str,
@@ -359,7 +378,7 @@ def _default_ratios(experts: int, top_k: int, ep: int, alpha: float, share: floa
         # Expert ids say nothing of popularity: the expected busiest device over ORDERS shuffles.
         rng = np.random.default_rng(0)
         shuffled = [_ratio(contiguous_loads(loads[:, rng.permutation(experts)], ep)) for _ in range(ORDERS)]
-        return np.mean(shuffled, axis=0).tolist()
+        return np.ascontiguousarray(np.stack(shuffled, axis=1)).mean(axis=1).tolist()
     return busiest_over_mean(loads, ep, redundant_experts(experts, ep, share)).tolist()
 
 
@@ -390,7 +409,7 @@ def default_imbalance(experts: int, top_k: int, tokens, ep, alpha: float, share:
         mask = ep == e
         distinct, where = sorted_distinct(tokens[mask])
         rows = np.array(_default_rows(experts, top_k, int(e), float(alpha), float(share), balance,
-                                      tuple(distinct.tolist())))
+                                      distinct.tolist()))
         out[mask] = rows[where.ravel()]
     return np.minimum(out + sampling_excess(routed, top_k, ep), np.maximum(ep, 1.0))
 

@@ -15,11 +15,9 @@ from perfmodel.hardware_db.errors import InfeasibleError
 from .machine import BACKEND_NAMES, Machine
 from .economics import cost_basis
 from .plan import PLACES
-from .training import TrainResult
-from .training_memory import GRADS_WITH_OPTIMIZER
-
-if TYPE_CHECKING:   # the training reports need not load the serving model
+if TYPE_CHECKING:   # the training reports need not load the serving model, nor the serving ones the training model
     from .serving import ServeResult
+    from .training import TrainResult
 
 
 def _f(x) -> float | None:
@@ -41,6 +39,8 @@ def describe_binding(binding: str, shortfall: float, machine: Machine, used: flo
     if binding == "devices":
         return (f"the parallel degrees use {machine.devices + shortfall:,.0f} devices, the system has "
                 f"{machine.devices:,}; make tp x pp x dp x cp equal the devices")
+    from .training_memory import GRADS_WITH_OPTIMIZER
+
     if binding == GRADS_WITH_OPTIMIZER:
         return (f"{binding} (DeepSpeed moves the gradient partitions with the optimizer states); give "
                 "--offload-optimizer the tier of --offload-grads")

@@ -115,10 +115,15 @@ def totals(instance: FleetInstance, solution: FleetSolution) -> FleetTotals:
 def check(instance: FleetInstance, solution: FleetSolution) -> list[str]:
     """What is wrong with ``solution`` (empty: nothing), re-derived from the instance alone:
     roles, counts, the rate carried (exact rationals), the KV hand-over, and every limit."""
-    opts, problems = instance.options, []
-    absent = [i for i in (solution.front, *(d for d, _ in solution.decode)) if not 0 <= i < len(opts)]
+    absent = [i for i in (solution.front, *(d for d, _ in solution.decode)) if not 0 <= i < len(instance.options)]
     if absent:
         return [f"option {i} does not exist" for i in absent]
+    return _problems(instance, solution, totals(instance, solution))
+
+
+def _problems(instance: FleetInstance, solution: FleetSolution, t: FleetTotals) -> list[str]:
+    """``check`` of a solution whose options exist, with its ``totals`` given."""
+    opts, problems = instance.options, []
     front = opts[solution.front]
     if front.role == "decode":
         problems.append("a decode pool cannot stand alone")
@@ -138,7 +143,6 @@ def check(instance: FleetInstance, solution: FleetSolution) -> list[str]:
             carried += Fraction(n, opts[d].instances)
         if carried < 1:
             problems.append(f"the decode pools carry {float(carried):.6g} of the rate")
-    t = totals(instance, solution)
     if instance.max_devices is not None and t.devices > instance.max_devices:
         problems.append(f"{t.devices} devices, the limit is {instance.max_devices}")
     if instance.power_cap_w is not None and t.power_w > instance.power_cap_w * (1 + 1e-9):
@@ -347,10 +351,13 @@ def solve_program(instance: FleetInstance, max_deterministic_time: float = 20.0)
 def single_pool_solutions(instance: FleetInstance) -> list[FleetSolution]:
     """Fleets of one configuration per pool: every colocated option and every compatible prefill /
     decode pair at their own counts, within the limits (the checker decides)."""
-    out = []
+    return [s for s, _ in single_pools_summed(instance)]
+
+
+def single_pools_summed(instance: FleetInstance) -> list[tuple[FleetSolution, FleetTotals]]:
+    """``single_pool_solutions`` with each one's ``totals``."""
     opts = instance.options
-    for i, o in enumerate(opts):
-        if o.role == "colocated":
-            out.append(FleetSolution(i))
+    out = [FleetSolution(i) for i, o in enumerate(opts) if o.role == "colocated"]
     out += [FleetSolution(p, ((d, opts[d].instances),)) for p, d, _ in instance.handover]
-    return [s for s in out if not check(instance, s)]
+    summed = [(s, totals(instance, s)) for s in out]
+    return [(s, t) for s, t in summed if not _problems(instance, s, t)]

@@ -31,7 +31,7 @@ from perfmodel.queueing import pool_latencies, pool_shares
 from perfmodel.serving import ServePlan, ServeWorkload, estimate_serving, kv_transfer_time, serving_backend
 
 from . import fleet
-from .fleet import FleetInstance, FleetSolution, single_pool_solutions
+from .fleet import FleetInstance, FleetSolution
 from .options import Demand, ServeSearchOptions
 from .pareto import pareto_front
 from .pool_option import PoolOption
@@ -174,10 +174,10 @@ def search_serving(spec: TransformerSpec, db: Database, systems: list[str], dema
         raise SpecError("no candidate system has a price on this basis, so no cost can be minimized ("
                         + "; ".join(cost_basis(m) for m in machines.values())
                         + "); or use --pricing owned, or --objective energy or devices")
-    singles = single_pool_solutions(instance)
+    summed = fleet.single_pools_summed(instance)
+    singles, sums = [s for s, _ in summed], [t for _, t in summed]
     best = fleet.solve(instance)
     solver = evidence.solver if best is None else _solver_text(best.method)
-    sums = [fleet.totals(instance, s) for s in singles]
     best, status, gap = _checked_best(instance, best, singles, sums)
     evidence = replace(evidence, solver=solver, status=status, gap=gap, seconds=time.perf_counter() - started)
     if progress is not None:

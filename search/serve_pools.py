@@ -278,29 +278,32 @@ def _sizes(cols, demand: Demand, role: str, slo: dict, max_instances: int):
 
     def ok(n, rows):
         # Every target holds where it holds with the waits' upper bound (Erlang C's, cheap); the wait
-        # is computed exactly only on the rows that bound leaves failing: the same answer, sooner.
-        good = meets(n, rows, role == "decode")        # a decode pool waits for no prompt: exact already
-        unsure = np.flatnonzero(~good) if role != "decode" else ()
+        # is computed exactly only on the rows where the TTFT alone fails under that bound (no other
+        # target depends on the wait): the same answer, sooner.
+        others, ttft_ok = meets(n, rows, role == "decode")    # a decode pool waits for no prompt: exact already
+        unsure = np.flatnonzero(others & ~ttft_ok) if role != "decode" else ()
         if len(unsure):
-            good[unsure] = meets(n[unsure], rows[unsure], True)
-        return good
+            ttft_ok[unsure] = meets(n[unsure], rows[unsure], True)[1]
+        return others & ttft_ok
 
     def meets(n, rows, exact):
+        """(every target but the TTFT's holds, the TTFT's holds) for n instances of the rows."""
         ttft, tpot50, tpot90, load, in_flight = latencies(n, asked, rows, exact)
-        good = load < 1.0
+        others = load < 1.0
+        ttft_ok = np.ones(len(others), dtype=bool)
         if role != "decode":
-            good &= np.isfinite(ttft[0.9])
+            ttft_ok &= np.isfinite(ttft[0.9])
             if slo["ttft_p50"] is not None:
-                good &= ttft[0.5] <= slo["ttft_p50"]
+                ttft_ok &= ttft[0.5] <= slo["ttft_p50"]
             if slo["ttft_p90"] is not None:
-                good &= ttft[0.9] <= slo["ttft_p90"]
+                ttft_ok &= ttft[0.9] <= slo["ttft_p90"]
         if role != "prefill":
-            good &= in_flight <= cols["batch"][rows]      # a slot for every sequence in flight
+            others &= in_flight <= cols["batch"][rows]      # a slot for every sequence in flight
             if slo["tpot_p50"] is not None:
-                good &= tpot50 <= slo["tpot_p50"]
+                others &= tpot50 <= slo["tpot_p50"]
             if slo["tpot_p90"] is not None:
-                good &= tpot90 <= slo["tpot_p90"]
-        return good
+                others &= tpot90 <= slo["tpot_p90"]
+        return others, ttft_ok
 
     n = _fewest(ok, len(cols["batch"]), max_instances, _stability_bound(cols, lam, out_mean, role))
     ttft, tpot50, tpot90, _, _ = latencies(np.maximum(n, 1))
@@ -308,15 +311,15 @@ def _sizes(cols, demand: Demand, role: str, slo: dict, max_instances: int):
 
 
 def _stability_bound(cols, rate: float, output_mean: float, role: str) -> np.ndarray:
-    """A count below which no pool is stable: a pool of n instances runs at load K / n
-    (perfmodel.queueing.pool_shares) and needs load < 1, so n > K. Rounded down with a relative
-    margin of 1e-9 so that float rounding of the load never puts the bound above the true smallest
-    count (``_fewest`` only starts its search there)."""
+    """The smallest count that may be stable: a pool of n instances runs at load K / n
+    (perfmodel.queueing.pool_shares) and needs load < 1, so n > K, i.e. n >= floor(K) + 1. K is
+    lowered by a relative margin of 1e-9 first, so that float rounding of the load never puts the
+    bound above the true smallest count (``_fewest`` starts its search there)."""
     with np.errstate(all="ignore"):
         k = np.add(*pool_shares(role, 1.0, rate, output_mean, cols["batch"], cols["dpa"], cols["prefill_s50"],
                                 cols["tpot50"], cols["mixed50"])) * np.ones(len(cols["batch"]))
-        k = np.where(np.isfinite(k), k * (1.0 - 1e-9), 1.0)
-    return np.floor(np.clip(k, 1.0, float(MAX_INSTANCES))).astype(np.int64)
+        k = np.where(np.isfinite(k), k * (1.0 - 1e-9), 0.0)
+    return np.floor(np.clip(k, 0.0, float(MAX_INSTANCES))).astype(np.int64) + 1
 
 
 def slo_of(demand: Demand) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,7 +18,9 @@ from perfmodel.machine import Machine
 from perfmodel.memory import layers_on_stage
 from perfmodel.model import TransformerSpec
 from perfmodel.plan import CP_COMMS, DISPATCHERS, PLACES, RECOMPUTE, CpComm, Dispatcher
-from perfmodel.training import TrainWorkload
+
+if TYPE_CHECKING:      # the serving search need not load the training model
+    from perfmodel.training import TrainWorkload
 
 RULES = (
     "tp x pp x dp x cp = devices",

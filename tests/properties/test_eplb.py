@@ -246,3 +246,21 @@ def test_a_batch_routing_leaves_the_busiest_device_above_the_placement():
     assert np.all(np.diff(default_imbalance(256, 8, many, 32, 1.2, 0.125)) < 0)   # fewer tokens, more skew
     assert np.all(default_imbalance(256, 8, many, 32, 1.2, 0.125, "balanced") == 1.0)
     assert np.all(default_imbalance(256, 8, many, 320, 1.2, 0.125) <= 320)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([(256, 8), (128, 8), (8, 2), (64, 6), (16, 4)]), st.sampled_from([2, 4, 8, 16, 32]),
+       st.sampled_from([0.0, 0.125]), st.sampled_from(["eplb", "none"]),
+       st.lists(st.integers(1, 40000), min_size=2, max_size=12, unique=True))
+def test_a_row_of_the_default_imbalance_does_not_depend_on_the_others(model, ep, share, balance, tokens):
+    """Each token count's busiest over mean is the same bits alone as among other counts (every
+    reduction runs along a row of a C-ordered array), which is what lets perfmodel.eplb place each
+    count once per process and reuse it: the same input gives the same output whatever was asked before."""
+    from perfmodel.eplb import _default_ratios
+
+    experts, top_k = model
+    together = _default_ratios(experts, top_k, ep, 1.2, share, balance, tokens)
+    alone = [_default_ratios(experts, top_k, ep, 1.2, share, balance, [t])[0] for t in tokens]
+    assert together == alone
+    assert default_imbalance(experts, top_k, tokens[::-1], ep, 1.2, share, balance).tolist() == \
+        default_imbalance(experts, top_k, tokens, ep, 1.2, share, balance).tolist()[::-1]
