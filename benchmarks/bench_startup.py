@@ -57,7 +57,7 @@ IN_PROCESS = [
      "perfmodel.plan_serve(model='deepseek-v3', system=('gb200-nvl72', 'dgx-h100', 'mi300x-8x'), rate=50, db=db)", None),
 ]
 TIMER = """import time
-import perfmodel, search.serve, search.train
+import perfmodel, perfmodel.search.serve, perfmodel.search.train
 from perfmodel.hardware_db import load_database
 db = load_database()
 start = time.perf_counter()
