@@ -353,7 +353,7 @@ ORDERS = 16    # expert orders averaged for the busiest device with no balancing
 
 # Busiest over mean device under the default routing, per (experts, top_k, ep, alpha, share, balance), by
 # routed tokens: a row's ratio does not depend on which other rows are placed with it (every reduction
-# runs along a row of a C-ordered array; tests/perfmodel/test_eplb.py), so each row is placed once and
+# runs along a row of a C-ordered array; tests/properties/test_eplb.py), so each row is placed once and
 # kept: searches ask for the same token counts from many layouts and phases. Cleared past _MEMO_ROWS.
 _MEMO: dict[tuple, dict[float, float]] = {}
 _MEMO_ROWS = 1 << 16

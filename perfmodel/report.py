@@ -15,6 +15,7 @@ from perfmodel.hardware_db.errors import InfeasibleError
 from .machine import BACKEND_NAMES, Machine
 from .economics import cost_basis
 from .plan import PLACES
+
 if TYPE_CHECKING:   # the training reports need not load the serving model, nor the serving ones the training model
     from .serving import ServeResult
     from .training import TrainResult
