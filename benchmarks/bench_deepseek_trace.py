@@ -14,7 +14,9 @@ A second table takes the MoE layer apart: the routed experts' grouped GEMM kerne
 data gradient, DeepSeek's m_grouped kernels) against the fitted grouped kernel at the same rows
 per expert, with and without the fit's input passes; the token kernels (permute, unpermute,
 routing map, top-k, router GEMM) against the model's expert permute and router; and every cast
-and transpose kernel against the casts the model charges inside its GEMMs.
+and transpose kernel against the casts the model charges inside its GEMMs. A third table reads the
+host side: the CPU time of each node of DeepSeek's schedule on the thread that issues it, the
+kernels it launches and their GPU time (what an eager PyTorch MoE layer costs the host).
 
     python benchmarks/bench_deepseek_trace.py PATH/TO/train.json
 """
@@ -133,6 +135,33 @@ def _moe_ms(spec, machine) -> dict[str, float]:
     return {op: LAYERS * float(s[0] + moe.backward[op][0]) * 1e3 for op, s in moe.seconds.items()}
 
 
+def host(path: str) -> dict[str, tuple[int, float, float, float, float]]:
+    """The host side of the trace's schedule: per node of DeepSeek's schedule (the annotations on the
+    thread that runs it: attn(F), dispatch(F), mlp(B), ...), (instances, mean and least host ms per
+    instance, kernels launched per instance by any thread, those kernels' GPU ms per instance). A
+    node's host time is the schedule thread's time in it: Python and framework work that issues its
+    kernels (in the backward, autograd's thread issues them while this one waits), plus any wait on
+    the device (DeepEP's dispatch spins until the received-token counts arrive); its least instance
+    bounds the issue part."""
+    with open(path) as fh:
+        events = [e for e in json.load(fh)["traceEvents"] if e.get("ph") == "X"]
+    notes = [e for e in events if e.get("cat") == "user_annotation" and "(" in e["name"]]
+    thread = max({e["tid"] for e in notes}, key=lambda t: sum(e["tid"] == t for e in notes))
+    notes = [e for e in notes if e["tid"] == thread]
+    gpu = {e["args"].get("correlation"): e["dur"] for e in events if e.get("cat") == "kernel"}
+    # Any thread's launches: the backward's kernels are issued by autograd's thread while the
+    # schedule's thread waits in its node.
+    launches = [e for e in events if e.get("cat") == "cuda_runtime"
+                and "LaunchKernel" in e["name"] and e["args"].get("correlation") in gpu]
+    rows: dict[str, list[tuple[float, int, float]]] = defaultdict(list)
+    for note in notes:
+        inside = [e for e in launches if note["ts"] <= e["ts"] <= note["ts"] + note["dur"]]
+        rows[note["name"]].append((note["dur"] / 1e3, len(inside),
+                                   sum(gpu[e["args"]["correlation"]] for e in inside) / 1e3))
+    return {name: (len(r), float(np.mean([x[0] for x in r])), min(x[0] for x in r),
+                   float(np.mean([x[1] for x in r])), float(np.mean([x[2] for x in r]))) for name, r in rows.items()}
+
+
 def main(path: str) -> None:
     got, model = measured(path), modelled()
     print(f"{'family':26s} {'trace (ms)':>11s} {'model (ms)':>11s} {'model / trace':>14s}")
@@ -151,6 +180,19 @@ def main(path: str) -> None:
         print(f"{role:54s} {got.get(role, 0.0):11.1f} {charged:11.1f} {alone:13.1f}")
     print("(routed GEMMs: the fitted grouped kernel at the trace's rows per expert, balanced EP64, with the fit's input\n"
           " passes and without them; casts: what the input passes of every GEMM of the model add)")
+    print()
+    nodes = host(path)
+    print(f"{'schedule node (host thread)':28s} {'count':>5s} {'host ms':>8s} {'least':>7s} {'kernels':>8s} {'their GPU ms':>13s}")
+    for name, (count, mean, least, launched, busy) in nodes.items():
+        print(f"{name:28s} {count:5d} {mean:8.2f} {least:7.2f} {launched:8.1f} {busy:13.2f}")
+    for phase in ("F", "B"):
+        mine = [v for k, v in nodes.items() if k.endswith(f"({phase})") or (phase == "B" and k.endswith("(W)"))]
+        issue, launched, busy = (sum(v[i] for v in mine) for i in (2, 3, 4))
+        print(f"one layer's {'forward' if phase == 'F' else 'backward'}: host {issue:.2f} ms at least (each node's least "
+              f"instance) for {launched:.0f} kernels ({1e3 * issue / max(launched, 1):.0f} us each), "
+              f"whose GPU time is {busy:.2f} ms")
+    print("(the host thread issues the schedule's kernels; where a layer's kernels take less GPU time than their issue,\n"
+          " an eager step without CUDA graphs waits on the host)")
 
 
 if __name__ == "__main__":

@@ -52,11 +52,24 @@ def _label(plan: dict) -> str:
             f"ep{plan['ep']}{ep_overlap} mb{plan['micro_batch']} z{plan['zero']} {plan['recompute']} {plan['precision']}")
 
 
+COMPUTE = "compute (fwd+bwd+recompute)"
+
+
+def _largest(a: dict, b: dict, terms: int) -> list[tuple[str, float]]:
+    """The keys whose values differ most, a minus b, largest magnitude first (above 1 ms)."""
+    diff = {k: float(a[k]) - float(b.get(k, 0.0)) for k in a}
+    return [(k, v) for k, v in sorted(diff.items(), key=lambda kv: -abs(kv[1]))[:terms] if abs(v) > 1e-3]
+
+
 def _separating(published, pick, terms: int = 2) -> str:
-    """The step-time components that differ most between the two plans (published minus pick), in s."""
-    diff = {k: float(published.components[k]) - float(pick.components.get(k, 0.0)) for k in published.components}
-    top = sorted(diff.items(), key=lambda kv: -abs(kv[1]))[:terms]
-    return ", ".join(f"{k} {v:+.2f}" for k, v in top if abs(v) > 1e-3)
+    """The step-time components that differ most between the two plans (published minus pick), in s;
+    the compute term split into the operators of each plan's busiest stage that differ most (a
+    pipeline stage that also holds the output layer and the loss, say)."""
+    parts = []
+    for k, v in _largest(published.components, pick.components, terms):
+        ops = _largest(published.operator_times, pick.operator_times, terms) if k == COMPUTE else []
+        parts.append(f"{k} {v:+.2f}" + (f" ({', '.join(f'{o} {d:+.2f}' for o, d in ops)})" if ops else ""))
+    return ", ".join(parts)
 
 
 def main(only: list[str]) -> None:
@@ -117,6 +130,9 @@ def main(only: list[str]) -> None:
     for name, values in (("layout, the publisher's software", layouts), ("any precision", ratios),
                          ("recommended", recommended)):
         finite = sorted(r for r in values if r == r)
+        if not finite:
+            print(f"ratios ({name}): no case")
+            continue
         print(f"ratios ({name}): median {finite[len(finite) // 2]:.2f}, max {finite[-1]:.2f}, "
               f"above 1.15: {sum(r > 1.15 for r in finite)} of {len(finite)}")
 
