@@ -36,6 +36,7 @@ class ModelConstants:
     unfitted_collective_launch_us: float
     exchange_sms: float
     tp_overlap_bulk_sms: float
+    collective_sms: float
     four_bit_gemm_speedup: float
     attention_backward_slowdown: float
     attention_backward_slowdown_1k: float

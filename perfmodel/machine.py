@@ -284,20 +284,27 @@ class Machine:
         for Hopper and Blackwell), so NVIDIA GPUs only."""
         return self.accelerator.vendor == "NVIDIA"
 
+    def _sm_share(self, sms: float) -> float:
+        """``sms`` SMs (CUs) as a share of the device's, at most half; 0 without a unit count."""
+        units = float(self.accelerator.compute_units or 0)
+        return min(sms, units / 2.0) / units if units > 0 else 0.0
+
     @property
     def exchange_sm_share(self) -> float:
-        """Share of the SMs (CUs) the MoE exchange kernels hold while they overlap compute: the
-        constant ``exchange-sms``, at most half the device; 0 for a device without a unit count."""
-        units = float(self.accelerator.compute_units or 0)
-        return min(self.constants.exchange_sms, units / 2.0) / units if units > 0 else 0.0
+        """Share of the SMs the MoE exchange kernels hold while they overlap compute (``exchange-sms``)."""
+        return self._sm_share(self.constants.exchange_sms)
 
     @property
     def tp_overlap_sm_share(self) -> float:
         """Share of the SMs a bulk TP-communication overlap (Transformer Engine's userbuffers) holds
-        while its transfer runs: the constant ``tp-overlap-bulk-sms``, at most half the device; 0
-        for a device without a unit count."""
-        units = float(self.accelerator.compute_units or 0)
-        return min(self.constants.tp_overlap_bulk_sms, units / 2.0) / units if units > 0 else 0.0
+        while its transfer runs (``tp-overlap-bulk-sms``)."""
+        return self._sm_share(self.constants.tp_overlap_bulk_sms)
+
+    @property
+    def collective_sm_share(self) -> float:
+        """Share of the SMs an NCCL collective or ring transfer holds while it runs beside compute:
+        the ZeRO-3 gathers and scatters, the data-parallel reduction, the CP ring (``collective-sms``)."""
+        return self._sm_share(self.constants.collective_sms)
 
     def tier(self, kind_or_name: str) -> MemoryTier:
         """A memory tier below HBM by its kind (ddr, cxl, nvme, pooled) or memory name."""

@@ -461,7 +461,7 @@ def _estimate(spec: TransformerSpec, machine: Machine, c: dict[str, np.ndarray],
 
     # TP-communication overlap runs only where the device has it (Machine.overlaps_tp_communication).
     exposed = _overlap({**c, "tp_overlap": c["tp_overlap"] & machine.overlaps_tp_communication}, sh, comp, comm, tail,
-                       machine.exchange_sm_share, breakdown, machine.tp_overlap_sm_share)
+                       machine.exchange_sm_share, breakdown, machine.tp_overlap_sm_share, machine.collective_sm_share)
     per_micro = exposed.per_micro
     v = np.maximum(c["interleave"], 1)
     bubble = np.where(c["schedule"] == Schedule.DUALPIPE, _dualpipe_bubble(lay.pp, comp),

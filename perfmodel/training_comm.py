@@ -220,7 +220,7 @@ def _step_tail(spec: TransformerSpec, machine: Machine, c: dict, sh: Shape, comp
 
 
 def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepTail, held: float = 0.0,
-             breakdown: bool = True, tp_held: float = 0.0) -> Exposure:
+             breakdown: bool = True, tp_held: float = 0.0, collective_held: float = 0.0) -> Exposure:
     """What each transfer leaves exposed, with every compute window spent once.
 
     Framework (Megatron-LM / DeepSpeed schedules): TP all-reduces block compute unless TP-comm
@@ -258,6 +258,12 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     engines and leave the GEMMs every SM; the backward's reduce-scatters (bulk, under the weight
     gradients' GEMMs) hold ``tp_held`` of the SMs while they run, so that compute runs on fewer
     SMs for as long: the bulk transfers add ``tp_held`` times their time.
+
+    No collective hides for free: the NCCL kernels of the CP ring, the ZeRO-3 gathers and
+    reduce-scatters and the data-parallel reduction hold ``collective_held`` of the SMs while they
+    run beside compute (Megatron-Bridge's performance guide reserves 16 SMs for the DP collectives
+    and speaks of "the computing kernel slowdown from the overlap"), so a transfer A hidden under
+    compute X takes max(A, X + A h), as the MoE exchange does; never more than X + A.
     """
     mode = c["overlap"]
     compute = comp.per_micro_s
@@ -281,18 +287,18 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     reduce_hidden = comm.zero3_reduce * tail.dp_overlap
     # Only the ring's messages run under the attention; the all-gather and the all-to-alls block it.
     ring = c["cp_comm"] == CpComm.P2P
-    cp_part = np.where(ring, np.maximum(attention, comm.cp), attention + comm.cp)
+    cp_part = np.where(ring, np.maximum(comm.cp, attention + comm.cp * collective_held), attention + comm.cp)
     rest = np.maximum(others + margin, tp_hidden) + cp_part + (comm.tp - tp_hidden) \
         + (comm.zero3_reduce - reduce_hidden)
     ep_exposed = _exposed_exchange(c, sh, comp, comm.ep, rest, rest - compute, held)
     main = rest + ep_exposed
-    gathered, fetched = _prefetch_exposure(c, comp, comm, main, first)
+    gathered, fetched = _prefetch_exposure(c, comp, comm, main, first, held=collective_held)
     transfers = {"tp": comm.tp, "ep": comm.ep, "cp": comm.cp, "zero3": comm.zero3 + comm.zero3_reduce,
                  "param": comm.param_fetch}
     swapped = 0.0
     swapping = bool(np.any(np.asarray(comm.swap) > 0))
     if swapping:   # what the activation swap adds to the phases, on the host path beside streamed parameters
-        with_swap = _prefetch_exposure(c, comp, comm, main, first, swap=True)
+        with_swap = _prefetch_exposure(c, comp, comm, main, first, swap=True, held=collective_held)
         swapped = sum(with_swap) - (gathered + fetched)
         transfers["activation"] = comm.swap
     framework = main + first + gathered + fetched + swapped
@@ -320,7 +326,7 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
     host_window = np.minimum(backward, np.maximum(per_micro - (comm.param_fetch + comm.swap if swapping
                                                                else comm.param_fetch), 0.0))
     dp_window = np.minimum(tail.dp_overlap * backward, np.maximum(per_micro - comm.zero3 - comm.zero3_reduce, 0.0))
-    dp_exposed = np.maximum(tail.dp - dp_window, 0.0)
+    dp_exposed = np.maximum(tail.dp - dp_window, 0.0) + collective_held * np.minimum(tail.dp, dp_window)
     host_exposed = np.maximum(np.maximum(tail.host - host_window, 0.0) - dp_exposed, 0.0)
     none_mode = mode == Overlap.NONE
     return Exposure(per_micro, micro, pp, {"dp": np.where(none_mode, tail.dp, dp_exposed),
@@ -386,7 +392,8 @@ def one_f_one_b_layer(attention_f, attention_b, experts_f, experts_b, experts_w,
     return both + np.maximum(exchange, attention_b)
 
 
-def _prefetch_exposure(c: dict, comp: Compute, comm: Communication, main, first, swap: bool = False) -> tuple:
+def _prefetch_exposure(c: dict, comp: Compute, comm: Communication, main, first, swap: bool = False,
+                       held: float = 0.0) -> tuple:
     """(ZeRO-3 traffic, streamed parameters) each microbatch exposes beyond ``main`` (the
     microbatch's compute and blocking transfers, s) and ``first``, the gathers of each phase's
     first layer (its forward share: the forward's).
@@ -394,7 +401,9 @@ def _prefetch_exposure(c: dict, comp: Compute, comm: Communication, main, first,
     With prefetch (depth >= 1) each phase lasts max(its share of ``main``, its network traffic,
     its parameter streaming): the forward's gathers (after the first) under the forward share,
     the backward's and the recomputed forward's gathers plus the reduce-scatters under the rest;
-    the phase's excess belongs to the longer transfer. Without prefetch the gathers and the
+    the phase's excess belongs to the longer transfer. The network's collectives hold ``held`` of the
+    SMs while they run (see _overlap), so the compute share under them lasts share + held x traffic;
+    the streamed parameters move on the copy engines and hold none. Without prefetch the gathers and the
     streaming block (a + G_f + P_f + max(b, R) + G_b + P_b: only the reduce-scatters run under
     the backward), never less than with it. The forward share is the forward's part of the
     compute (Compute.forward over per_micro_s).
@@ -416,11 +425,15 @@ def _prefetch_exposure(c: dict, comp: Compute, comm: Communication, main, first,
     first_forward = first * comm.zero3_forward / np.maximum(comm.zero3, 1e-30)
     net_forward = comm.zero3_forward - first_forward
     net_backward = comm.zero3 - comm.zero3_forward - (first - first_forward) + comm.zero3_reduce
-    excess_forward = np.maximum(ahead, np.maximum(net_forward, fetch_forward)) - ahead
-    excess_backward = np.maximum(behind, np.maximum(net_backward, fetch_backward)) - behind
+    slowed_forward, slowed_backward = held * net_forward, held * net_backward
+    excess_forward = np.maximum(ahead + slowed_forward, np.maximum(net_forward, fetch_forward)) - ahead
+    excess_backward = np.maximum(behind + slowed_backward, np.maximum(net_backward, fetch_backward)) - behind
     lead_forward, lead_backward = net_forward >= fetch_forward, net_backward >= fetch_backward
-    gathered = np.where(lead_forward, excess_forward, 0.0) + np.where(lead_backward, excess_backward, 0.0)
-    fetched = np.where(lead_forward, 0.0, excess_forward) + np.where(lead_backward, 0.0, excess_backward)
+    # Where the streaming leads, the gathers' own share is the slowdown of the SMs they hold.
+    own_forward = np.where(lead_forward, excess_forward, np.minimum(excess_forward, slowed_forward))
+    own_backward = np.where(lead_backward, excess_backward, np.minimum(excess_backward, slowed_backward))
+    gathered = own_forward + own_backward
+    fetched = excess_forward - own_forward + excess_backward - own_backward
     prefetching = np.asarray(c["prefetch"]) >= 1
     blocking = comm.zero3 - first + np.maximum(behind, comm.zero3_reduce) - behind
     streamed = comm.param_fetch

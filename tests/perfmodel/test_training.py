@@ -272,3 +272,21 @@ def test_mla_down_projections_run_whole_on_every_tensor_parallel_rank():
     held = [Layout(tp=t).params_per_device(spec, 1.0, False, False)[0] for t in (1, 8)]
     assert held[1] - held[0] / 8 == pytest.approx(spec.tp_replicated_params * (1 - 1 / 8))
     assert find_model("llama-3.1-70b").tp_replicated_params == 0
+
+
+def test_zero3_gathers_hidden_under_compute_slow_it_by_the_sms_they_hold(db):
+    """Llama 3.1 70B on 64 H100s at tp 8, ZeRO-3 over 8 nodes: the gathers and reduce-scatters (36 s on
+    the network) run under 52 s of compute, so every second of them costs the compute beside it the
+    share of the SMs NCCL holds (collective-sms, Megatron-Bridge's 16 of 132): the step grows by that
+    share of the hidden traffic, nearly all of it (the first layer's gathers of each phase block)."""
+    from dataclasses import replace
+    spec, machine = find_model("llama-3.1-70b"), build_machine(db, "dgx-h100", 64)
+    free = replace(machine, constants=replace(machine.constants, collective_sms=0.0))
+    plan, work = TrainPlan(tp=8, pp=1, dp=8, sp=True, tp_overlap=True, zero=3, micro_batch=2), TrainWorkload(512, 8192)
+    held, unheld = estimate_training(spec, machine, plan, work), estimate_training(spec, free, plan, work)
+    assert machine.collective_sm_share == pytest.approx(16 / 132)
+    traffic = float(held.link_times["zero-2/3 gathers and scatters"]) + float(held.link_times["dp gradient reduction"])
+    added = float(held.step_time_s) - float(unheld.step_time_s)
+    assert 0.9 * machine.collective_sm_share * traffic < added <= machine.collective_sm_share * traffic
+    assert float(unheld.components["zero-2/3 gathers and scatters"]) < float(
+        held.components["zero-2/3 gathers and scatters"])

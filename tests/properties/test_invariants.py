@@ -233,6 +233,31 @@ def test_an_overlap_the_framework_offers_never_slows_a_step(db, name, tp, pp, cp
 
 
 @SLOW
+@given(name=dense_models, tp=st.sampled_from([1, 2, 8]), pp=st.sampled_from([1, 2]), cp=st.sampled_from([1, 2]),
+       zero=st.sampled_from([1, 2, 3]), system=st.sampled_from(["dgx-h100", "dgx-a100", "mi300x-8x"]))
+@example(name="llama-3.1-70b", tp=8, pp=1, cp=1, zero=3, system="dgx-h100")
+def test_a_hidden_collective_costs_the_compute_beside_it_at_most_the_sms_it_holds(db, name, tp, pp, cp, zero, system):
+    # The NCCL collectives hidden under compute (ZeRO-3's gathers and scatters, the gradient reduction, the CP
+    # ring) hold collective-sms of the SMs while they run: a step is no shorter than with those SMs free, no
+    # longer than with every transfer exposed, and longer by at most the held share of those transfers'
+    # time on their links (each microbatch's, and the pipeline bubble's share of one).
+    from dataclasses import replace
+    spec = find_model(name)
+    machine = build_machine(db, system, 64)
+    free = replace(machine, constants=replace(machine.constants, collective_sms=0.0))
+    plan = TrainPlan(tp=tp, pp=pp, cp=cp, dp=64 // (tp * pp * cp), sp=tp > 1, zero=zero)
+    work = TrainWorkload(128, 4096)
+    held = estimate_training(spec, machine, plan, work)
+    step, unheld = float(held.step_time_s), float(estimate_training(spec, free, plan, work).step_time_s)
+    exposed = float(estimate_training(spec, machine, replace(plan, overlap="none"), work).step_time_s)
+    assert unheld <= step * (1 + 1e-12) and step <= exposed * (1 + 1e-12)
+    m = float(held.num_microbatches)
+    links = sum(float(held.link_times[k]) for k in ("zero-2/3 gathers and scatters", "cp exchange",
+                                                     "dp gradient reduction"))
+    assert step - unheld <= machine.collective_sm_share * links * (m + pp - 1) / m * (1 + 1e-9) + 1e-12
+
+
+@SLOW
 @given(name=st.sampled_from(["deepseek-v3", "mixtral-8x7b", "qwen3-235b-a22b", "gpt-oss-120b"]),
        tp=st.sampled_from([1, 2]), pp=st.sampled_from([1, 2, 4]), ep=st.sampled_from([2, 4, 8]),
        interleave=st.sampled_from([1, 2]), micro=st.sampled_from([1, 2]),
