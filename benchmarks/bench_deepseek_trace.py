@@ -182,17 +182,18 @@ def main(path: str) -> None:
           " passes and without them; casts: what the input passes of every GEMM of the model add)")
     print()
     nodes = host(path)
-    print(f"{'schedule node (host thread)':28s} {'count':>5s} {'host ms':>8s} {'least':>7s} {'kernels':>8s} {'their GPU ms':>13s}")
+    print(f"{'schedule node (host thread)':28s} {'count':>5s} {'host ms':>8s} {'least':>7s} {'kernels':>8s} "
+          f"{'their GPU ms':>13s}")
     for name, (count, mean, least, launched, busy) in nodes.items():
         print(f"{name:28s} {count:5d} {mean:8.2f} {least:7.2f} {launched:8.1f} {busy:13.2f}")
     for phase in ("F", "B"):
         mine = [v for k, v in nodes.items() if k.endswith(f"({phase})") or (phase == "B" and k.endswith("(W)"))]
         issue, launched, busy = (sum(v[i] for v in mine) for i in (2, 3, 4))
-        print(f"one layer's {'forward' if phase == 'F' else 'backward'}: host {issue:.2f} ms at least (each node's least "
-              f"instance) for {launched:.0f} kernels ({1e3 * issue / max(launched, 1):.0f} us each), "
+        print(f"one layer's {'forward' if phase == 'F' else 'backward'}: host {issue:.2f} ms at least (each node's "
+              f"least instance) for {launched:.0f} kernels ({1e3 * issue / max(launched, 1):.0f} us each), "
               f"whose GPU time is {busy:.2f} ms")
-    print("(the host thread issues the schedule's kernels; where a layer's kernels take less GPU time than their issue,\n"
-          " an eager step without CUDA graphs waits on the host)")
+    print("(the host thread issues the schedule's kernels; where a layer's kernels take less GPU time than their\n"
+          " issue, an eager step without CUDA graphs waits on the host)")
 
 
 if __name__ == "__main__":
