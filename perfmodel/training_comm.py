@@ -292,13 +292,13 @@ def _overlap(c: dict, sh: Shape, comp: Compute, comm: Communication, tail: StepT
         + (comm.zero3_reduce - reduce_hidden)
     ep_exposed = _exposed_exchange(c, sh, comp, comm.ep, rest, rest - compute, held)
     main = rest + ep_exposed
-    gathered, fetched = _prefetch_exposure(c, comp, comm, main, first, held=collective_held)
+    gathered, fetched = _prefetch_exposure(c, comp, comm, main, first, held=collective_held, split=breakdown)
     transfers = {"tp": comm.tp, "ep": comm.ep, "cp": comm.cp, "zero3": comm.zero3 + comm.zero3_reduce,
                  "param": comm.param_fetch}
     swapped = 0.0
     swapping = bool(np.any(np.asarray(comm.swap) > 0))
     if swapping:   # what the activation swap adds to the phases, on the host path beside streamed parameters
-        with_swap = _prefetch_exposure(c, comp, comm, main, first, swap=True, held=collective_held)
+        with_swap = _prefetch_exposure(c, comp, comm, main, first, swap=True, held=collective_held, split=breakdown)
         swapped = sum(with_swap) - (gathered + fetched)
         transfers["activation"] = comm.swap
     framework = main + first + gathered + fetched + swapped
@@ -393,7 +393,7 @@ def one_f_one_b_layer(attention_f, attention_b, experts_f, experts_b, experts_w,
 
 
 def _prefetch_exposure(c: dict, comp: Compute, comm: Communication, main, first, swap: bool = False,
-                       held: float = 0.0) -> tuple:
+                       held: float = 0.0, split: bool = True) -> tuple:
     """(ZeRO-3 traffic, streamed parameters) each microbatch exposes beyond ``main`` (the
     microbatch's compute and blocking transfers, s) and ``first``, the gathers of each phase's
     first layer (its forward share: the forward's).
@@ -406,7 +406,8 @@ def _prefetch_exposure(c: dict, comp: Compute, comm: Communication, main, first,
     the streamed parameters move on the copy engines and hold none. Without prefetch the gathers and the
     streaming block (a + G_f + P_f + max(b, R) + G_b + P_b: only the reduce-scatters run under
     the backward), never less than with it. The forward share is the forward's part of the
-    compute (Compute.forward over per_micro_s).
+    compute (Compute.forward over per_micro_s). Without ``split`` (the search's mode) the first
+    element is the sum and the second 0.
 
     With ``swap`` the host path also carries the activation swap (activation_offload): out in the
     forward, back in the backward, each layer's under the next layer's compute, so a phase lasts at
@@ -428,17 +429,19 @@ def _prefetch_exposure(c: dict, comp: Compute, comm: Communication, main, first,
     slowed_forward, slowed_backward = held * net_forward, held * net_backward
     excess_forward = np.maximum(ahead + slowed_forward, np.maximum(net_forward, fetch_forward)) - ahead
     excess_backward = np.maximum(behind + slowed_backward, np.maximum(net_backward, fetch_backward)) - behind
+    prefetching = np.asarray(c["prefetch"]) >= 1
+    blocking = comm.zero3 - first + np.maximum(behind, comm.zero3_reduce) - behind
+    streamed = comm.param_fetch
+    if swap:
+        streamed = streamed + np.maximum(swap_forward - ahead, 0.0) + np.maximum(swap_backward - behind, 0.0)
+    if not split:   # the search's mode: only the sum counts
+        return np.where(prefetching, excess_forward + excess_backward, blocking + streamed), 0.0
     lead_forward, lead_backward = net_forward >= fetch_forward, net_backward >= fetch_backward
     # Where the streaming leads, the gathers' own share is the slowdown of the SMs they hold.
     own_forward = np.where(lead_forward, excess_forward, np.minimum(excess_forward, slowed_forward))
     own_backward = np.where(lead_backward, excess_backward, np.minimum(excess_backward, slowed_backward))
     gathered = own_forward + own_backward
     fetched = excess_forward - own_forward + excess_backward - own_backward
-    prefetching = np.asarray(c["prefetch"]) >= 1
-    blocking = comm.zero3 - first + np.maximum(behind, comm.zero3_reduce) - behind
-    streamed = comm.param_fetch
-    if swap:
-        streamed = streamed + np.maximum(swap_forward - ahead, 0.0) + np.maximum(swap_backward - behind, 0.0)
     return np.where(prefetching, gathered, blocking), np.where(prefetching, fetched, streamed)
 
 
