@@ -121,6 +121,7 @@ def train_request(case: Case) -> TrainRequest:
         precision=p.get("precision", "bf16"),
         attention=p.get("attention", "flash"), dp_overlap=p.get("dp_overlap", True),
         schedule=p.get("schedule", "1f1b"), storage=p.get("storage", "mixed"),
+        activation_offload=p.get("activation_offload", 0.0),
         global_batch=p["global_batch"], seq_len=p["seq_len"])
 
 
